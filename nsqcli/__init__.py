@@ -1,0 +1,25 @@
+"""nsqcli: the NSQ command-line suite and its threaded client core.
+
+    from nsqcli import Consumer, Producer, Message
+"""
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__", "Consumer", "Producer", "Message", "Config"]
+
+
+def __getattr__(name: str):
+    # Lazy: `nsqcli pub` must not pay for the consumer's imports.
+    if name == "Consumer":
+        from .consumer import Consumer
+        return Consumer
+    if name == "Producer":
+        from .producer import Producer
+        return Producer
+    if name == "Message":
+        from .protocol.message import Message
+        return Message
+    if name == "Config":
+        from .config import Config
+        return Config
+    raise AttributeError(f"module 'nsqcli' has no attribute {name!r}")

@@ -1,0 +1,103 @@
+"""The app object (consoles, verbosity) and the one exit path of every command.
+
+Exit codes: 0 ok, 1 runtime error, 2 usage error, 3 deadline passed before the work was done.
+Errors become one line on stderr: ``nsqcli: error: <what>``. Tracebacks only with NSQCLI_DEBUG=1
+or -vv.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from ..errors import NSQError
+
+EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, EXIT_DEADLINE = 0, 1, 2, 3
+
+
+class DeadlineExceeded(Exception):
+    """A --timeout passed before the asked-for work was done (exit 3)."""
+
+
+class App:
+    """Shared state of one nsqcli run: verbosity and the stderr console for people."""
+
+    def __init__(self, verbosity: int = 0):
+        self.verbosity = verbosity
+        self._console = None
+
+    @property
+    def console(self):
+        """A rich console on stderr (colour only on a TTY); created on first use."""
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(stderr=True, highlight=False, emoji=False, markup=False)
+        return self._console
+
+    @property
+    def stderr_is_tty(self) -> bool:
+        return sys.stderr.isatty()
+
+    def info(self, text: str) -> None:
+        if self.verbosity >= 0:
+            print(f"nsqcli: {text}", file=sys.stderr, flush=True)
+
+    def warn(self, text: str) -> None:
+        if self.verbosity >= 0:
+            print(f"nsqcli: warning: {text}", file=sys.stderr, flush=True)
+
+    def debug(self, text: str) -> None:
+        if self.verbosity >= 1:
+            print(f"nsqcli: {text}", file=sys.stderr, flush=True)
+
+
+def _debug_wanted() -> bool:
+    return os.environ.get("NSQCLI_DEBUG", "") not in ("", "0") or "-vv" in sys.argv[1:3]
+
+
+def _fail(message: str, code: int) -> None:
+    if _debug_wanted():
+        import traceback
+
+        traceback.print_exc()
+    print(f"nsqcli: error: {message}", file=sys.stderr, flush=True)
+    sys.exit(code)
+
+
+def _quiet_broken_pipe() -> None:
+    # stdout's reader went away (`| head`): exit 0 without "Exception ignored" noise.
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    sys.exit(EXIT_OK)
+
+
+def run(command: click.Command, args: list[str] | None = None) -> None:
+    """Run the click command; map every outcome to an exit code at this one place."""
+    try:
+        rc = command.main(args=args, prog_name="nsqcli", standalone_mode=False)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(EXIT_USAGE if isinstance(e, click.UsageError) else e.exit_code)
+    except click.exceptions.Abort:
+        print("nsqcli: aborted", file=sys.stderr)
+        sys.exit(130)
+    except DeadlineExceeded as e:
+        _fail(str(e), EXIT_DEADLINE)
+    except NSQError as e:
+        _fail(str(e), EXIT_RUNTIME)
+    except BrokenPipeError:
+        _quiet_broken_pipe()
+    except KeyboardInterrupt:
+        print("nsqcli: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except OSError as e:
+        _fail(f"{e.strerror or e}{': ' + str(e.filename) if e.filename else ''}", EXIT_RUNTIME)
+    sys.exit(rc if isinstance(rc, int) else EXIT_OK)

@@ -1,0 +1,144 @@
+"""Command encoders. Each returns the exact bytes to put on the wire.
+
+Layouts (NSQ TCP protocol V2):
+
+    IDENTIFY\\n[ 4-byte size ][ JSON ]
+    AUTH\\n[ 4-byte size ][ secret ]
+    SUB <topic> <channel>\\n
+    PUB <topic>\\n[ 4-byte size ][ body ]
+    MPUB <topic>\\n[ 4-byte body size ][ 4-byte count ][ 4-byte size ][ body ]...
+    DPUB <topic> <defer_ms>\\n[ 4-byte size ][ body ]
+    RDY <count>\\n        FIN <id>\\n        REQ <id> <timeout_ms>\\n
+    TOUCH <id>\\n         CLS\\n             NOP\\n
+
+All sizes are big-endian unsigned 32-bit integers.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Iterable
+
+from ..errors import LocalProtocolError
+from .constants import MESSAGE_ID_SIZE
+from .names import validate_channel, validate_topic
+
+_U32 = struct.Struct(">I")
+_pack_u32 = _U32.pack
+MAX_U32 = 2**32 - 1
+MAX_RDY = 2**31 - 1
+
+CLS = b"CLS\n"
+NOP = b"NOP\n"
+
+
+def _body(body: bytes | bytearray | memoryview | str, what: str = "message body") -> bytes:
+    if isinstance(body, str):
+        body = body.encode("utf-8")
+    elif not isinstance(body, (bytes, bytearray, memoryview)):
+        raise LocalProtocolError(f"{what} must be bytes or str, got {type(body).__name__}")
+    if len(body) == 0:
+        raise LocalProtocolError(f"{what} is empty (nsqd rejects empty messages)")
+    return bytes(body)
+
+
+def _msg_id(msg_id: bytes) -> bytes:
+    if len(msg_id) != MESSAGE_ID_SIZE:
+        raise LocalProtocolError(f"message id must be {MESSAGE_ID_SIZE} bytes, got {len(msg_id)}")
+    return bytes(msg_id)
+
+
+def _non_negative_int(value: int, what: str, maximum: int = MAX_U32) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise LocalProtocolError(f"{what} must be an integer, got {value!r}")
+    if not 0 <= value <= maximum:
+        raise LocalProtocolError(f"{what} out of range: {value} (allowed 0..{maximum})")
+    return value
+
+
+def encode_identify(features: dict) -> bytes:
+    """``IDENTIFY\\n[size][json]`` with the client's feature dict."""
+    data = json.dumps(features, separators=(",", ":"), sort_keys=True).encode()
+    return b"IDENTIFY\n" + _pack_u32(len(data)) + data
+
+
+def encode_auth(secret: bytes | str) -> bytes:
+    """``AUTH\\n[size][secret]``."""
+    data = _body(secret, "auth secret")
+    return b"AUTH\n" + _pack_u32(len(data)) + data
+
+
+def encode_sub(topic: str, channel: str) -> bytes:
+    """``SUB <topic> <channel>\\n``."""
+    return b"SUB %s %s\n" % (validate_topic(topic).encode(), validate_channel(channel).encode())
+
+
+def encode_pub(topic: str, body: bytes) -> bytes:
+    """``PUB <topic>\\n[size][body]``."""
+    data = _body(body)
+    return b"PUB %s\n" % validate_topic(topic).encode() + _pack_u32(len(data)) + data
+
+
+def encode_dpub(topic: str, defer_ms: int, body: bytes) -> bytes:
+    """``DPUB <topic> <defer_ms>\\n[size][body]``."""
+    defer_ms = _non_negative_int(defer_ms, "defer (ms)")
+    data = _body(body)
+    return (b"DPUB %s %d\n" % (validate_topic(topic).encode(), defer_ms)
+            + _pack_u32(len(data)) + data)
+
+
+def mpub_body(bodies: Iterable[bytes]) -> bytes:
+    """The MPUB payload after the body size: ``[count][size][body]...``."""
+    parts = [b""]
+    n = 0
+    for body in bodies:
+        data = _body(body, f"message {n + 1} of MPUB")
+        parts.append(_pack_u32(len(data)))
+        parts.append(data)
+        n += 1
+    if n == 0:
+        raise LocalProtocolError("MPUB needs at least one message")
+    parts[0] = _pack_u32(n)
+    return b"".join(parts)
+
+
+def encode_mpub(topic: str, bodies: Iterable[bytes]) -> bytes:
+    """``MPUB <topic>\\n[body size][count]([size][body])*``."""
+    payload = mpub_body(bodies)
+    return b"MPUB %s\n" % validate_topic(topic).encode() + _pack_u32(len(payload)) + payload
+
+
+def mpub_size(bodies: list[bytes]) -> int:
+    """The MPUB body size (what nsqd compares with --max-body-size) for these bodies."""
+    return 4 + sum(4 + len(b) for b in bodies)
+
+
+def encode_rdy(count: int) -> bytes:
+    """``RDY <count>\\n``; count must be 0..2^31-1 (nsqd also caps it at its --max-rdy-count)."""
+    return b"RDY %d\n" % _non_negative_int(count, "RDY count", MAX_RDY)
+
+
+def encode_fin(msg_id: bytes) -> bytes:
+    """``FIN <16-byte id>\\n``."""
+    return b"FIN " + _msg_id(msg_id) + b"\n"
+
+
+def encode_req(msg_id: bytes, timeout_ms: int = 0) -> bytes:
+    """``REQ <16-byte id> <timeout_ms>\\n``."""
+    return b"REQ %s %d\n" % (_msg_id(msg_id), _non_negative_int(timeout_ms, "requeue delay (ms)"))
+
+
+def encode_touch(msg_id: bytes) -> bytes:
+    """``TOUCH <16-byte id>\\n``."""
+    return b"TOUCH " + _msg_id(msg_id) + b"\n"
+
+
+def encode_cls() -> bytes:
+    """``CLS\\n``: ask nsqd to stop sending; it answers CLOSE_WAIT."""
+    return CLS
+
+
+def encode_nop() -> bytes:
+    """``NOP\\n``: the answer to a heartbeat."""
+    return NOP

@@ -1,0 +1,50 @@
+"""Small helpers for integration tests: nsqd's HTTP API, waiting for conditions."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.parse
+import urllib.request
+
+
+def http_get_json(address: str, path: str, **params) -> dict:
+    query = ("?" + urllib.parse.urlencode(params)) if params else ""
+    with urllib.request.urlopen(f"http://{address}{path}{query}", timeout=5) as resp:
+        return json.loads(resp.read())
+
+
+def http_post(address: str, path: str, body: bytes = b"", **params) -> bytes:
+    query = ("?" + urllib.parse.urlencode(params)) if params else ""
+    req = urllib.request.Request(f"http://{address}{path}{query}", data=body, method="POST")
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        return resp.read()
+
+
+def topic_stats(nsqd, topic: str) -> dict | None:
+    """The /stats entry of ``topic`` on this nsqd (a sandbox Server), or None."""
+    stats = http_get_json(nsqd.http_address, "/stats", format="json", topic=topic)
+    for t in stats.get("topics") or []:
+        if t["topic_name"] == topic:
+            return t
+    return None
+
+
+def channel_stats(nsqd, topic: str, channel: str) -> dict | None:
+    t = topic_stats(nsqd, topic)
+    for c in (t or {}).get("channels") or []:
+        if c["channel_name"] == channel:
+            return c
+    return None
+
+
+def wait_for(predicate, timeout: float = 10.0, interval: float = 0.05, what: str = "condition"):
+    """Poll ``predicate`` until it returns a truthy value; fail the test after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last value {last!r})")
