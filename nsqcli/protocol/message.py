@@ -17,8 +17,7 @@ class Message:
     """One NSQ message. The protocol layer fills the data fields; the consumer attaches a
     responder so that ``finish()``, ``requeue()`` and ``touch()`` work (see nsqcli.consumer)."""
 
-    __slots__ = ("id", "body", "timestamp", "attempts", "responder", "responded",
-                 "auto_response", "nsqd", "topic", "channel")
+    __slots__ = ("id", "body", "timestamp", "attempts", "responder", "responded", "auto_response")
 
     def __init__(self, id: bytes, body: bytes, timestamp: int, attempts: int):
         self.id = id
@@ -28,9 +27,19 @@ class Message:
         self.responder = None
         self.responded = False
         self.auto_response = True
-        self.nsqd = None
-        self.topic = None
-        self.channel = None
+
+    @property
+    def nsqd(self) -> str | None:
+        """host:port of the nsqd that delivered this message (None when detached)."""
+        return getattr(self.responder, "address", None)
+
+    @property
+    def topic(self) -> str | None:
+        return getattr(self.responder, "topic", None)
+
+    @property
+    def channel(self) -> str | None:
+        return getattr(self.responder, "channel", None)
 
     def __repr__(self) -> str:
         return (f"Message(id={self.id!r}, attempts={self.attempts}, timestamp={self.timestamp}, "

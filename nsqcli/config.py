@@ -1,0 +1,93 @@
+"""Client configuration: frozen dataclasses with go-nsq's defaults (go-nsq config.go, v1.1.0)
+unless a comment says why nsqcli differs."""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass, field, replace
+
+from . import __version__
+
+
+@dataclass(frozen=True)
+class TLSConfig:
+    """TLS for nsqd connections. Certificates and hostname are verified unless
+    ``insecure_skip_verify`` is set explicitly."""
+
+    enabled: bool = False
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    min_version: str | None = None          # "1.0" | "1.1" | "1.2" | "1.3" (go-nsq: tls_min_version)
+    insecure_skip_verify: bool = False
+    server_hostname: str | None = None      # default: the host part of the nsqd address
+
+
+@dataclass(frozen=True)
+class Config:
+    # -- connection (go-nsq: dial_timeout 1s, read_timeout 60s, write_timeout 1s) ---------------
+    dial_timeout: float = 1.0
+    read_timeout: float = 60.0
+    write_timeout: float = 10.0             # go-nsq 1s; 10s tolerates a loaded loopback nsqd
+    heartbeat_interval: float = 30.0        # go-nsq 30s; <= 0 disables
+    output_buffer_size: int | None = None   # go-nsq 16384; None = nsqd's default
+    output_buffer_timeout: float | None = None  # go-nsq 250ms; None = nsqd's default
+    msg_timeout: float | None = None        # None = nsqd's --msg-timeout (60s)
+    sample_rate: int = 0                    # 0 = off, 1..99 = percent of messages delivered
+    client_id: str = field(default_factory=lambda: socket.gethostname().split(".")[0])
+    hostname: str = field(default_factory=socket.gethostname)
+    user_agent: str = f"nsqcli/{__version__}"
+    tls: TLSConfig = TLSConfig()
+    snappy: bool = False
+    deflate: bool = False
+    deflate_level: int = 6                  # 1..9; nsqd caps at its --max-deflate-level
+    auth_secret: str | None = None
+    max_frame_size: int = 64 * 1024 * 1024  # refuse bigger frames before allocating
+
+    # -- consumer -------------------------------------------------------------------------------
+    max_in_flight: int = 1                  # go-nsq 1; commands set their own
+    max_attempts: int = 5                   # 0 = unlimited
+    default_requeue_delay: float = 90.0     # x attempts
+    max_requeue_delay: float = 15 * 60.0
+    backoff_strategy: str = "exponential"   # or "full_jitter"
+    backoff_multiplier: float = 1.0
+    max_backoff_duration: float = 120.0     # 0 disables backoff
+    low_rdy_idle_timeout: float = 10.0
+    low_rdy_timeout: float = 30.0
+    rdy_redistribute_interval: float = 5.0
+    lookupd_poll_interval: float = 60.0
+    lookupd_poll_jitter: float = 0.3
+    lookupd_poll_timeout: float = 5.0       # go-nsq 60s; a down lookupd must not stall discovery
+    reconnect_min_delay: float = 1.0        # go-nsq: fixed 60s; nsqcli: 1s, 2s, 4s ... + jitter
+    reconnect_max_delay: float = 60.0
+    concurrency: int = 1                    # handler threads
+
+    # -- producer -------------------------------------------------------------------------------
+    max_body_size: int = 5 * 1024 * 1024    # nsqd --max-body-size default; MPUB batches stay below
+    max_msg_size: int = 1024 * 1024         # nsqd --max-msg-size default
+
+    def with_(self, **changes) -> "Config":
+        return replace(self, **changes)
+
+    def identify(self) -> dict:
+        """The IDENTIFY body (feature negotiation on)."""
+        ms = lambda s: int(s * 1000)  # noqa: E731
+        body = {
+            "client_id": self.client_id,
+            "hostname": self.hostname,
+            "user_agent": self.user_agent,
+            "feature_negotiation": True,
+            "heartbeat_interval": ms(self.heartbeat_interval) if self.heartbeat_interval > 0 else -1,
+            "tls_v1": self.tls.enabled,
+            "snappy": self.snappy,
+            "deflate": self.deflate,
+            "deflate_level": self.deflate_level,
+            "sample_rate": self.sample_rate,
+        }
+        if self.output_buffer_size is not None:
+            body["output_buffer_size"] = self.output_buffer_size
+        if self.output_buffer_timeout is not None:
+            body["output_buffer_timeout"] = ms(self.output_buffer_timeout)
+        if self.msg_timeout is not None:
+            body["msg_timeout"] = ms(self.msg_timeout)
+        return body

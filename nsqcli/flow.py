@@ -1,0 +1,232 @@
+"""PURE flow control: how much RDY each connection gets, and backoff. No sockets, threads or
+clocks: every call takes ``now`` (seconds, monotonic) and returns the RDY changes to send as a
+list of ``(key, count)``, decreases first, so the total never exceeds max_in_flight.
+
+Distribution (n connections, M = max_in_flight):
+
+- n <= M: a new connection gets RDY 1 until it delivers its first message (or the next
+  redistribution tick), then every established connection gets M // n, and the remainder
+  M % n goes, one each, to the connections that received most recently (go-nsq #378 drops it).
+  Each share is capped at that nsqd's max_rdy_count.
+- n > M: M connections hold RDY 1; every tick, holders idle longer than low_rdy_idle_timeout or
+  holding longer than low_rdy_timeout give it up, and free RDY goes to random other connections,
+  so no nsqd is starved forever (go-nsq #179/#208).
+
+Backoff (go-nsq's consumer-wide counter): a failure raises the level (while the next duration
+stays within max_backoff_duration), sets RDY 0 everywhere and starts a timer of
+multiplier * 2**level (or a full-jitter draw below it). Results that arrive while the timer runs
+are ignored: one result counts per window. When the timer expires one random connection gets
+RDY 1 to test the water; its success lowers the level (and, above 0, waits again), its failure
+raises it. At level 0 full speed resumes. max_backoff_duration = 0 disables backoff.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+STARVED_RATIO = 0.85
+
+
+@dataclass
+class ConnFlow:
+    key: object
+    max_rdy: int
+    rdy: int = 0
+    in_flight: int = 0
+    last_message: float = 0.0
+    rdy_since: float = 0.0
+    established: bool = False
+
+
+class Flow:
+    def __init__(self, max_in_flight: int, *, backoff_multiplier: float = 1.0,
+                 max_backoff_duration: float = 120.0, backoff_strategy: str = "exponential",
+                 low_rdy_idle_timeout: float = 10.0, low_rdy_timeout: float = 30.0,
+                 redistribute_interval: float = 5.0, rng: random.Random | None = None):
+        if max_in_flight < 0:
+            raise ValueError("max_in_flight must be >= 0")
+        if backoff_strategy not in ("exponential", "full_jitter"):
+            raise ValueError(f"unknown backoff strategy {backoff_strategy!r}")
+        self.max_in_flight = max_in_flight
+        self.multiplier = backoff_multiplier
+        self.max_backoff = max_backoff_duration
+        self.strategy = backoff_strategy
+        self.idle_timeout = low_rdy_idle_timeout
+        self.hold_timeout = low_rdy_timeout
+        self.redistribute_interval = redistribute_interval
+        self.rng = rng or random.Random()
+        self.conns: dict[object, ConnFlow] = {}
+        self.level = 0
+        self.backoff_until: float | None = None
+        self.test_key: object | None = None
+        self._next_redistribute: float | None = None  # set by the first tick
+
+    # -- queries -----------------------------------------------------------------------------
+    @property
+    def total_rdy(self) -> int:
+        return sum(c.rdy for c in self.conns.values())
+
+    @property
+    def in_backoff(self) -> bool:
+        return self.level > 0 or self.backoff_until is not None
+
+    def is_starved(self) -> bool:
+        """True when some connection has (nearly) all its RDY in flight: time to flush a batch."""
+        return any(c.in_flight > 0 and c.in_flight >= STARVED_RATIO * c.rdy for c in self.conns.values())
+
+    def backoff_state(self, now: float) -> str:
+        if self.backoff_until is not None:
+            return f"backoff L{self.level} {max(0.0, self.backoff_until - now):.1f}s"
+        if self.level > 0:
+            return f"testing L{self.level}"
+        return ""
+
+    def duration(self, level: int) -> float:
+        full = self.multiplier * (2 ** level)
+        if self.strategy == "full_jitter":
+            return self.rng.uniform(0, full)
+        return full
+
+    def next_wakeup(self, now: float) -> float:
+        """Seconds until tick() has something to do."""
+        wake = self._next_redistribute if self._next_redistribute is not None else now
+        if self.backoff_until is not None:
+            wake = min(wake, self.backoff_until)
+        return max(0.0, wake - now)
+
+    # -- connections -------------------------------------------------------------------------
+    def add(self, key, max_rdy: int, now: float) -> list:
+        self.conns[key] = ConnFlow(key, max(1, max_rdy), last_message=now)
+        return self._apply(now)
+
+    def remove(self, key, now: float) -> list:
+        self.conns.pop(key, None)
+        if self.test_key == key:
+            self.test_key = None
+        return self._apply(now)
+
+    def set_max_in_flight(self, n: int, now: float) -> list:
+        if n < 0:
+            raise ValueError("max_in_flight must be >= 0")
+        self.max_in_flight = n
+        return self._apply(now)
+
+    # -- messages and results ---------------------------------------------------------------
+    def received(self, key, n: int, now: float) -> list:
+        c = self.conns.get(key)
+        if c is None:
+            return []
+        c.in_flight += n
+        c.last_message = now
+        if not c.established:
+            c.established = True
+            return self._apply(now)
+        return []
+
+    def settled(self, key, n: int = 1) -> None:
+        """n messages of this connection were FINed or REQed (or lost with the connection)."""
+        c = self.conns.get(key)
+        if c is not None:
+            c.in_flight = max(0, c.in_flight - n)
+
+    def success(self, now: float) -> list:
+        if self.backoff_until is not None or self.level == 0:
+            return []
+        self.level -= 1
+        if self.level == 0:
+            self.test_key = None
+            return self._apply(now)
+        return self._start_timer(now)
+
+    def failure(self, now: float) -> list:
+        if self.max_backoff <= 0 or self.backoff_until is not None:
+            return []
+        if self.multiplier * (2 ** (self.level + 1)) <= self.max_backoff:
+            self.level += 1
+        if self.level == 0:  # max_backoff below the first step: nothing to do
+            return []
+        return self._start_timer(now)
+
+    def neutral(self, now: float) -> list:
+        """A requeue without backoff: while testing, wait again at the same level."""
+        if self.backoff_until is not None or self.level == 0:
+            return []
+        return self._start_timer(now)
+
+    def _start_timer(self, now: float) -> list:
+        self.backoff_until = now + min(self.duration(self.level), self.max_backoff)
+        self.test_key = None
+        return self._apply(now)
+
+    # -- time ----------------------------------------------------------------------------------
+    def tick(self, now: float) -> list:
+        changes = []
+        if self.backoff_until is not None and now >= self.backoff_until:
+            self.backoff_until = None
+            self.test_key = self.rng.choice(sorted(self.conns, key=str)) if self.conns else None
+            changes += self._apply(now)
+        if self._next_redistribute is None:
+            self._next_redistribute = now + self.redistribute_interval
+        elif now >= self._next_redistribute:
+            self._next_redistribute = now + self.redistribute_interval
+            for c in self.conns.values():
+                c.established = True
+            changes += self._rotate(now) if self._rotating else self._apply(now)
+        return changes
+
+    @property
+    def _rotating(self) -> bool:
+        return not self.in_backoff and len(self.conns) > self.max_in_flight > 0
+
+    def _rotate(self, now: float) -> list:
+        """n > max_in_flight: take RDY from idle/long holders, give it to random others."""
+        dropped = {k for k, c in self.conns.items() if c.rdy > 0 and (
+            now - c.last_message > self.idle_timeout or now - c.rdy_since > self.hold_timeout)}
+        keep = [k for k, c in self.conns.items() if c.rdy > 0 and k not in dropped]
+        return self._assign_rotation(keep, dropped, now)
+
+    # -- targets ---------------------------------------------------------------------------------
+    def _targets(self) -> dict:
+        conns, m = self.conns, self.max_in_flight
+        if m == 0 or self.backoff_until is not None:
+            return {k: 0 for k in conns}
+        if self.level > 0:
+            return {k: (1 if k == self.test_key else 0) for k in conns}
+        new = [k for k, c in conns.items() if not c.established]
+        est = sorted((c for c in conns.values() if c.established),
+                     key=lambda c: (-c.last_message, str(c.key)))
+        budget = m - len(new)
+        targets = {k: 1 for k in new}
+        if est:
+            base, extra = divmod(budget, len(est))
+            for i, c in enumerate(est):
+                targets[c.key] = min(base + (1 if i < extra else 0), c.max_rdy)
+        return targets
+
+    def _apply(self, now: float) -> list:
+        if self._rotating:
+            keep = [k for k, c in self.conns.items() if c.rdy > 0]
+            return self._assign_rotation(keep, set(), now)
+        return self._emit(self._targets(), now)
+
+    def _assign_rotation(self, keep: list, avoid: set, now: float) -> list:
+        keep = sorted(keep, key=str)[: self.max_in_flight]
+        others = sorted((k for k in self.conns if k not in keep), key=str)
+        preferred = [k for k in others if k not in avoid] or others
+        rest = [k for k in others if k not in preferred]
+        self.rng.shuffle(preferred)
+        chosen = keep + (preferred + rest)[: self.max_in_flight - len(keep)]
+        return self._emit({k: (1 if k in chosen else 0) for k in self.conns}, now)
+
+    def _emit(self, targets: dict, now: float) -> list:
+        down, up = [], []
+        for k, n in targets.items():
+            c = self.conns[k]
+            if n == c.rdy:
+                continue
+            if c.rdy == 0:
+                c.rdy_since = now
+            (down if n < c.rdy else up).append((k, n))
+            c.rdy = n
+        return down + up

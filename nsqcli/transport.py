@@ -1,0 +1,156 @@
+"""The byte stream under a Connection: a TCP socket and its upgrades (TLS, snappy framing,
+raw deflate). The only module that catches OSError and maps it to TransportError."""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import zlib
+
+from .config import TLSConfig
+from .errors import ConnectError, ReadError, Timeout, WriteError
+
+RECV_SIZE = 256 * 1024
+
+_TLS_VERSIONS = {"1.0": ssl.TLSVersion.TLSv1, "1.1": ssl.TLSVersion.TLSv1_1,
+                 "1.2": ssl.TLSVersion.TLSv1_2, "1.3": ssl.TLSVersion.TLSv1_3}
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """'host:port' or '[v6]:port' -> (host, port). Raises ValueError naming the problem."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"invalid address {address!r}: expected HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+def ssl_context(cfg: TLSConfig) -> ssl.SSLContext:
+    """A client context that verifies the certificate and hostname unless told otherwise."""
+    try:
+        ctx = ssl.create_default_context(cafile=cfg.ca_file)
+        if cfg.cert_file:
+            ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
+    except (OSError, ssl.SSLError) as e:
+        raise ConnectError(f"cannot load TLS certificates: {e}") from e
+    if cfg.min_version:
+        if cfg.min_version not in _TLS_VERSIONS:
+            raise ValueError(f"invalid TLS minimum version {cfg.min_version!r}: use 1.0, 1.1, 1.2 or 1.3")
+        ctx.minimum_version = _TLS_VERSIONS[cfg.min_version]
+    if cfg.insecure_skip_verify:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+class _Snappy:
+    def __init__(self):
+        import snappy  # python-snappy (framing format, via cramjam)
+
+        self._c = snappy.StreamCompressor()
+        self._d = snappy.StreamDecompressor()
+
+    def compress(self, data: bytes) -> bytes:
+        return self._c.add_chunk(data)
+
+    def decompress(self, data: bytes) -> bytes:
+        return self._d.decompress(data)
+
+
+class _Deflate:
+    def __init__(self, level: int):
+        self._c = zlib.compressobj(level, zlib.DEFLATED, -zlib.MAX_WBITS)
+        self._d = zlib.decompressobj(-zlib.MAX_WBITS)
+
+    def compress(self, data: bytes) -> bytes:
+        return self._c.compress(data) + self._c.flush(zlib.Z_SYNC_FLUSH)
+
+    def decompress(self, data: bytes) -> bytes:
+        return self._d.decompress(data)
+
+
+class Stream:
+    """A connected socket with optional TLS and compression. Not thread-safe: one owner."""
+
+    def __init__(self, sock: socket.socket, address: str):
+        self.sock = sock
+        self.address = address
+        self._codec: _Snappy | _Deflate | None = None
+        self.tls_version: str | None = None
+        self.compression: str | None = None
+
+    @classmethod
+    def dial(cls, address: str, timeout: float) -> "Stream":
+        host, port = split_address(address)
+        try:
+            sock = socket.create_connection((host, port), timeout=timeout)
+        except socket.timeout as e:
+            raise Timeout(f"connect timed out after {timeout}s", address) from e
+        except OSError as e:
+            raise ConnectError(f"cannot connect: {e.strerror or e}", address) from e
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return cls(sock, address)
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def settimeout(self, timeout: float | None) -> None:
+        self.sock.settimeout(timeout)
+
+    def pending(self) -> bool:
+        """True when TLS has decrypted bytes buffered that select() cannot see."""
+        return isinstance(self.sock, ssl.SSLSocket) and self.sock.pending() > 0
+
+    def recv(self) -> bytes | None:
+        """Bytes from the peer (decompressed; may be b"" while a compressed chunk is partial);
+        None when the peer closed the connection."""
+        try:
+            data = self.sock.recv(RECV_SIZE)
+        except socket.timeout as e:
+            raise Timeout("read timed out", self.address) from e
+        except OSError as e:
+            raise ReadError(f"read failed: {e.strerror or e}", self.address) from e
+        if not data:
+            return None
+        if self._codec is not None:
+            try:
+                return self._codec.decompress(data)
+            except (OSError, zlib.error, ValueError) as e:
+                raise ReadError(f"{self.compression} stream corrupt: {e}", self.address) from e
+        return data
+
+    def sendall(self, data: bytes) -> None:
+        if self._codec is not None:
+            data = self._codec.compress(data)
+        try:
+            self.sock.sendall(data)
+        except socket.timeout as e:
+            raise Timeout("write timed out", self.address) from e
+        except OSError as e:
+            raise WriteError(f"write failed: {e.strerror or e}", self.address) from e
+
+    def upgrade_tls(self, cfg: TLSConfig, timeout: float) -> None:
+        ctx = ssl_context(cfg)
+        hostname = cfg.server_hostname or split_address(self.address)[0]
+        try:
+            self.sock.settimeout(timeout)
+            self.sock = ctx.wrap_socket(self.sock, server_hostname=hostname)
+        except ssl.SSLCertVerificationError as e:
+            raise ConnectError(f"TLS certificate verification failed: {e.verify_message} "
+                               "(use --tls-ca-file, or --tls-insecure-skip-verify to skip)", self.address) from e
+        except (ssl.SSLError, OSError) as e:
+            raise ConnectError(f"TLS handshake failed: {e}", self.address) from e
+        self.tls_version = self.sock.version()
+
+    def upgrade_compression(self, kind: str, level: int = 6) -> None:
+        self._codec = _Snappy() if kind == "snappy" else _Deflate(level)
+        self.compression = kind
+
+    def decompress(self, data: bytes) -> bytes:
+        """Feed bytes that were read before the upgrade took effect."""
+        return self._codec.decompress(data) if (self._codec and data) else data
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
