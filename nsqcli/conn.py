@@ -74,11 +74,13 @@ class Connection:
         self.close_wait_event = threading.Event()
         # counters (written by the I/O thread, or under the consumer's lock)
         self.rdy = 0
+        self.rdy_sent = 0
         self.in_flight = 0
         self.received = 0
         self.finished = 0
         self.requeued = 0
         self.timed_out = 0
+        self.heartbeats = 0
         self.last_message: float | None = None
         self.connected_at: float | None = None
         self.last_rdy_change = 0.0
@@ -209,8 +211,8 @@ class Connection:
         sel = selectors.DefaultSelector()
         sel.register(stream.fileno(), selectors.EVENT_READ, "sock")
         sel.register(self._wake_r, selectors.EVENT_READ, "wake")
-        hb = self.features.get("heartbeat_interval", 30000)
-        stale_after = (2 * hb / 1000.0 + 5.0) if hb and hb > 0 else self.config.read_timeout
+        hb = self.config.heartbeat_interval
+        stale_after = 2 * hb + 5.0 if hb > 0 else self.config.read_timeout
         last_read = time.monotonic()
         try:
             while not self._closing or self._wbuf:
@@ -256,10 +258,14 @@ class Connection:
                 msgs = None
             if item.type == FRAME_ERROR:
                 err = server_error(item.data, self.address)
+                if err.fatal:  # nsqd closes the connection after this: stop offering it now
+                    self._closing = True
+                    self.state = CLOSING
                 delegate.on_error(self, err)
                 if err.fatal:
                     raise err
             elif item.data == HEARTBEAT:
+                self.heartbeats += 1
                 self._wbuf.append(NOP)
             elif item.data == CLOSE_WAIT:
                 self.state = CLOSING

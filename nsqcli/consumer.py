@@ -33,6 +33,9 @@ from .protocol import encode_rdy, encode_req, encode_touch, validate_channel, va
 
 log = logging.getLogger("nsqcli.consumer")
 
+#: seconds between cutting RDY on some connections and raising it on others
+RDY_SETTLE = 0.05
+
 
 class _Handle:
     """The responder attached to each message: routes FIN/REQ/TOUCH to its connection."""
@@ -98,6 +101,7 @@ class Consumer:
         self._stopping = False
         self._stopped = threading.Event()
         self._reconnect: dict[str, tuple[int, float]] = {}  # address -> (failures, next try)
+        self._pending_up: dict[Connection, tuple[int, float]] = {}  # delayed RDY raises
         self._next_poll = 0.0
         self.given_up = 0
         self.lost_responses = 0
@@ -239,13 +243,43 @@ class Consumer:
         self._wake.set()
 
     def _send_rdy(self, changes: list) -> None:
-        """Write RDY changes (called with the lock held)."""
+        """Write RDY changes (called with the lock held).
+
+        Decreases go out at once. When the same change set also raises RDY elsewhere, the
+        raises wait RDY_SETTLE seconds: each connection has its own I/O thread, so without the
+        pause a raise on one nsqd could land before the matching cut on another and the total
+        ready count seen by the nsqds would briefly exceed max_in_flight."""
+        if not changes:
+            return
+        now = time.monotonic()
+        has_down = any(n < conn.rdy_sent for conn, n in changes)
         for conn, n in changes:
-            conn.rdy = n
-            try:
-                conn.write(encode_rdy(min(n, conn.max_rdy_count)))
-            except TransportError:
-                pass
+            if n < conn.rdy_sent or not has_down:
+                self._pending_up.pop(conn, None)
+                self._write_rdy(conn, n)
+            else:
+                self._pending_up[conn] = (n, now + RDY_SETTLE)
+        if self._pending_up:
+            self._wake.set()
+
+    def _write_rdy(self, conn: Connection, n: int) -> None:
+        conn.rdy = conn.rdy_sent = n
+        try:
+            conn.write(encode_rdy(min(n, conn.max_rdy_count)))
+        except TransportError:
+            pass
+
+    def _flush_pending_rdy(self, now: float) -> float:
+        """Send the delayed raises that are due; returns seconds until the next one."""
+        wait = 1.0
+        for conn, (n, when) in list(self._pending_up.items()):
+            if now >= when:
+                del self._pending_up[conn]
+                if conn.state != CLOSED:
+                    self._write_rdy(conn, n)
+            else:
+                wait = min(wait, when - now)
+        return wait
 
     # -- delegate callbacks (connection I/O threads) ----------------------------------------
     def on_messages(self, conn: Connection, msgs: list) -> None:
@@ -273,6 +307,7 @@ class Consumer:
             handle = self._handles.get(conn.address)
             if handle is not None and handle.conn is conn:
                 del self._handles[conn.address]
+                self._pending_up.pop(conn, None)
                 f = self.flow.conns.get(conn)
                 if f is not None:
                     self.lost_responses += f.in_flight
@@ -409,7 +444,7 @@ class Consumer:
     def _control_timeout(self) -> float:
         now = time.monotonic()
         with self._lock:
-            t = self.flow.next_wakeup(now)
+            t = min(self.flow.next_wakeup(now), self._flush_pending_rdy(now))
         if self.lookupd_addresses:
             t = min(t, max(0.0, self._next_poll - now))
         for _, when in list(self._reconnect.values()):
@@ -420,6 +455,7 @@ class Consumer:
         now = time.monotonic()
         with self._lock:
             self._send_rdy(self.flow.tick(now))
+            self._flush_pending_rdy(now)
         for address, (_, when) in list(self._reconnect.items()):
             if now >= when and not self._stopping:
                 self._try_connect(address, direct=True)

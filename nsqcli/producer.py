@@ -165,17 +165,19 @@ class Producer:
     def _sync(self, command: bytes, count: int, timeout: float) -> list[str]:
         if self.fanout:
             return self._sync_fanout(command, count, timeout)
-        errors = []
+        errors: list[NSQError] = []
         for _ in range(len(self.addresses)):
-            link = self._active_link()
             try:
+                link = self._active_link()
                 self._wait(self._send(link, command), timeout, link.conn.address)
                 return [link.conn.address]
-            except TransportError as e:  # connection lost: try the next nsqd
+            except TransportError as e:  # unreachable or connection lost: try the next nsqd
                 errors.append(e)
                 self._current = (self._current + 1) % len(self.addresses)
+            except NSQError as e:  # nsqd answered with an error: do not retry elsewhere
+                raise PublishError(f"not published: {e}", 0, count, e) from e
         raise PublishError(f"not published ({count} message{'s' * (count != 1)}): "
-                           + "; ".join(str(e) for e in errors), 0, count, errors[-1])
+                           + "; ".join(dict.fromkeys(str(e) for e in errors)), 0, count, errors[-1])
 
     def _sync_fanout(self, command: bytes, count: int, timeout: float) -> list[str]:
         ok, failed = [], []

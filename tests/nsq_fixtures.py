@@ -1,0 +1,64 @@
+"""Certificates and an nsqd auth server for integration tests (real TLS, real HTTP)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+
+def make_cert(directory: Path, name: str = "server") -> tuple[str, str]:
+    """A self-signed certificate for 127.0.0.1/localhost; returns (cert, key) paths."""
+    cert, key = directory / f"{name}.crt", directory / f"{name}.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    return str(cert), str(key)
+
+
+class AuthServer:
+    """What nsqd's --auth-http-address calls: GET /auth?secret=...&remote_ip=...&tls=...
+
+    ``grants`` maps a secret to a list of (topic regex, channel regexes, permissions); an
+    unknown secret gets HTTP 403, which nsqd turns into E_AUTH_FAILED."""
+
+    def __init__(self, grants: dict[str, list[tuple[str, list[str], list[str]]]]):
+        self.grants = grants
+        self.calls: list[dict] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                q = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(self.path).query))
+                outer.calls.append(q)
+                grant = outer.grants.get(q.get("secret", ""))
+                if grant is None:
+                    self.send_response(403)
+                    self.end_headers()
+                    self.wfile.write(b"forbidden")
+                    return
+                body = json.dumps({"ttl": 3600, "identity": f"user-{q['secret']}",
+                                   "identity_url": "", "authorizations": [
+                                       {"topic": t, "channels": c, "permissions": p} for t, c, p in grant]})
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(body.encode())
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.address = f"127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> "AuthServer":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()

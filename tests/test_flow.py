@@ -1,0 +1,176 @@
+"""RDY distribution and backoff transcripts with an injected clock: no sleeps, no sockets."""
+
+import random
+
+import pytest
+
+from nsqcli.flow import Flow
+
+
+def make(mif, **kw):
+    kw.setdefault("rng", random.Random(7))
+    return Flow(mif, **kw)
+
+
+def rdy(flow):
+    return {k: c.rdy for k, c in flow.conns.items()}
+
+
+def test_new_connection_starts_at_one_then_gets_full_share():
+    f = make(200)
+    assert f.add("a", 2500, 0.0) == [("a", 1)]
+    assert f.received("a", 1, 0.1) == [("a", 200)]
+    assert f.total_rdy == 200
+
+
+def test_remainder_is_not_lost():  # go-nsq #378: 9 over 6 conns gives 1 each there
+    f = make(9)
+    for i, k in enumerate("abcdef"):
+        f.add(k, 2500, 0.0)
+        f.received(k, 1, float(i))
+    assert f.total_rdy == 9
+    # the three most recently active get the extra one
+    assert rdy(f) == {"a": 1, "b": 1, "c": 1, "d": 2, "e": 2, "f": 2}
+
+
+def test_total_never_exceeds_max_in_flight_while_conns_come_and_go():
+    f = make(10)
+    t = 0.0
+    rng = random.Random(1)
+    keys = []
+    for step in range(500):
+        t += 0.1
+        if keys and rng.random() < 0.3:
+            f.remove(keys.pop(rng.randrange(len(keys))), t)
+        else:
+            k = f"c{step}"
+            keys.append(k)
+            f.add(k, rng.choice([1, 3, 2500]), t)
+        if keys and rng.random() < 0.5:
+            f.received(rng.choice(keys), 1, t)
+        f.tick(t)
+        assert f.total_rdy <= 10
+        assert all(c.rdy <= c.max_rdy for c in f.conns.values())
+
+
+def test_max_rdy_count_caps_a_share():
+    f = make(100)
+    f.add("a", 10, 0.0)
+    f.received("a", 1, 0.0)
+    assert rdy(f) == {"a": 10}
+
+
+def test_decreases_are_sent_before_increases():
+    f = make(4)
+    f.add("a", 2500, 0.0)
+    f.received("a", 1, 0.0)
+    assert rdy(f) == {"a": 4}
+    f.add("b", 2500, 1.0)
+    changes = f.received("b", 1, 1.0)
+    assert changes == [("a", 2), ("b", 2)]
+
+
+def test_fewer_in_flight_than_connections_rotates_to_every_node():
+    f = make(1, low_rdy_idle_timeout=10, low_rdy_timeout=30, redistribute_interval=5)
+    for k in "abc":
+        f.add(k, 2500, 0.0)
+    assert f.total_rdy == 1
+    holders = set()
+    t = 0.0
+    f.tick(t)
+    for _ in range(60):
+        t += 5.0
+        # whoever holds RDY receives a message now and then
+        for k, c in f.conns.items():
+            if c.rdy:
+                holders.add(k)
+                f.received(k, 1, t)
+                f.settled(k, 1)
+        f.tick(t)
+        assert f.total_rdy <= 1
+    assert holders == {"a", "b", "c"}  # busy holders still give it up after low_rdy_timeout
+
+
+def test_backoff_sequence():
+    f = make(10, backoff_multiplier=1.0, max_backoff_duration=120.0)
+    f.add("a", 2500, 0.0)
+    f.add("b", 2500, 0.0)
+    f.received("a", 1, 0.0)
+    f.received("b", 1, 0.0)
+    assert f.total_rdy == 10
+    # a failure: RDY 0 everywhere, timer 2 s (multiplier * 2**1)
+    assert sorted(f.failure(1.0)) == [("a", 0), ("b", 0)]
+    assert f.level == 1 and f.backoff_until == 3.0
+    # results during the window are ignored
+    assert f.failure(2.0) == [] and f.success(2.0) == []
+    assert f.level == 1
+    # timer expiry: RDY 1 on one connection
+    changes = f.tick(3.0)
+    assert len([c for c in changes if c[1] == 1]) == 1 and f.total_rdy == 1
+    # the test message fails again: level 2, 4 s
+    f.failure(3.5)
+    assert f.level == 2 and f.backoff_until == 7.5 and f.total_rdy == 0
+    f.tick(7.5)
+    assert f.total_rdy == 1
+    # success walks down one level and waits again
+    f.success(8.0)
+    assert f.level == 1 and f.backoff_until == 10.0 and f.total_rdy == 0
+    f.tick(10.0)
+    assert f.total_rdy == 1
+    f.success(10.5)  # level 0: full speed
+    assert f.level == 0 and f.backoff_until is None and f.total_rdy == 10
+    assert f.backoff_state(11.0) == ""
+
+
+def test_backoff_level_capped_by_max_duration():
+    f = make(5, backoff_multiplier=1.0, max_backoff_duration=120.0)
+    f.add("a", 2500, 0.0)
+    t = 0.0
+    for _ in range(20):
+        f.failure(t)
+        t = f.backoff_until
+        f.tick(t)
+    assert f.level == 6  # 2**7 = 128 > 120: go-nsq's effective max is 64 s
+    assert f.duration(f.level) == 64.0
+
+
+def test_backoff_disabled():
+    f = make(5, max_backoff_duration=0)
+    f.add("a", 2500, 0.0)
+    f.received("a", 1, 0.0)
+    assert f.failure(1.0) == [] and f.total_rdy == 5
+
+
+def test_neutral_requeue_keeps_level():
+    f = make(5)
+    f.add("a", 2500, 0.0)
+    f.failure(0.0)
+    f.tick(2.0)
+    f.neutral(2.5)
+    assert f.level == 1 and f.backoff_until == 4.5
+
+
+def test_full_jitter_stays_below_exponential():
+    f = make(5, backoff_strategy="full_jitter", rng=random.Random(3))
+    assert all(0 <= f.duration(3) < 8 for _ in range(100))
+
+
+def test_is_starved():
+    f = make(10)
+    f.add("a", 2500, 0.0)
+    f.received("a", 1, 0.0)  # rdy 10, in flight 1
+    assert not f.is_starved()
+    f.received("a", 8, 0.0)  # 9 >= 8.5
+    assert f.is_starved()
+    f.settled("a", 9)
+    assert not f.is_starved()
+
+
+def test_pause_with_zero_max_in_flight():
+    f = make(10)
+    f.add("a", 2500, 0.0)
+    f.received("a", 1, 0.0)
+    assert f.set_max_in_flight(0, 1.0) == [("a", 0)]
+    assert f.set_max_in_flight(3, 2.0) == [("a", 3)]
+    with pytest.raises(ValueError):
+        f.set_max_in_flight(-1, 0)
