@@ -114,15 +114,17 @@ class Consumer:
         "connection refused", not silence); otherwise everything is retried in the background."""
         errors: list[NSQError] = []
         for address in self.nsqd_addresses:
-            err = self._try_connect(address, direct=True)
+            err = self._try_connect(address, direct=True, report=False)
             if err:
                 errors.append(err)
         if self.lookupd_addresses:
-            errors += self._poll_lookupd(report=True)
+            errors += self._poll_lookupd(report=False)
         if fail_fast and not self._handles and errors and not (
                 self.lookupd_addresses and len(errors) < len(self.lookupd_addresses)):
             self._shutdown_threads()
             raise errors[0]
+        for err in errors:
+            self.on_error(err)
         for i in range(max(1, self.config.concurrency)):
             t = threading.Thread(target=self._worker, name=f"nsqcli-handler-{i}", daemon=True)
             t.start()
@@ -210,7 +212,7 @@ class Consumer:
             return out
 
     # -- connections -------------------------------------------------------------------------
-    def _try_connect(self, address: str, direct: bool) -> NSQError | None:
+    def _try_connect(self, address: str, direct: bool, report: bool = True) -> NSQError | None:
         if self._stopping or address in self._handles:
             return None
         conn = Connection(address, self.config, self, name=self.channel)
@@ -220,7 +222,8 @@ class Consumer:
             err = e if isinstance(e, NSQError) else TransportError(str(e), address)
             if direct:
                 self._schedule_reconnect(address)
-            self.on_error(err)
+            if report:
+                self.on_error(err)
             return err
         max_rdy = conn.max_rdy_count
         if max_rdy < self.config.max_in_flight:
@@ -472,5 +475,8 @@ class Consumer:
                 self.on_error(e)
         for p in producers:
             if p.tcp_address not in self._handles and p.tcp_address not in self._reconnect:
-                self._try_connect(p.tcp_address, direct=p.tcp_address in self.nsqd_addresses)
+                err = self._try_connect(p.tcp_address, direct=p.tcp_address in self.nsqd_addresses,
+                                        report=report)
+                if err is not None and not report:
+                    errors.append(err)
         return list(errors)

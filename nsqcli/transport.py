@@ -4,7 +4,6 @@ raw deflate). The only module that catches OSError and maps it to TransportError
 from __future__ import annotations
 
 import socket
-import ssl
 import zlib
 
 from .config import TLSConfig
@@ -12,8 +11,7 @@ from .errors import ConnectError, ReadError, Timeout, WriteError
 
 RECV_SIZE = 256 * 1024
 
-_TLS_VERSIONS = {"1.0": ssl.TLSVersion.TLSv1, "1.1": ssl.TLSVersion.TLSv1_1,
-                 "1.2": ssl.TLSVersion.TLSv1_2, "1.3": ssl.TLSVersion.TLSv1_3}
+TLS_VERSIONS = ("1.0", "1.1", "1.2", "1.3")
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -24,8 +22,10 @@ def split_address(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def ssl_context(cfg: TLSConfig) -> ssl.SSLContext:
+def ssl_context(cfg: TLSConfig):
     """A client context that verifies the certificate and hostname unless told otherwise."""
+    import ssl  # lazy: most runs never use TLS, and `nsqcli pub` start-up time matters
+
     try:
         ctx = ssl.create_default_context(cafile=cfg.ca_file)
         if cfg.cert_file:
@@ -33,9 +33,10 @@ def ssl_context(cfg: TLSConfig) -> ssl.SSLContext:
     except (OSError, ssl.SSLError) as e:
         raise ConnectError(f"cannot load TLS certificates: {e}") from e
     if cfg.min_version:
-        if cfg.min_version not in _TLS_VERSIONS:
+        if cfg.min_version not in TLS_VERSIONS:
             raise ValueError(f"invalid TLS minimum version {cfg.min_version!r}: use 1.0, 1.1, 1.2 or 1.3")
-        ctx.minimum_version = _TLS_VERSIONS[cfg.min_version]
+        ctx.minimum_version = getattr(ssl.TLSVersion, "TLSv" + cfg.min_version.replace(".", "_")
+                                      if cfg.min_version != "1.0" else "TLSv1")
     if cfg.insecure_skip_verify:
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
@@ -98,7 +99,7 @@ class Stream:
 
     def pending(self) -> bool:
         """True when TLS has decrypted bytes buffered that select() cannot see."""
-        return isinstance(self.sock, ssl.SSLSocket) and self.sock.pending() > 0
+        return self.tls_version is not None and self.sock.pending() > 0
 
     def recv(self) -> bytes | None:
         """Bytes from the peer (decompressed; may be b"" while a compressed chunk is partial);
@@ -129,6 +130,8 @@ class Stream:
             raise WriteError(f"write failed: {e.strerror or e}", self.address) from e
 
     def upgrade_tls(self, cfg: TLSConfig, timeout: float) -> None:
+        import ssl
+
         ctx = ssl_context(cfg)
         hostname = cfg.server_hostname or split_address(self.address)[0]
         try:

@@ -11,6 +11,9 @@ from .. import __version__
 #: subcommand name -> "module:function"; a module per command.
 COMMANDS = {
     "sandbox": "nsqcli.cli.sandbox_cmd:sandbox",
+    "pub": "nsqcli.cli.pub:pub",
+    "mpub": "nsqcli.cli.mpub:mpub",
+    "tail": "nsqcli.cli.tail:tail",
 }
 
 

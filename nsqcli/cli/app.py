@@ -83,9 +83,13 @@ def run(command: click.Command, args: list[str] | None = None) -> None:
         rc = command.main(args=args, prog_name="nsqcli", standalone_mode=False)
     except click.exceptions.Exit as e:
         sys.exit(e.exit_code)
+    except click.UsageError as e:  # one line, naming the problem and where help is
+        cmd = e.ctx.command_path if e.ctx else "nsqcli"
+        print(f"nsqcli: error: {e.format_message()} (see '{cmd} --help')", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
     except click.ClickException as e:
-        e.show()
-        sys.exit(EXIT_USAGE if isinstance(e, click.UsageError) else e.exit_code)
+        print(f"nsqcli: error: {e.format_message()}", file=sys.stderr)
+        sys.exit(e.exit_code)
     except click.exceptions.Abort:
         print("nsqcli: aborted", file=sys.stderr)
         sys.exit(130)

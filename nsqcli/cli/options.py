@@ -1,0 +1,107 @@
+"""Connection options shared by every command that talks TCP to nsqd, each with an NSQCLI_*
+environment variable, and the one function that turns them into a Config."""
+
+from __future__ import annotations
+
+import click
+
+from .types import DURATION, HOST_PORT
+
+DEFAULT_NSQD = "127.0.0.1:4150"
+
+
+def _opt(*decls, **kw):
+    kw.setdefault("show_envvar", True)
+    return click.option(*decls, **kw)
+
+
+def connection_options(consumer: bool = False):
+    """Decorator adding --nsqd-tcp-address, --lookupd-http-address, TLS, compression, auth..."""
+    opts = [
+        _opt("--nsqd-tcp-address", "nsqd_tcp_addresses", multiple=True, type=HOST_PORT,
+             envvar="NSQCLI_NSQD_TCP_ADDRESS",
+             help=f"nsqd TCP address (repeatable; env: space-separated). Default {DEFAULT_NSQD} "
+                  "when no lookupd is given either."),
+        _opt("--lookupd-http-address", "lookupd_http_addresses", multiple=True,
+             envvar="NSQCLI_LOOKUPD_HTTP_ADDRESS",
+             help="nsqlookupd HTTP address, HOST:PORT or URL (repeatable)."),
+        _opt("--tls", is_flag=True, envvar="NSQCLI_TLS", help="Negotiate TLS (certificates verified)."),
+        _opt("--tls-ca-file", type=click.Path(exists=True, dir_okay=False), envvar="NSQCLI_TLS_CA_FILE",
+             help="CA bundle to verify nsqd's certificate."),
+        _opt("--tls-cert", type=click.Path(exists=True, dir_okay=False), envvar="NSQCLI_TLS_CERT",
+             help="Client certificate (PEM)."),
+        _opt("--tls-key", type=click.Path(exists=True, dir_okay=False), envvar="NSQCLI_TLS_KEY",
+             help="Client key (PEM)."),
+        _opt("--tls-min-version", type=click.Choice(["1.0", "1.1", "1.2", "1.3"]),
+             envvar="NSQCLI_TLS_MIN_VERSION", help="Minimum TLS version."),
+        _opt("--tls-insecure-skip-verify", is_flag=True, envvar="NSQCLI_TLS_INSECURE_SKIP_VERIFY",
+             help="Do not verify nsqd's certificate or hostname (insecure)."),
+        _opt("--snappy", is_flag=True, envvar="NSQCLI_SNAPPY", help="Negotiate snappy compression."),
+        _opt("--deflate", is_flag=True, envvar="NSQCLI_DEFLATE", help="Negotiate deflate compression."),
+        _opt("--deflate-level", type=click.IntRange(1, 9), default=6, envvar="NSQCLI_DEFLATE_LEVEL",
+             help="Deflate level (nsqd caps it at its --max-deflate-level)."),
+        _opt("--auth-secret", envvar="NSQCLI_AUTH_SECRET", help="Secret for nsqd AUTH (never logged)."),
+        _opt("--auth-secret-file", type=click.Path(exists=True, dir_okay=False),
+             envvar="NSQCLI_AUTH_SECRET_FILE", help="Read the AUTH secret from this file."),
+        _opt("--client-id", envvar="NSQCLI_CLIENT_ID", help="client_id sent in IDENTIFY (default: short hostname)."),
+        _opt("--heartbeat-interval", type=DURATION, default="30s", envvar="NSQCLI_HEARTBEAT_INTERVAL",
+             help="Heartbeat interval asked of nsqd."),
+        _opt("--msg-timeout", type=DURATION, envvar="NSQCLI_MSG_TIMEOUT",
+             help="Server-side message timeout for this client (default: nsqd's)."),
+    ]
+    if consumer:
+        opts.append(_opt("--sample-rate", type=click.IntRange(0, 99), default=0, envvar="NSQCLI_SAMPLE_RATE",
+                         help="Deliver only this percentage of messages (0 = all)."))
+
+    def decorate(f):
+        for o in reversed(opts):
+            f = o(f)
+        return f
+
+    return decorate
+
+
+CONNECTION_KEYS = ("nsqd_tcp_addresses", "lookupd_http_addresses", "tls", "tls_ca_file", "tls_cert",
+                   "tls_key", "tls_min_version", "tls_insecure_skip_verify", "snappy", "deflate",
+                   "deflate_level", "auth_secret", "auth_secret_file", "client_id", "heartbeat_interval",
+                   "msg_timeout", "sample_rate")
+
+
+def pop_connection(kwargs: dict) -> dict:
+    """Remove the connection options from a command's kwargs."""
+    return {k: kwargs.pop(k) for k in CONNECTION_KEYS if k in kwargs}
+
+
+def build_config(conn: dict, **extra):
+    """Config from the parsed connection options (validated; errors are usage errors)."""
+    from ..config import Config, TLSConfig
+
+    if conn.get("snappy") and conn.get("deflate"):
+        raise click.UsageError("--snappy and --deflate cannot be used together")
+    if bool(conn.get("tls_cert")) != bool(conn.get("tls_key")):
+        raise click.UsageError("--tls-cert and --tls-key go together")
+    secret = conn.get("auth_secret")
+    if conn.get("auth_secret_file"):
+        with open(conn["auth_secret_file"], encoding="utf-8") as f:
+            secret = f.read().strip()
+    tls_wanted = conn.get("tls") or any(conn.get(k) for k in ("tls_ca_file", "tls_cert",
+                                                              "tls_insecure_skip_verify", "tls_min_version"))
+    tls = TLSConfig(enabled=bool(tls_wanted), ca_file=conn.get("tls_ca_file"), cert_file=conn.get("tls_cert"),
+                    key_file=conn.get("tls_key"), min_version=conn.get("tls_min_version"),
+                    insecure_skip_verify=bool(conn.get("tls_insecure_skip_verify")))
+    fields = dict(tls=tls, snappy=bool(conn.get("snappy")), deflate=bool(conn.get("deflate")),
+                  deflate_level=conn.get("deflate_level") or 6, auth_secret=secret or None,
+                  heartbeat_interval=conn.get("heartbeat_interval") or 30.0,
+                  msg_timeout=conn.get("msg_timeout"), sample_rate=conn.get("sample_rate") or 0)
+    if conn.get("client_id"):
+        fields["client_id"] = conn["client_id"]
+    fields.update(extra)
+    return Config(**fields)
+
+
+def nsqd_addresses(conn: dict) -> list[str]:
+    """Explicit nsqd addresses, or the default when neither nsqd nor lookupd was given."""
+    addrs = list(conn.get("nsqd_tcp_addresses") or ())
+    if not addrs and not conn.get("lookupd_http_addresses"):
+        addrs = [DEFAULT_NSQD]
+    return addrs

@@ -1,0 +1,78 @@
+"""click parameter types: durations, host:port addresses, topic names, delimiters."""
+
+from __future__ import annotations
+
+import re
+
+import click
+
+_DUR = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+class Duration(click.ParamType):
+    """'250ms', '2s', '1.5m', '1h', or a bare number of seconds -> float seconds."""
+
+    name = "DURATION"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, (int, float)):
+            return float(value)
+        m = _DUR.match(str(value))
+        if not m:
+            self.fail(f"{value!r} is not a duration (use e.g. 500ms, 2s, 1m, 1h)", param, ctx)
+        return float(m.group(1)) * _UNITS[m.group(2)]
+
+
+class HostPort(click.ParamType):
+    name = "HOST:PORT"
+
+    def convert(self, value, param, ctx):
+        from ..transport import split_address
+
+        try:
+            split_address(value)
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
+        return value
+
+
+class TopicName(click.ParamType):
+    name = "TOPIC"
+
+    def __init__(self, kind: str = "topic"):
+        self.kind = kind
+
+    def convert(self, value, param, ctx):
+        from ..errors import LocalProtocolError
+        from ..protocol.names import validate_channel, validate_topic
+
+        try:
+            return (validate_topic if self.kind == "topic" else validate_channel)(value)
+        except LocalProtocolError as e:
+            self.fail(str(e), param, ctx)
+
+
+class Delimiter(click.ParamType):
+    """One byte: a character or an escape (\\n, \\0, \\t, \\r, \\xNN)."""
+
+    name = "BYTE"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, bytes):
+            return value
+        try:
+            data = value.encode("latin-1").decode("unicode_escape").encode("latin-1")
+        except (UnicodeError, ValueError):
+            data = b""
+        if len(data) != 1:
+            self.fail(f"delimiter must be exactly one byte (e.g. ',', '\\n', '\\0', '\\x1e'), got {value!r}",
+                      param, ctx)
+        return data
+
+
+DURATION = Duration()
+HOST_PORT = HostPort()
+TOPIC = TopicName("topic")
+CHANNEL = TopicName("channel")
+DELIMITER = Delimiter()

@@ -1,0 +1,185 @@
+"""The real `nsqcli` executable against real nsqd: stdout bytes, stderr lines, exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from helpers import channel_stats, http_get_json, http_post, topic_stats, wait_for
+
+NSQCLI = [sys.executable, "-m", "nsqcli"]
+
+
+def run(args, env_addr=None, input=None, timeout=30, **kw):
+    env = dict(os.environ)
+    for k in list(env):
+        if k.startswith("NSQCLI_"):
+            del env[k]
+    if env_addr:
+        env.update(env_addr)
+    return subprocess.run(NSQCLI + args, input=input, capture_output=True, timeout=timeout, env=env, **kw)
+
+
+@pytest.fixture
+def env(sandbox):
+    return {"NSQCLI_NSQD_TCP_ADDRESS": sandbox.nsqd.tcp_address}
+
+
+def test_version_and_help():
+    r = run(["--version"])
+    assert r.returncode == 0 and r.stdout.startswith(b"nsqcli, version ")
+    r = run(["pub", "--help"])
+    assert b"NSQCLI_NSQD_TCP_ADDRESS" in r.stdout and b"127.0.0.1:4150" in r.stdout
+
+
+def test_pub_argument_and_stdin(nsqd, env, topic):
+    assert run(["pub", "-t", topic, "hello"], env).returncode == 0
+    binary = bytes(range(256)) * 3
+    r = run(["pub", "-t", topic], env, input=binary)
+    assert r.returncode == 0 and r.stdout == b"" and r.stderr == b""
+    assert topic_stats(nsqd, topic)["message_count"] == 2
+    r = run(["tail", "-t", topic, "-n", "2", "--format", "json", "-c", "c"], env)
+    recs = [json.loads(line) for line in r.stdout.splitlines()]
+    assert recs[0]["body"] == "hello"
+    import base64
+    assert base64.b64decode(recs[1]["body_base64"]) == binary
+
+
+def test_pub_errors_are_one_line_with_exit_codes(env, topic):
+    r = run(["pub", "-t", "bad topic", "x"], env)
+    assert r.returncode == 2 and r.stderr.count(b"\n") == 1 and b"invalid topic name 'bad topic'" in r.stderr
+    r = run(["pub", "-t", topic, "--nsqd-tcp-address", "127.0.0.1:1", "x"])
+    assert r.returncode == 1 and r.stderr.count(b"\n") == 1
+    assert b"127.0.0.1:1: cannot connect: Connection refused" in r.stderr and b"Traceback" not in r.stderr
+    r = run(["pub", "-t", topic], env, input=b"")
+    assert r.returncode == 2 and b"empty" in r.stderr
+    r = run(["pub", "-t", topic, "--defer", "soon", "x"], env)
+    assert r.returncode == 2 and b"not a duration" in r.stderr
+
+
+def test_pub_fanout_and_lookupd(sandbox, nsqd, extra_nsqd, lookupd, topic):
+    other = extra_nsqd()
+    r = run(["pub", "-t", topic, "--fanout", "--nsqd-tcp-address", nsqd.tcp_address,
+             "--nsqd-tcp-address", other.tcp_address, "both"])
+    assert r.returncode == 0, r.stderr
+    assert topic_stats(nsqd, topic)["message_count"] == 1 and topic_stats(other, topic)["message_count"] == 1
+    wait_for(lambda: http_get_json(lookupd.http_address, "/lookup", topic=topic)["producers"], what="registered")
+    r = run(["pub", "-t", topic, "--lookupd-http-address", lookupd.http_address, "via-lookupd"])
+    assert r.returncode == 0, r.stderr
+    r = run(["pub", "-t", topic + "_unknown", "--lookupd-http-address", lookupd.http_address, "x"])
+    assert r.returncode == 1 and b"no nsqd carries topic" in r.stderr
+
+
+def test_mpub_records_delimiters_and_summary(nsqd, env, topic):
+    r = run(["mpub", "-t", topic], env, input=b"one\ntwo\n\nthree")
+    assert r.returncode == 0, r.stderr
+    assert b"published 3, skipped 1 empty, failed 0" in r.stderr
+    r = run(["mpub", "-t", topic, "-d", "\\0"], env, input=b"a\nb\x00c\x00")
+    assert b"published 2" in r.stderr
+    r = run(["tail", "-t", topic, "-n", "5", "-c", "c", "--null"], env)
+    assert r.stdout == b"one\x00two\x00three\x00a\nb\x00c\x00"
+    r = run(["mpub", "-t", topic, "-d", "ab"], env, input=b"x")
+    assert r.returncode == 2 and b"exactly one byte" in r.stderr
+
+
+def test_mpub_oversize_record(nsqd, env, topic):
+    data = b"ok1\n" + b"x" * 2000 + b"\nok2\n"
+    r = run(["mpub", "-t", topic, "--max-msg-size", "1000"], env, input=data)
+    assert r.returncode == 1 and b"record 2 is 2000 bytes" in r.stderr
+    assert b"the 1 records before it were published" in r.stderr
+    assert topic_stats(nsqd, topic)["message_count"] == 1
+    r = run(["mpub", "-t", topic, "--max-msg-size", "1000", "--skip-invalid"], env, input=data)
+    assert r.returncode == 0 and b"published 2, skipped 0 empty + 1 invalid" in r.stderr
+    assert topic_stats(nsqd, topic)["message_count"] == 3
+
+
+def test_tail_json_roundtrip_through_mpub(nsqd, env, topic):
+    bodies = [b"plain", b"multi\nline", b"\xff\xfe binary \x00", "ünïcode".encode()]
+    body = b"".join(len(b).to_bytes(4, "big") + b for b in bodies)
+    http_post(nsqd.http_address, "/mpub", len(bodies).to_bytes(4, "big") + body, topic=topic, binary="true")
+    r = run(["tail", "-t", topic, "-n", "4", "--format", "json", "-c", "c"], env)
+    assert r.returncode == 0
+    r2 = run(["mpub", "-t", topic + "_copy", "--format", "json"], env, input=r.stdout)
+    assert r2.returncode == 0, r2.stderr
+    r3 = run(["tail", "-t", topic + "_copy", "-n", "4", "--format", "json", "-c", "c"], env)
+    import base64
+    copies = [json.loads(line) for line in r3.stdout.splitlines()]
+    assert [base64.b64decode(d["body_base64"]) if "body_base64" in d else d["body"].encode()
+            for d in copies] == bodies
+
+
+def test_tail_count_across_topics_fins_everything_shown(nsqd, env, topic):
+    t2 = topic + "_b"
+    for t in (topic, t2):
+        http_post(nsqd.http_address, "/mpub", b"\n".join(b"%s-%d" % (t.encode(), i) for i in range(5)), topic=t)
+    r = run(["tail", "-t", topic, "-t", t2, "-n", "7", "-c", "durable"], env)
+    assert r.returncode == 0 and len(r.stdout.splitlines()) == 7
+    # every shown message FINed, the rest requeued: nothing in flight, 3 left
+    def settled():
+        a, b = channel_stats(nsqd, topic, "durable"), channel_stats(nsqd, t2, "durable")
+        return (a["in_flight_count"] + b["in_flight_count"] == 0) and a["depth"] + b["depth"] == 3
+    wait_for(settled, what="7 FINed, 3 back in the queue")
+
+
+def test_tail_format_template_and_print_topic(nsqd, env, topic):
+    http_post(nsqd.http_address, "/pub", b"body1", topic=topic)
+    r = run(["tail", "-t", topic, "-n", "1", "-c", "c", "--format", "{topic} {attempts} {body}"], env)
+    assert r.stdout == f"{topic} 1 body1\n".encode()
+    http_post(nsqd.http_address, "/pub", b"body2", topic=topic)
+    r = run(["tail", "-t", topic, "-n", "1", "-c", "c", "--print-topic"], env)
+    assert r.stdout == f"{topic} | body2\n".encode()
+    r = run(["tail", "-t", topic, "-n", "1", "--format", "{nope}"], env)
+    assert r.returncode == 2 and b"unknown field" in r.stderr
+
+
+def test_tail_timeout_exit_3_and_idle_timeout(nsqd, env, topic):
+    http_post(nsqd.http_address, "/pub", b"only", topic=topic)
+    r = run(["tail", "-t", topic, "-n", "2", "--timeout", "1s", "-c", "c"], env)
+    assert r.returncode == 3 and r.stdout == b"only\n" and b"after 1 of 2 messages" in r.stderr
+    t0 = time.monotonic()
+    r = run(["tail", "-t", topic, "--idle-timeout", "0.5s"], env)
+    assert r.returncode == 0 and time.monotonic() - t0 < 10
+
+
+def test_tail_default_channel_is_ephemeral(nsqd, env, topic):
+    http_post(nsqd.http_address, "/topic/create", topic=topic)
+    p = subprocess.Popen(NSQCLI + ["tail", "-t", topic], env={**os.environ, **env},
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        chans = wait_for(lambda: topic_stats(nsqd, topic)["channels"], what="channel created")
+        assert chans[0]["channel_name"].startswith("nsqcli_tail") and chans[0]["channel_name"].endswith("#ephemeral")
+        http_post(nsqd.http_address, "/pub", b"live!", topic=topic)
+        wait_for(lambda: topic_stats(nsqd, topic)["channels"][0]["message_count"] == 1, what="delivered")
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=15)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0 and out == b"live!\n", err
+
+
+def test_tail_closed_pipe_exits_quietly(nsqd, env, topic):
+    http_post(nsqd.http_address, "/mpub", b"\n".join(b"line%d" % i for i in range(2000)), topic=topic)
+    r = subprocess.run(["bash", "-c", "set -o pipefail; " + " ".join(NSQCLI) + f" -q tail -t {topic} -c c | head -n 3"],
+                       capture_output=True, env={**os.environ, **env}, timeout=30)
+    assert r.stdout == b"line0\nline1\nline2\n" and r.stderr == b"" and r.returncode == 0
+    wait_for(lambda: channel_stats(nsqd, topic, "c")["in_flight_count"] == 0, what="nothing left in flight")
+
+
+def test_tail_connection_refused(topic):
+    r = run(["tail", "-t", topic, "--nsqd-tcp-address", "127.0.0.1:1", "-n", "1"])
+    assert r.returncode == 1 and r.stderr == b"nsqcli: error: 127.0.0.1:1: cannot connect: Connection refused\n"
+
+
+def test_pub_does_not_import_heavy_modules():
+    code = ("import sys, nsqcli.cli.pub, nsqcli.producer; "
+            "bad = [m for m in ('rich.live', 'nsqcli.consumer', 'pyspark', 'rich', 'ssl') if m in sys.modules]; "
+            "print(bad)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.stdout.strip() == "[]", r.stdout + r.stderr
