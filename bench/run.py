@@ -1,0 +1,166 @@
+"""Benchmarks against the official Go programs and pynsq, on one local nsqd, in one run.
+
+    make bench                      # 1,000,000 messages of 100 bytes
+    BENCH_ARGS="--messages 200000" make bench
+
+Prints messages/s for each contender and the ratios the issues ask for, and writes
+bench/results/latest.json. Timing goals live here, never in tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from nsqcli import Config, Producer
+from nsqcli.sandbox import NsqdOptions, Sandbox, find_binary
+
+ROOT = Path(__file__).resolve().parent.parent
+OPS = re.compile(rb"([\d.]+)ops/s")
+
+
+def prepublish(address: str, topic: str, n: int, size: int) -> None:
+    body = b"x" * size
+    with Producer(address, Config()) as p:
+        left = n
+        while left:
+            k = min(left, 100_000)
+            p.multi_publish(topic, [body] * k, batch_size=500)
+            left -= k
+
+
+def depth(sb: Sandbox, topic: str) -> int:
+    from nsqcli.lookup import http_json
+
+    stats = http_json(sb.nsqd.http_address, "/stats", {"format": "json", "topic": topic})
+    for t in stats.get("topics") or []:
+        for c in t.get("channels") or []:
+            return c["depth"]
+    return -1
+
+
+def go_reader(sb: Sandbox, topic: str, runfor: float) -> float:
+    out = subprocess.run([find_binary("bench_reader"), f"--nsqd-tcp-address={sb.nsqd.tcp_address}",
+                          f"--topic={topic}", "--channel=bench", "--size=100", f"--runfor={runfor}s"],
+                         capture_output=True, timeout=runfor + 60)
+    m = OPS.search(out.stderr + out.stdout)
+    if not m:
+        raise RuntimeError(f"bench_reader said: {out.stderr[-300:]!r}")
+    left = depth(sb, topic)
+    if left <= 0:
+        raise RuntimeError("bench_reader drained the topic before --runfor ended: use more --messages")
+    return float(m.group(1))
+
+
+def py_reader(kind: str, sb: Sandbox, topic: str, n: int) -> float:
+    out = subprocess.run([sys.executable, "-m", "bench.workers", kind, sb.nsqd.tcp_address, topic, str(n)],
+                         capture_output=True, text=True, timeout=900, cwd=ROOT)
+    try:
+        got, secs = out.stdout.split()
+    except ValueError:
+        raise RuntimeError(f"{kind} consumer failed: {out.stderr[-500:]}") from None
+    return int(got) / float(secs)
+
+
+def go_writer(sb: Sandbox, topic: str, runfor: float) -> float:
+    out = subprocess.run([find_binary("bench_writer"), f"--nsqd-tcp-address={sb.nsqd.tcp_address}",
+                          f"--topic={topic}", "--size=100", "--batch-size=200", f"--runfor={runfor}s"],
+                         capture_output=True, timeout=runfor + 60)
+    m = OPS.search(out.stderr + out.stdout)
+    if not m:
+        raise RuntimeError(f"bench_writer said: {out.stderr[-300:]!r}")
+    return float(m.group(1))
+
+
+def py_writer(sb: Sandbox, topic: str, n: int) -> float:
+    body = b"x" * 100
+    with Producer(sb.nsqd.tcp_address) as p:
+        p.publish(topic, body)
+        t0 = time.perf_counter()
+        left = n
+        while left:
+            k = min(left, 100_000)
+            p.multi_publish(topic, [body] * k, batch_size=200)
+            left -= k
+        return n / (time.perf_counter() - t0)
+
+
+def startup(cmd: list[str], stdin: bytes | None, runs: int) -> float:
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        subprocess.run(cmd, input=stdin, check=True, capture_output=True)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--messages", type=int, default=1_000_000)
+    ap.add_argument("--runs", type=int, default=20, help="runs for the pub start-up timing")
+    ap.add_argument("--skip-pynsq", action="store_true")
+    args = ap.parse_args()
+    n = args.messages
+    results: dict = {"messages": n, "size": 100}
+    opts = NsqdOptions(mem_queue_size=n + 10, max_rdy_count=2500)
+    with Sandbox(opts, with_lookupd=False) as sb:
+        addr = sb.nsqd.tcp_address
+        print(f"nsqd {addr}; {n:,} messages of 100 bytes per contender", flush=True)
+
+        # -- consumers ------------------------------------------------------------------
+        prepublish(addr, "sub_nsqcli", n, 100)
+        results["nsqcli_consumer"] = py_reader("nsqcli", sb, "sub_nsqcli", n)
+        print(f"nsqcli Consumer (FIN only):  {results['nsqcli_consumer']:>12,.0f} msg/s", flush=True)
+        runfor = max(0.5, min(10.0, 0.3 * n / max(results["nsqcli_consumer"], 1)))
+        for attempt in range(4):  # bench_reader runs for a fixed time: it must not run dry
+            topic = f"sub_go{attempt}"
+            prepublish(addr, topic, n, 100)
+            try:
+                results["go_bench_reader"] = go_reader(sb, topic, runfor)
+                break
+            except RuntimeError:
+                runfor /= 2
+        else:
+            raise SystemExit("bench_reader always drained the topic; use more --messages")
+        print(f"Go bench_reader:             {results['go_bench_reader']:>12,.0f} msg/s (runfor {runfor:.1f}s)",
+              flush=True)
+        if not args.skip_pynsq:
+            prepublish(addr, "sub_pynsq", n, 100)
+            results["pynsq_reader"] = py_reader("pynsq", sb, "sub_pynsq", n)
+            print(f"pynsq Reader:                {results['pynsq_reader']:>12,.0f} msg/s", flush=True)
+
+        # -- producers ------------------------------------------------------------------
+        results["nsqcli_mpub"] = py_writer(sb, "pub_nsqcli", n)
+        print(f"nsqcli Producer MPUB (200):  {results['nsqcli_mpub']:>12,.0f} msg/s", flush=True)
+        results["go_bench_writer"] = go_writer(sb, "pub_go", max(1.0, min(10.0, n / results["nsqcli_mpub"])))
+        print(f"Go bench_writer (200):       {results['go_bench_writer']:>12,.0f} msg/s", flush=True)
+
+        # -- start-up -------------------------------------------------------------------
+        results["nsqcli_pub_s"] = startup([str(ROOT / ".venv/bin/nsqcli"), "pub", "-t", "startup",
+                                           "--nsqd-tcp-address", addr, "hi"], None, args.runs)
+        results["to_nsq_s"] = startup([find_binary("to_nsq"), "--topic=startup", f"--nsqd-tcp-address={addr}"],
+                                      b"hi\n", args.runs)
+        print(f"nsqcli pub one message:      {results['nsqcli_pub_s'] * 1000:>9.1f} ms (median of {args.runs})")
+        print(f"Go to_nsq one message:       {results['to_nsq_s'] * 1000:>9.1f} ms")
+
+    r = results
+    ratios = {"consumer_vs_bench_reader": r["nsqcli_consumer"] / r["go_bench_reader"],
+              "mpub_vs_bench_writer": r["nsqcli_mpub"] / r["go_bench_writer"],
+              "pub_startup_vs_to_nsq": r["nsqcli_pub_s"] / r["to_nsq_s"]}
+    if "pynsq_reader" in r:
+        ratios["consumer_vs_pynsq"] = r["nsqcli_consumer"] / r["pynsq_reader"]
+    results["ratios"] = ratios
+    print("ratios: " + ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items()))
+    out = ROOT / "bench" / "results"
+    out.mkdir(exist_ok=True)
+    (out / "latest.json").write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
