@@ -74,14 +74,16 @@ class RateLimiter:
 @click.option("--defer", type=DURATION, help="Deliver each message after this delay (DPUB per message).")
 @click.option("--skip-invalid", is_flag=True,
               help="Skip (and count) records over --max-msg-size or unparsable JSON instead of stopping.")
+@click.option("--skip", type=click.IntRange(0), default=0,
+              help="Skip the first N records (to resume after a failed run: it says which N).")
 @click.option("--max-msg-size", type=click.IntRange(1), default=1024 * 1024, show_default=True,
               help="nsqd's --max-msg-size; larger records are invalid.")
 @click.option("--max-body-size", type=click.IntRange(1), default=5 * 1024 * 1024, show_default=True,
               help="nsqd's --max-body-size; MPUB batches stay below it.")
 @connection_options()
 @click.pass_obj
-def mpub(app, topic, files, delimiter, null, fmt, batch_size, rate, defer, skip_invalid, max_msg_size,
-         max_body_size, **kwargs):
+def mpub(app, topic, files, delimiter, null, fmt, batch_size, rate, defer, skip_invalid, skip,
+         max_msg_size, max_body_size, **kwargs):
     """Publish every record of FILES (or stdin) to TOPIC.
 
     Prints a summary on stderr: published, skipped, failed, elapsed, rate. Exit 0 only when
@@ -102,33 +104,47 @@ def mpub(app, topic, files, delimiter, null, fmt, batch_size, rate, defer, skip_
     producer = Producer(resolve_producers(app, conn, topic), cfg)
     progress = _Progress(app, stats, sources) if app.stderr_is_tty else None
     batch: list[bytes] = []
+    recnos: list[int] = []  # record number (1-based) of each body in batch
     batch_bytes = 4
+    per_flush = batch_size * 8  # up to 8 MPUBs in flight per flush
 
     def flush() -> None:
-        nonlocal batch, batch_bytes
+        nonlocal batch, recnos, batch_bytes
         if not batch:
             return
         if limiter:
             limiter.take(len(batch))
+        done = 0
         try:
             if defer is not None:
-                for i, body in enumerate(batch):
+                for body in batch:
                     producer.publish(topic, body, defer=defer)
-                    stats.published += 1
+                    done += 1
             else:
-                stats.published += producer.multi_publish(topic, batch, window=8).published
+                done = producer.multi_publish(topic, batch, batch_size=batch_size, window=8).published
         except PublishError as e:
-            raise PublishError(f"{e} (published {stats.published + (e.published if defer is None else 0)} "
-                               f"of {stats.records} records read so far)",
-                               stats.published, len(batch), e.cause) from None
-        batch, batch_bytes = [], 4
+            done += e.published if defer is None else 0
+            stats.published += done
+            raise PublishError(f"{e.cause or e}; {stats.published} records acknowledged in this run, "
+                               f"record {recnos[done]} and later were not: resume with --skip {recnos[done] - 1}",
+                               stats.published, len(batch) - done, e.cause) from None
+        stats.published += done
+        batch, recnos, batch_bytes = [], [], 4
         if progress:
             progress.update()
+
+    def stop_at(reason: str) -> None:
+        flush()
+        raise NSQError(f"record {stats.records} {reason}: stopped; the {stats.published} records before it "
+                       f"were published, it and the rest were not (resume with --skip {stats.records - 1}, "
+                       "or use --skip-invalid)")
 
     try:
         for src in sources:
             for rec in read_records(src, delimiter):
                 stats.records += 1
+                if stats.records <= skip:
+                    continue
                 if not rec:
                     stats.skipped_empty += 1
                     continue
@@ -137,9 +153,7 @@ def mpub(app, topic, files, delimiter, null, fmt, batch_size, rate, defer, skip_
                         rec = envelope_body(rec)
                     except (ValueError, KeyError, TypeError) as e:
                         if not skip_invalid:
-                            flush()
-                            raise NSQError(f"record {stats.records}: not a JSON envelope ({e}): stopped; "
-                                           f"the {stats.published} records before it were published") from None
+                            stop_at(f"is not a JSON envelope ({e})")
                         stats.skipped_invalid += 1
                         continue
                     if not rec:
@@ -147,21 +161,18 @@ def mpub(app, topic, files, delimiter, null, fmt, batch_size, rate, defer, skip_
                         continue
                 if len(rec) > max_msg_size:
                     if not skip_invalid:
-                        flush()
-                        raise NSQError(f"record {stats.records} is {len(rec)} bytes, over --max-msg-size "
-                                       f"{max_msg_size}: stopped; the {stats.published} records before it "
-                                       "were published, it and the rest were not (--skip-invalid skips it)")
+                        stop_at(f"is {len(rec)} bytes, over --max-msg-size {max_msg_size}")
                     app.warn(f"skipping record {stats.records}: {len(rec)} bytes > --max-msg-size {max_msg_size}")
                     stats.skipped_invalid += 1
                     continue
                 stats.bytes += len(rec)
-                if len(batch) >= batch_size or batch_bytes + 4 + len(rec) > max_body_size:
+                if len(batch) >= per_flush:
                     flush()
                 batch.append(rec)
-                batch_bytes += 4 + len(rec)
+                recnos.append(stats.records)
         flush()
     except NSQError:
-        app.info(stats.summary(max(0, stats.records - stats.published - stats.skipped_empty
+        app.info(stats.summary(max(0, stats.records - skip - stats.published - stats.skipped_empty
                                    - stats.skipped_invalid)))
         raise
     finally:
