@@ -195,3 +195,57 @@ def test_pub_does_not_import_heavy_modules():
             "print(bad)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.stdout.strip() == "[]", r.stdout + r.stderr
+
+
+def test_cli_tls_snappy_deflate_and_auth(nsqd_factory, tmp_path, topic):
+    from nsq_fixtures import AuthServer, make_cert
+
+    cert, key = make_cert(tmp_path)
+    with AuthServer({"s3cret": [(".*", [".*"], ["subscribe", "publish"])]}) as auth:
+        server = nsqd_factory(tls_cert=cert, tls_key=key, auth_http_address=auth.address)
+        base = ["--nsqd-tcp-address", server.tcp_address, "--tls", "--tls-ca-file", cert]
+        secret_file = tmp_path / "secret"
+        secret_file.write_text("s3cret\n")
+        r = run(["pub", "-t", topic, "--snappy", "--auth-secret", "s3cret", *base, "over tls+snappy"])
+        assert r.returncode == 0, r.stderr
+        r = run(["mpub", "-t", topic, "--deflate", "--auth-secret-file", str(secret_file), *base], input=b"x\ny")
+        assert r.returncode == 0, r.stderr
+        r = run(["tail", "-t", topic, "-n", "3", "-c", "c", "--deflate", *base],
+                {"NSQCLI_AUTH_SECRET": "s3cret"})
+        assert r.returncode == 0 and r.stdout == b"over tls+snappy\nx\ny\n", r.stderr
+        r = run(["pub", "-t", topic, "--auth-secret", "wrong-one", *base, "x"])
+        assert r.returncode == 1 and b"E_AUTH_FAILED" in r.stderr and b"wrong-one" not in r.stderr
+        r = run(["pub", "-t", topic, "--nsqd-tcp-address", server.tcp_address, "--tls", "x"])
+        assert r.returncode == 1 and b"TLS certificate verification failed" in r.stderr
+        r = run(["pub", "-t", topic, "--snappy", "--deflate", *base, "x"])
+        assert r.returncode == 2 and b"cannot be used together" in r.stderr
+
+
+def test_cli_interop_with_go_tools(nsqd, env, topic):
+    from nsqcli.sandbox import find_binary
+
+    # nsqcli pub/mpub -> Go nsq_tail
+    run(["mpub", "-t", topic], env, input=b"from\nnsqcli")
+    out = subprocess.run([find_binary("nsq_tail"), f"--topic={topic}", f"--nsqd-tcp-address={nsqd.tcp_address}",
+                          "-n", "2"], capture_output=True, timeout=30)
+    assert out.stdout == b"from\nnsqcli\n"
+    # Go to_nsq -> nsqcli tail
+    t2 = topic + "_go"
+    subprocess.run([find_binary("to_nsq"), f"--topic={t2}", f"--nsqd-tcp-address={nsqd.tcp_address}"],
+                   input=b"from\nto_nsq\n", check=True, capture_output=True, timeout=30)
+    r = run(["tail", "-t", t2, "-n", "2"], env)
+    assert r.stdout == b"from\nto_nsq\n"
+
+
+def test_tail_json_all_byte_values(nsqd, env, topic):
+    bodies = [bytes([i]) for i in range(256)] + [bytes(range(256)), b" ", b"\n", b"\r\n", b"\x00\x00"]
+    payload = len(bodies).to_bytes(4, "big") + b"".join(len(b).to_bytes(4, "big") + b for b in bodies)
+    http_post(nsqd.http_address, "/mpub", payload, topic=topic, binary="true")
+    r = run(["tail", "-t", topic, "-n", str(len(bodies)), "--format", "json", "-c", "c"], env)
+    r2 = run(["mpub", "-t", topic + "_copy", "--format", "json"], env, input=r.stdout)
+    assert r2.returncode == 0 and f"published {len(bodies)},".encode() in r2.stderr
+    r3 = run(["tail", "-t", topic + "_copy", "-n", str(len(bodies)), "--format", "json", "-c", "c"], env)
+    import base64
+    got = [base64.b64decode(d["body_base64"]) if "body_base64" in d else d["body"].encode()
+           for d in map(json.loads, r3.stdout.splitlines())]
+    assert sorted(got) == sorted(bodies)
