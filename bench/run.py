@@ -100,11 +100,45 @@ def startup(cmd: list[str], stdin: bytes | None, runs: int) -> float:
     return statistics.median(times)
 
 
+def timed(cmd: list[str], stdin_path: str | None = None) -> float:
+    t0 = time.perf_counter()
+    with open(stdin_path or "/dev/null", "rb") as f:
+        subprocess.run(cmd, stdin=f, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    return time.perf_counter() - t0
+
+
+def cli_bench(sb: Sandbox, n: int, results: dict) -> None:
+    """The commands themselves: mpub vs to_nsq, tail vs nsq_tail, on the same records."""
+    import tempfile
+
+    addr = sb.nsqd.tcp_address
+    nsqcli = str(ROOT / ".venv/bin/nsqcli")
+    with tempfile.NamedTemporaryFile(suffix=".txt") as f:
+        line = b"x" * 100 + b"\n"
+        f.write(line * n)
+        f.flush()
+        secs = timed([nsqcli, "mpub", "-t", "cli_mpub", "--nsqd-tcp-address", addr, f.name])
+        results["cli_mpub"] = n / secs
+        print(f"nsqcli mpub (file):          {results['cli_mpub']:>12,.0f} msg/s", flush=True)
+        secs = timed([find_binary("to_nsq"), "--topic=cli_to_nsq", f"--nsqd-tcp-address={addr}"], f.name)
+        results["go_to_nsq"] = n / secs
+        print(f"Go to_nsq (file):            {results['go_to_nsq']:>12,.0f} msg/s", flush=True)
+    secs = timed([nsqcli, "tail", "-t", "cli_mpub", "-n", str(n), "--nsqd-tcp-address", addr])
+    results["cli_tail"] = n / secs
+    print(f"nsqcli tail -n {n} > /dev/null: {results['cli_tail']:>9,.0f} msg/s", flush=True)
+    secs = timed([find_binary("nsq_tail"), "--topic=cli_to_nsq", f"--nsqd-tcp-address={addr}", "-n", str(n)])
+    results["go_nsq_tail"] = n / secs
+    print(f"Go nsq_tail -n {n} > /dev/null: {results['go_nsq_tail']:>9,.0f} msg/s", flush=True)
+    results["python_pass_s"] = startup([sys.executable, "-c", "pass"], None, 10)
+    print(f"python -c pass:              {results['python_pass_s'] * 1000:>9.1f} ms")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--messages", type=int, default=1_000_000)
     ap.add_argument("--runs", type=int, default=20, help="runs for the pub start-up timing")
     ap.add_argument("--skip-pynsq", action="store_true")
+    ap.add_argument("--only", choices=["core", "cli", "all"], default="all")
     args = ap.parse_args()
     n = args.messages
     results: dict = {"messages": n, "size": 100}
@@ -113,6 +147,15 @@ def main() -> None:
         addr = sb.nsqd.tcp_address
         print(f"nsqd {addr}; {n:,} messages of 100 bytes per contender", flush=True)
 
+        if args.only in ("cli", "all"):
+            cli_bench(sb, n, results)
+        if args.only == "cli":
+            results["nsqcli_pub_s"] = startup([str(ROOT / ".venv/bin/nsqcli"), "pub", "-t", "startup",
+                                               "--nsqd-tcp-address", addr, "hi"], None, args.runs)
+            print(f"nsqcli pub one message:      {results['nsqcli_pub_s'] * 1000:>9.1f} ms")
+            print("ratios: mpub_vs_to_nsq {:.2f}x, tail_vs_nsq_tail {:.2f}x".format(
+                results["cli_mpub"] / results["go_to_nsq"], results["cli_tail"] / results["go_nsq_tail"]))
+            return
         # -- consumers ------------------------------------------------------------------
         prepublish(addr, "sub_nsqcli", n, 100)
         results["nsqcli_consumer"] = py_reader("nsqcli", sb, "sub_nsqcli", n)
@@ -150,7 +193,10 @@ def main() -> None:
         print(f"Go to_nsq one message:       {results['to_nsq_s'] * 1000:>9.1f} ms")
 
     r = results
-    ratios = {"consumer_vs_bench_reader": r["nsqcli_consumer"] / r["go_bench_reader"],
+    ratios = {}
+    if "cli_mpub" in r:
+        ratios.update(mpub_vs_to_nsq=r["cli_mpub"] / r["go_to_nsq"], tail_vs_nsq_tail=r["cli_tail"] / r["go_nsq_tail"])
+    ratios |= {"consumer_vs_bench_reader": r["nsqcli_consumer"] / r["go_bench_reader"],
               "mpub_vs_bench_writer": r["nsqcli_mpub"] / r["go_bench_writer"],
               "pub_startup_vs_to_nsq": r["nsqcli_pub_s"] / r["to_nsq_s"]}
     if "pynsq_reader" in r:
