@@ -249,3 +249,15 @@ def test_tail_json_all_byte_values(nsqd, env, topic):
     got = [base64.b64decode(d["body_base64"]) if "body_base64" in d else d["body"].encode()
            for d in map(json.loads, r3.stdout.splitlines())]
     assert sorted(got) == sorted(bodies)
+
+
+def test_mpub_rate_and_defer(nsqd, env, topic):
+    t0 = time.monotonic()
+    r = run(["mpub", "-t", topic, "--rate", "20", "--batch-size", "5"], env, input=b"\n".join(b"r%d" % i for i in range(30)))
+    assert r.returncode == 0 and b"published 30," in r.stderr
+    assert time.monotonic() - t0 >= 0.9  # 30 records at 20/s with a one-second burst
+    http_post(nsqd.http_address, "/topic/create", topic=topic + "_d")
+    http_post(nsqd.http_address, "/channel/create", topic=topic + "_d", channel="c")
+    r = run(["mpub", "-t", topic + "_d", "--defer", "30s"], env, input=b"a\nb")
+    assert r.returncode == 0
+    wait_for(lambda: channel_stats(nsqd, topic + "_d", "c")["deferred_count"] == 2, what="2 deferred")
