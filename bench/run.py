@@ -45,17 +45,23 @@ def depth(sb: Sandbox, topic: str) -> int:
     return -1
 
 
-def go_reader(sb: Sandbox, topic: str, runfor: float) -> float:
-    out = subprocess.run([find_binary("bench_reader"), f"--nsqd-tcp-address={sb.nsqd.tcp_address}",
-                          f"--topic={topic}", "--channel=bench", "--size=100", f"--runfor={runfor}s"],
+def go_bench(program: str, sb: Sandbox, topic: str, runfor: float, *extra: str) -> float:
+    """Run Go bench_reader/bench_writer for ``runfor`` seconds; returns its ops/s."""
+    out = subprocess.run([find_binary(program), f"--nsqd-tcp-address={sb.nsqd.tcp_address}",
+                          f"--topic={topic}", "--size=100", f"--runfor={runfor}s", *extra],
                          capture_output=True, timeout=runfor + 60)
     m = OPS.search(out.stderr + out.stdout)
     if not m:
-        raise RuntimeError(f"bench_reader said: {out.stderr[-300:]!r}")
+        raise RuntimeError(f"{program} said: {out.stderr[-300:]!r}")
+    return float(m.group(1))
+
+
+def go_reader(sb: Sandbox, topic: str, runfor: float) -> float:
+    ops = go_bench("bench_reader", sb, topic, runfor, "--channel=bench")
     left = depth(sb, topic)
     if left <= 0:
         raise RuntimeError("bench_reader drained the topic before --runfor ended: use more --messages")
-    return float(m.group(1))
+    return ops
 
 
 def py_reader(kind: str, sb: Sandbox, topic: str, n: int) -> float:
@@ -69,13 +75,7 @@ def py_reader(kind: str, sb: Sandbox, topic: str, n: int) -> float:
 
 
 def go_writer(sb: Sandbox, topic: str, runfor: float) -> float:
-    out = subprocess.run([find_binary("bench_writer"), f"--nsqd-tcp-address={sb.nsqd.tcp_address}",
-                          f"--topic={topic}", "--size=100", "--batch-size=200", f"--runfor={runfor}s"],
-                         capture_output=True, timeout=runfor + 60)
-    m = OPS.search(out.stderr + out.stdout)
-    if not m:
-        raise RuntimeError(f"bench_writer said: {out.stderr[-300:]!r}")
-    return float(m.group(1))
+    return go_bench("bench_writer", sb, topic, runfor, "--batch-size=200")
 
 
 def py_writer(sb: Sandbox, topic: str, n: int) -> float:

@@ -28,11 +28,10 @@ from .errors import (AuthError, LocalProtocolError, NSQError, ReadError, RemoteP
                      Timeout, TransportError, server_error)
 from .protocol import (FRAME_ERROR, FRAME_MESSAGE, MAGIC_V2, NEED_DATA, FrameDecoder, Message,
                        encode_auth, encode_identify, encode_sub)
+from .protocol.commands import CLS, NOP
 from .protocol.constants import CLOSE_WAIT, HEARTBEAT, OK
 from .transport import Stream
 
-NOP = b"NOP\n"
-CLS = b"CLS\n"
 
 # states
 INIT, CONNECTED, CLOSING, CLOSED = "init", "connected", "closing", "closed"
@@ -75,7 +74,6 @@ class Connection:
         # counters (written by the I/O thread, or under the consumer's lock)
         self.rdy = 0
         self.rdy_sent = 0
-        self.in_flight = 0
         self.received = 0
         self.finished = 0
         self.requeued = 0
@@ -346,7 +344,8 @@ class Connection:
     def alive(self) -> bool:
         return self.state in (CONNECTED, CLOSING) and not self._closing
 
-    def snapshot(self, backoff: str = "") -> ConnStats:
-        return ConnStats(self.address, self.state, self.rdy, self.in_flight, self.received,
+    def snapshot(self, backoff: str = "", in_flight: int = 0) -> ConnStats:
+        """In-flight counts live in the consumer's flow control, which passes them in."""
+        return ConnStats(self.address, self.state, self.rdy, in_flight, self.received,
                          self.finished, self.requeued, self.timed_out, self.last_message,
                          self.connected_at, dict(self.features), backoff)

@@ -103,21 +103,23 @@ class Producer:
         link = self._links.get(conn.address)
         return link if link is not None and link.conn is conn else None
 
-    def on_response(self, conn: Connection, data: bytes) -> None:
+    def _pop(self, conn: Connection) -> Future | None:
+        """The future of the oldest unanswered command on this connection (nsqd answers in order)."""
         link = self._link_of(conn)
-        if link is not None:
-            with link.lock:
-                fut = link.pending.popleft() if link.pending else None
-            if fut is not None:
-                fut.set_result(data)
+        if link is None:
+            return None
+        with link.lock:
+            return link.pending.popleft() if link.pending else None
+
+    def on_response(self, conn: Connection, data: bytes) -> None:
+        fut = self._pop(conn)
+        if fut is not None:
+            fut.set_result(data)
 
     def on_error(self, conn: Connection, err: ServerError) -> None:
-        link = self._link_of(conn)
-        if link is not None:
-            with link.lock:
-                fut = link.pending.popleft() if link.pending else None
-            if fut is not None:
-                fut.set_exception(err)
+        fut = self._pop(conn)
+        if fut is not None:
+            fut.set_exception(err)
 
     def on_close(self, conn: Connection, error: BaseException | None) -> None:
         link = self._link_of(conn)
