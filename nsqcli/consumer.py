@@ -161,6 +161,25 @@ class Consumer:
         self._shutdown_threads()
         self._stopped.set()
 
+    def drain(self, timeout: float = 30.0) -> None:
+        """CLS everywhere, wait for CLOSE_WAIT, then until the handlers have taken every message
+        received so far. Afterwards no new message arrives; what handlers hold is theirs to
+        FIN/REQ (to-file syncs it) before stop()."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            handles = list(self._handles.values())
+        for h in handles:
+            try:
+                h.conn.send_cls()
+            except TransportError:
+                pass
+        for h in handles:
+            h.conn.close_wait_event.wait(max(0.0, min(5.0, deadline - time.monotonic())))
+        if self._workers:
+            marker = threading.Event()
+            self._queue.put(marker)
+            marker.wait(max(0.0, deadline - time.monotonic()))
+
     def _wait_settled(self, deadline: float) -> None:
         while time.monotonic() < deadline:
             with self._lock:
@@ -371,6 +390,9 @@ class Consumer:
             if item is None:
                 if self._stopping:
                     return
+                continue
+            if isinstance(item, threading.Event):  # drain() marker
+                item.set()
                 continue
             handle, msgs = item
             try:

@@ -14,6 +14,7 @@ COMMANDS = {
     "pub": "nsqcli.cli.pub:pub",
     "mpub": "nsqcli.cli.mpub:mpub",
     "tail": "nsqcli.cli.tail:tail",
+    "to-file": "nsqcli.cli.to_file:to_file",
 }
 
 

@@ -92,7 +92,7 @@ def mpub(app, topic, files, delimiter, null, fmt, batch_size, rate, defer, skip_
     """
     from ..errors import NSQError, PublishError
     from ..producer import Producer
-    from .output import envelope_body
+    from ..formats import envelope_body
 
     conn = pop_connection(kwargs)
     cfg = build_config(conn, max_msg_size=max_msg_size, max_body_size=max_body_size)

@@ -85,7 +85,7 @@ def tail(app, topics, channel, max_in_flight, count, idle_timeout, timeout, fmt,
     """
     from ..consumer import Consumer
     from .app import DeadlineExceeded
-    from .output import Formatter
+    from ..formats import Formatter
 
     conn = pop_connection(kwargs)
     try:

@@ -36,3 +36,55 @@ class LiveConnections:
 
     def stop(self) -> None:
         self.live.stop()
+
+
+def archive_table(archiver):
+    from rich.table import Table
+
+    table = Table(title="nsqcli to-file", expand=False)
+    for col in ("topic", "current file", "bytes", "received", "msg/s", "pending", "syncs", "last sync",
+                "files closed"):
+        table.add_column(col, justify="left" if col in ("topic", "current file") else "right")
+    now = time.time()
+    for row in archiver.status():
+        rate = archiver.rates.get(row["topic"], 0.0) if hasattr(archiver, "rates") else 0.0
+        age = f"{now - row['last_sync']:.1f}s ago" if row["last_sync"] else "-"
+        table.add_row(row["topic"], row["file"] or "-", f"{row['size']:,}", f"{row['received']:,}",
+                      f"{rate:,.0f}", str(row["pending"]), str(row["syncs"]), age, str(row["closed"]))
+    return table
+
+
+class LiveArchive:
+    """Topics (file, bytes, rate, last sync) above the connections (RDY, in-flight)."""
+
+    def __init__(self, console, archiver, refresh_per_second: float = 2):
+        from rich.console import Group
+        from rich.live import Live
+
+        self.archiver = archiver
+        self._last: dict[str, tuple[float, int]] = {}
+        archiver.rates = {}
+
+        def render():
+            self._update_rates()
+            consumers = [a.consumer for a in list(archiver.topics.values())]
+            return Group(archive_table(archiver), connections_table(consumers))
+
+        self.live = Live(get_renderable=render, console=console, refresh_per_second=refresh_per_second)
+
+    def _update_rates(self) -> None:
+        now = time.monotonic()
+        for row in self.archiver.status():
+            t0, n0 = self._last.get(row["topic"], (now, row["received"]))
+            if now - t0 >= 1.0:
+                self.archiver.rates[row["topic"]] = (row["received"] - n0) / (now - t0)
+                self._last[row["topic"]] = (now, row["received"])
+            else:
+                self._last.setdefault(row["topic"], (t0, n0))
+
+    def start(self) -> "LiveArchive":
+        self.live.start()
+        return self
+
+    def stop(self) -> None:
+        self.live.stop()

@@ -1,0 +1,264 @@
+"""The archiving daemon behind ``nsqcli to-file``: consumers whose batches are written to
+archive files (nsqcli.sinks.file) and FINed only after they are fsync'ed.
+
+Sync (write + fsync, then FIN every buffered message) happens when the buffer reaches
+max_in_flight, when the consumer is starved (some connection has >= 85 % of its RDY in
+flight: nsqd will not send more until we FIN), every ``sync_interval``, on SIGHUP, and at
+stop. A write or fsync error stops the run: the buffered messages are requeued (never FINed),
+and the error is reported.
+
+Topics come from ``--topic`` or from ``--topic-pattern`` matched against the topics that every
+reachable nsqlookupd knows, refreshed every ``topic_refresh`` (first at start-up). Topics that
+disappear from all lookupds are unsubscribed and their files closed.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from .config import Config
+from .consumer import Consumer
+from .errors import LookupdError, NSQError
+from .lookup import http_json, lookup_all
+from .sinks.file import ArchiveFile, FileOptions, recover
+
+log = logging.getLogger("nsqcli.archiver")
+
+
+class TopicArchiver:
+    """One topic: a Consumer, an ArchiveFile, and the un-FINed messages the file holds."""
+
+    def __init__(self, topic: str, channel: str, opts: FileOptions, formatter: Callable,
+                 config: Config, nsqd: list[str], lookupd: list[str], on_error: Callable,
+                 on_fatal: Callable):
+        self.topic = topic
+        self.file = ArchiveFile(topic, opts)
+        self.format = formatter
+        self.on_fatal = on_fatal
+        self.lock = threading.Lock()
+        self.pending: list = []
+        self.failed: BaseException | None = None
+        self.received = 0
+        self.finished = 0
+        self.consumer = Consumer(topic, channel, batch_handler=self._on_batch, config=config,
+                                 nsqd_tcp_addresses=nsqd, lookupd_http_addresses=lookupd,
+                                 on_error=on_error)
+        self.max_batch = max(1, config.max_in_flight)
+
+    def start(self, fail_fast: bool) -> "TopicArchiver":
+        self.consumer.start(fail_fast=fail_fast)
+        return self
+
+    # -- consumer thread ----------------------------------------------------------------------
+    def _on_batch(self, msgs: list) -> None:
+        for m in msgs:
+            m.disable_auto_response()
+        with self.lock:
+            if self.failed is not None:
+                for m in msgs:
+                    m.requeue(delay=0, backoff=False)
+                return
+            fmt, add = self.format, self.file.add
+            for m in msgs:
+                add(fmt(m))
+            self.pending += msgs
+            self.received += len(msgs)
+            if len(self.pending) >= self.max_batch or self.consumer.is_starved():
+                self._sync_locked()
+
+    # -- any thread (with the lock) -------------------------------------------------------------
+    def _sync_locked(self) -> None:
+        if self.failed is not None:
+            return
+        try:
+            self.file.sync()
+        except OSError as e:
+            self.failed = e
+            for m in self.pending:  # not durable: give them back, never FIN
+                m.requeue(delay=0, backoff=False)
+            self.pending = []
+            self.on_fatal(self, e)
+            return
+        if self.pending:
+            done, self.pending = self.pending, []
+            self.consumer.finish_many(done)
+            self.finished += len(done)
+
+    def tick(self, now: float, sync_interval: float) -> None:
+        with self.lock:
+            last = self.file.last_sync or self.file.opened_at or 0.0
+            if self.pending and (now - last >= sync_interval or self.consumer.is_starved()):
+                self._sync_locked()
+            if self.failed is None:
+                try:
+                    if self.file.maybe_rotate():
+                        log.info("closed %s", self.file.closed_files[-1])
+                except OSError as e:
+                    self.failed = e
+                    self.on_fatal(self, e)
+
+    def sync_and_close(self) -> None:
+        """SIGHUP and stop: make everything durable, FIN it, close and move the file."""
+        with self.lock:
+            self._sync_locked()
+            if self.failed is None:
+                try:
+                    closed = self.file.close()
+                except OSError as e:
+                    self.failed = e
+                    self.on_fatal(self, e)
+                    return
+                if closed:
+                    log.info("closed %s", closed)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """CLS, take what is still arriving, final sync + FIN, close, then stop the consumer."""
+        self.consumer.drain(timeout)
+        self.sync_and_close()
+        self.consumer.stop(timeout)
+
+
+class Archiver:
+    """Every topic's TopicArchiver, topic discovery, the sync/rotation timer, SIGHUP."""
+
+    def __init__(self, *, topics: list[str], topic_pattern: str | None, topic_refresh: float,
+                 channel: str, opts: FileOptions, formatter: Callable, config: Config,
+                 nsqd: list[str], lookupd: list[str], sync_interval: float,
+                 on_error: Callable = lambda e: log.warning("%s", e)):
+        self.fixed_topics = list(topics)
+        self.pattern = re.compile(topic_pattern) if topic_pattern else None
+        self.topic_refresh = topic_refresh
+        self.channel = channel
+        self.opts = opts
+        self.formatter = formatter
+        self.config = config
+        self.nsqd = nsqd
+        self.lookupd = lookupd
+        self.sync_interval = sync_interval
+        self.on_error = on_error
+        self.topics: dict[str, TopicArchiver] = {}
+        self.fatal: BaseException | None = None
+        self.stop_event = threading.Event()
+        self.hup_event = threading.Event()
+        self._lock = threading.Lock()
+        self._next_refresh = 0.0
+        self._timer: threading.Thread | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+    def start(self) -> "Archiver":
+        out = Path(self.opts.output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        self.opts.work.mkdir(parents=True, exist_ok=True)
+        for path in recover(self.opts.work, out):
+            log.info("recovered %s from a previous run", path)
+        for t in self.fixed_topics:
+            self._add_topic(t, fail_fast=True)
+        if self.pattern is not None:
+            self._refresh_topics(first=True)
+        self._timer = threading.Thread(target=self._timer_loop, name="nsqcli-archiver", daemon=True)
+        self._timer.start()
+        return self
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self.stop_event.set()
+        if self._timer is not None:
+            self._timer.join(5)
+        with self._lock:
+            archivers = list(self.topics.values())
+        threads = [threading.Thread(target=a.stop, args=(timeout,)) for a in archivers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout + 5)
+
+    def _fatal(self, archiver: TopicArchiver, err: BaseException) -> None:
+        if self.fatal is None:
+            self.fatal = err
+        self.stop_event.set()
+
+    # -- topics -------------------------------------------------------------------------------------
+    def _add_topic(self, topic: str, fail_fast: bool) -> None:
+        a = TopicArchiver(topic, self.channel, self.opts, self.formatter, self.config, self.nsqd,
+                          self.lookupd, self.on_error, self._fatal)
+        a.start(fail_fast=fail_fast)
+        with self._lock:
+            self.topics[topic] = a
+        log.info("archiving topic %s", topic)
+
+    def _remove_topic(self, topic: str) -> None:
+        with self._lock:
+            a = self.topics.pop(topic, None)
+        if a is not None:
+            a.stop()
+            log.info("topic %s disappeared: unsubscribed, file closed", topic)
+
+    def lookupd_topics(self) -> set[str] | None:
+        """Union of /topics over every lookupd; None if none answered. Partial answers count
+        for adding topics; removal needs every lookupd to have answered."""
+        found: set[str] = set()
+        answered = 0
+        for address in self.lookupd:
+            try:
+                found |= set((http_json(address, "/topics", timeout=5.0) or {}).get("topics") or [])
+                answered += 1
+            except LookupdError as e:
+                self.on_error(e)
+        self._all_answered = answered == len(self.lookupd)
+        return found if answered else None
+
+    def _refresh_topics(self, first: bool = False) -> None:
+        self._next_refresh = time.monotonic() + self.topic_refresh
+        found = self.lookupd_topics()
+        if found is None:
+            if first:
+                raise NSQError("no nsqlookupd answered /topics: " + ", ".join(self.lookupd))
+            return
+        wanted = {t for t in found if self.pattern.search(t)} | set(self.fixed_topics)
+        if self._all_answered:  # never drop a topic on a partial view
+            gone = set(self.topics) - wanted
+            # nsqlookupd keeps listing a deleted (non-ephemeral) topic, with no producer left
+            gone |= {t for t in set(self.topics) & wanted if not self._has_producers(t)}
+            for t in sorted(gone - set(self.fixed_topics)):
+                self._remove_topic(t)
+        for t in sorted(wanted - set(self.topics)):
+            if self._has_producers(t):
+                self._add_topic(t, fail_fast=False)
+
+    def _has_producers(self, topic: str) -> bool:
+        producers, errors = lookup_all(self.lookupd, topic)
+        return bool(producers) or bool(errors)
+
+    # -- timer ----------------------------------------------------------------------------------------
+    def _timer_loop(self) -> None:
+        tick = max(0.05, min(1.0, self.sync_interval / 4))
+        while not self.stop_event.wait(tick):
+            try:
+                now = time.time()
+                with self._lock:
+                    archivers = list(self.topics.values())
+                if self.hup_event.is_set():
+                    self.hup_event.clear()
+                    for a in archivers:
+                        a.sync_and_close()
+                for a in archivers:
+                    a.tick(now, self.sync_interval)
+                if self.pattern is not None and time.monotonic() >= self._next_refresh:
+                    self._refresh_topics()
+            except Exception as e:  # report and keep archiving
+                self.on_error(e)
+
+    def status(self) -> list[dict]:
+        with self._lock:
+            archivers = list(self.topics.values())
+        rows = []
+        for a in archivers:
+            f = a.file
+            rows.append({"topic": a.topic, "file": f.name, "size": f.size, "received": a.received,
+                         "finished": a.finished, "pending": len(a.pending), "syncs": f.syncs,
+                         "last_sync": f.last_sync, "closed": len(f.closed_files)})
+        return rows

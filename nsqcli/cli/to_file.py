@@ -1,0 +1,145 @@
+"""``nsqcli to-file``: archive topics to files; a message is FINed only once it is fsync'ed."""
+
+from __future__ import annotations
+
+import logging
+import re
+import signal
+import sys
+import time
+
+import click
+
+from .options import build_config, connection_options, nsqd_addresses, pop_connection
+from .types import CHANNEL, DURATION, TOPIC
+
+_SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)i?b?\s*$", re.I)
+
+
+class Size(click.ParamType):
+    """Bytes: 1048576, 512K, 100M, 2G."""
+
+    name = "SIZE"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int):
+            return value
+        m = _SIZE.match(str(value))
+        if not m:
+            self.fail(f"{value!r} is not a size (use e.g. 100M, 512K, 1048576)", param, ctx)
+        return int(m.group(1)) * 1024 ** " kmgt".index((m.group(2) or " ").lower())
+
+
+@click.command("to-file")
+@click.option("-t", "--topic", "topics", multiple=True, type=TOPIC, help="Topic to archive (repeatable).")
+@click.option("--topic-pattern", help="Regex: archive every topic nsqlookupd knows that matches (needs lookupd).")
+@click.option("--topic-refresh", type=DURATION, default="1m", show_default=True,
+              help="How often --topic-pattern re-reads the topic list (also at start-up).")
+@click.option("-c", "--channel", type=CHANNEL, default="nsqcli_to_file", show_default=True)
+@click.option("--max-in-flight", type=click.IntRange(1, 1_000_000), default=200, show_default=True,
+              help="Messages in flight per topic; also the largest un-synced batch.")
+@click.option("--output-dir", type=click.Path(file_okay=False), default="/tmp", show_default=True,
+              help="Where finished files go.")
+@click.option("--work-dir", type=click.Path(file_okay=False),
+              help="Where files are written until closed (same filesystem as --output-dir).")
+@click.option("--filename-format", default="<TOPIC>.<HOST><REV>.<DATETIME>.log", show_default=True,
+              help="Tokens: <TOPIC> <HOST> <REV> <DATETIME> <PID>; may contain '/'.")
+@click.option("--datetime-format", default="%Y-%m-%d_%H", show_default=True, help="strftime for <DATETIME>.")
+@click.option("--local-time", is_flag=True, help="<DATETIME> in local time instead of UTC.")
+@click.option("--host-identifier", help="Replaces <HOST> (may contain <SHORT_HOST>, <HOSTNAME>).")
+@click.option("--gzip", "use_gzip", is_flag=True, help="Compress (multi-member gzip: one member per sync).")
+@click.option("--gzip-level", type=click.IntRange(1, 9), default=6, show_default=True)
+@click.option("--rotate-size", type=Size(), default="0", help="Rotate after this many bytes on disk (0 = off).")
+@click.option("--rotate-interval", type=DURATION, default="0", help="Rotate files older than this (0 = off).")
+@click.option("--sync-interval", type=DURATION, default="30s", show_default=True,
+              help="Longest time a message waits un-synced (and un-FINed).")
+@click.option("--skip-empty-files", is_flag=True, help="Accepted for nsq_to_file compatibility "
+              "(nsqcli never creates empty files: files open on the first message).")
+@click.option("-f", "--format", "fmt", type=click.Choice(["raw", "json"]), default="raw", show_default=True,
+              help="raw: body + newline (like nsq_to_file); json: the NDJSON envelope of tail --format json.")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warn", "error"]), default="info",
+              show_default=True, help="Log lines on stderr.")
+@click.option("--live/--no-live", default=None, help="Live status table (default: on when stderr is a TTY).")
+@connection_options()
+@click.pass_obj
+def to_file(app, topics, topic_pattern, topic_refresh, channel, max_in_flight, output_dir, work_dir,
+            filename_format, datetime_format, local_time, host_identifier, use_gzip, gzip_level,
+            rotate_size, rotate_interval, sync_interval, skip_empty_files, fmt, log_level, live, **kwargs):
+    """Archive TOPIC(s) to files; run as a daemon.
+
+    A message is FINed only after the file holding it is fsync'ed (gzip: after the member holding
+    it is complete), so a crash loses nothing: un-FINed messages come back from nsqd. Files are
+    written in --work-dir and moved into --output-dir when closed. SIGHUP closes and moves the
+    current files; SIGINT/SIGTERM drain, sync, FIN, close and exit 0. A write or fsync error
+    (disk full) requeues what is not durable and exits 1.
+    """
+    from ..archiver import Archiver
+    from ..formats import Formatter
+    from ..sinks.file import FileOptions
+
+    conn = pop_connection(kwargs)
+    if not topics and not topic_pattern:
+        raise click.UsageError("give --topic or --topic-pattern")
+    lookupd = list(conn.get("lookupd_http_addresses") or ())
+    if topic_pattern:
+        if not lookupd:
+            raise click.UsageError("--topic-pattern needs --lookupd-http-address")
+        try:
+            re.compile(topic_pattern)
+        except re.error as e:
+            raise click.UsageError(f"invalid --topic-pattern {topic_pattern!r}: {e}") from None
+    opts = FileOptions(output_dir=output_dir, work_dir=work_dir, filename_format=filename_format,
+                       datetime_format=datetime_format, host_identifier=host_identifier,
+                       local_time=local_time, gzip=use_gzip, gzip_level=gzip_level,
+                       rotate_size=rotate_size, rotate_interval=rotate_interval,
+                       skip_empty_files=skip_empty_files)
+    try:
+        opts.validate()
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
+    cfg = build_config(conn, max_in_flight=max_in_flight, max_attempts=0)
+    if cfg.msg_timeout is not None and sync_interval >= cfg.msg_timeout:
+        app.warn("--sync-interval should stay below --msg-timeout, or messages time out before they are FINed")
+    _setup_logging(log_level)
+    formatter = Formatter(fmt)
+    sep = b"\n"
+    archiver = Archiver(topics=list(topics), topic_pattern=topic_pattern, topic_refresh=topic_refresh,
+                        channel=channel, opts=opts, formatter=lambda m: formatter(m) + sep, config=cfg,
+                        nsqd=nsqd_addresses(conn) if not lookupd or conn.get("nsqd_tcp_addresses") else [],
+                        lookupd=lookupd, sync_interval=sync_interval,
+                        on_error=lambda e: logging.getLogger("nsqcli").warning("%s", e))
+    signal.signal(signal.SIGINT, lambda *_: archiver.stop_event.set())
+    signal.signal(signal.SIGTERM, lambda *_: archiver.stop_event.set())
+    signal.signal(signal.SIGHUP, lambda *_: archiver.hup_event.set())
+    archiver.start()
+    view = None
+    if live or (live is None and app.stderr_is_tty):
+        from .views import LiveArchive
+
+        view = LiveArchive(app.console, archiver).start()
+    try:
+        while not archiver.stop_event.wait(0.2):
+            pass
+    finally:
+        if view is not None:
+            view.stop()
+        archiver.stop()
+    if archiver.fatal is not None:
+        from ..errors import NSQError
+
+        e = archiver.fatal
+        raise NSQError(f"stopped: cannot write the archive ({getattr(e, 'strerror', None) or e}"
+                       f"{': ' + str(e.filename) if getattr(e, 'filename', None) else ''}); "
+                       "messages not on disk were requeued")
+    sys.stderr.flush()
+    return 0
+
+
+def _setup_logging(level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s nsqcli to-file %(levelname)s: %(message)s",
+                                           "%Y-%m-%dT%H:%M:%S"))
+    handler.formatter.converter = time.gmtime
+    root = logging.getLogger("nsqcli")
+    root.handlers[:] = [handler]
+    root.setLevel({"warn": logging.WARNING}.get(level, getattr(logging, level.upper())))

@@ -1,0 +1,1 @@
+"""Where consumed messages go (files now; more later). No click or rich here."""

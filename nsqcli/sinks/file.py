@@ -1,0 +1,285 @@
+"""The archive writer behind ``nsqcli to-file``: naming, rotation, gzip, fsync, atomic moves.
+
+Durability contract (what makes "FIN only what is on disk" possible):
+
+- Records are buffered in memory and reach the file only in :meth:`ArchiveFile.sync`, which
+  writes them (as ONE complete gzip member when compressing), flushes, and fsyncs. So between
+  syncs a file is always a sequence of complete records / complete gzip members; a reader can
+  decompress it to the end at any moment after a sync.
+- Files are written in ``work_dir`` and, when closed, linked into ``output_dir`` (link + unlink:
+  never overwrites; a taken name bumps <REV>) and both directories are fsync'ed.
+- A crash can leave a file in ``work_dir`` whose tail was being written: :func:`recover` trims it
+  back to the last complete record / gzip member and moves it out. Everything it trims was never
+  FINed, so nsqd delivers it again (at-least-once).
+
+Naming follows nsq_to_file: ``--filename-format`` tokens <TOPIC> <HOST> <REV> <DATETIME> <PID>,
+<REV> = ``-%06d`` (removed when no rotation, gzip or separate work dir needs it). <DATETIME> is
+``strftime(--datetime-format)`` in UTC unless ``local_time``; Python's strftime leaves literal text
+literal (nsq_to_file's Go layout shim does not).
+"""
+
+from __future__ import annotations
+
+import errno
+import gzip
+import os
+import socket
+import time
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_FILENAME_FORMAT = "<TOPIC>.<HOST><REV>.<DATETIME>.log"
+DEFAULT_DATETIME_FORMAT = "%Y-%m-%d_%H"
+
+
+@dataclass(frozen=True)
+class FileOptions:
+    output_dir: str = "/tmp"
+    work_dir: str | None = None
+    filename_format: str = DEFAULT_FILENAME_FORMAT
+    datetime_format: str = DEFAULT_DATETIME_FORMAT
+    host_identifier: str | None = None
+    local_time: bool = False
+    gzip: bool = False
+    gzip_level: int = 6
+    rotate_size: int = 0           # bytes on disk (compressed when compressing); 0 = off
+    rotate_interval: float = 0.0   # seconds since the file was opened; 0 = off
+    skip_empty_files: bool = False  # accepted for nsq_to_file compatibility: files open lazily,
+                                    # so nsqcli never leaves an empty file anyway
+
+    @property
+    def work(self) -> Path:
+        return Path(self.work_dir or self.output_dir)
+
+    @property
+    def needs_rev(self) -> bool:
+        return bool(self.gzip or self.rotate_size or self.rotate_interval or
+                    (self.work_dir and Path(self.work_dir).resolve() != Path(self.output_dir).resolve()))
+
+    def validate(self) -> None:
+        if not 1 <= self.gzip_level <= 9:
+            raise ValueError("--gzip-level must be 1-9")
+        if self.needs_rev and "<REV>" not in self.filename_format:
+            raise ValueError("--filename-format needs <REV> with --gzip, --rotate-size, --rotate-interval "
+                             "or a separate --work-dir (so a new file never overwrites an old one)")
+        if "<TOPIC>" not in self.filename_format:
+            raise ValueError("--filename-format needs <TOPIC>")
+
+
+def short_host() -> str:
+    return socket.gethostname().split(".")[0]
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class ArchiveFile:
+    """One topic's current archive file. Not thread-safe: the caller holds a lock."""
+
+    def __init__(self, topic: str, opts: FileOptions, clock=time.time):
+        self.topic = topic
+        self.opts = opts
+        self.clock = clock
+        self._records: list[bytes] = []
+        self._count = 0
+        self._fd: int | None = None
+        self.path: Path | None = None      # in work dir
+        self.name: str | None = None       # relative name (may contain '/')
+        self._base: str | None = None      # name without REV, to know when DATETIME rolled
+        self._rev = 0
+        self.opened_at = 0.0
+        self.size = 0                       # bytes on disk
+        self.written = 0                    # records written to disk (this file)
+        self.syncs = 0
+        self.last_sync: float | None = None
+        self.closed_files: list[Path] = []  # final paths of files closed (for logs/tests)
+
+    # -- naming -------------------------------------------------------------------------------
+    def _datetime(self, now: float) -> str:
+        t = time.localtime(now) if self.opts.local_time else time.gmtime(now)
+        return time.strftime(self.opts.datetime_format, t)
+
+    def _name(self, now: float, rev: int | None) -> str:
+        o = self.opts
+        host = o.host_identifier or short_host()
+        host = host.replace("<SHORT_HOST>", short_host()).replace("<HOSTNAME>", socket.gethostname())
+        name = (o.filename_format.replace("<TOPIC>", self.topic).replace("<HOST>", host)
+                .replace("<PID>", str(os.getpid())).replace("<DATETIME>", self._datetime(now)))
+        name = name.replace("<REV>", "" if rev is None else f"-{rev:06d}")
+        if o.gzip and not name.endswith(".gz"):
+            name += ".gz"
+        return name
+
+    def _open(self, now: float) -> None:
+        o = self.opts
+        base = self._name(now, None)
+        if base != self._base:
+            self._base, self._rev = base, 0
+        flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC
+        while True:
+            name = self._name(now, self._rev if o.needs_rev else None)
+            path = o.work / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if o.needs_rev:
+                if (Path(o.output_dir) / name).exists():
+                    self._rev += 1
+                    continue
+                try:
+                    fd = os.open(path, flags | os.O_EXCL, 0o644)
+                except FileExistsError:
+                    self._rev += 1
+                    continue
+            else:  # no rotation: append to the same file across restarts, like nsq_to_file
+                fd = os.open(path, flags | os.O_APPEND, 0o644)
+            break
+        self._fd, self.path, self.name = fd, path, name
+        self.opened_at = now
+        self.size = os.fstat(fd).st_size
+        self.written = 0
+        _fsync_dir(path.parent)
+
+    # -- records --------------------------------------------------------------------------------
+    def add(self, record: bytes) -> None:
+        """Buffer one record (already formatted, with its separator). Not on disk until sync()."""
+        self._records.append(record)
+
+    @property
+    def pending(self) -> int:
+        return len(self._records)
+
+    def sync(self) -> int:
+        """Write buffered records and fsync. Returns how many records became durable.
+        Raises OSError (disk full, ...) with the buffer intact."""
+        now = self.clock()
+        if self._fd is not None and self._must_rotate(now):
+            self.close()
+        if not self._records:  # files open lazily: an idle topic never gets an empty file
+            return 0
+        if self._fd is None:
+            self._open(now)
+        data = b"".join(self._records)
+        if self.opts.gzip:
+            data = gzip.compress(data, self.opts.gzip_level, mtime=0)  # one complete member
+        view = memoryview(data)
+        start = self.size
+        try:
+            while view:
+                n = os.write(self._fd, view)
+                view = view[n:]
+            os.fsync(self._fd)
+        except OSError:
+            # leave the file as it was before this sync: complete records/members only
+            try:
+                os.ftruncate(self._fd, start)
+            except OSError:
+                pass
+            raise
+        n = len(self._records)
+        self._records = []
+        self.size += len(data)
+        self.written += n
+        self.syncs += 1
+        self.last_sync = now
+        if self.opts.rotate_size and self.size >= self.opts.rotate_size:
+            self.close()
+        return n
+
+    def _must_rotate(self, now: float) -> bool:
+        o = self.opts
+        return bool(self._name(now, None) != self._base
+                    or (o.rotate_interval and now - self.opened_at >= o.rotate_interval)
+                    or (o.rotate_size and self.size >= o.rotate_size))
+
+    def maybe_rotate(self) -> bool:
+        """Close the current file if its time is up (called on a timer too). True if closed."""
+        if self._fd is not None and not self._records and self._must_rotate(self.clock()):
+            self.close()
+            return True
+        return False
+
+    def close(self) -> Path | None:
+        """fsync, close, move into output_dir. Buffered records must be synced first."""
+        if self._fd is None:
+            return None
+        fd, self._fd = self._fd, None
+        os.fsync(fd)
+        os.close(fd)
+        final = self._move(self.path, self.name)
+        if final is not None:
+            self.closed_files.append(final)
+        self._rev += 1
+        return final
+
+    def _move(self, path: Path, name: str) -> Path:
+        return move_into(path, Path(self.opts.output_dir), name)
+
+
+def move_into(path: Path, output_dir: Path, name: str) -> Path:
+    """Link ``path`` to ``output_dir/name`` without ever overwriting (a taken name gets a
+    ``.N`` suffix before the extension), unlink the source, fsync both directories."""
+    dest = output_dir / name
+    if dest.resolve() == path.resolve():  # work dir is the output dir
+        return path
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    stem, dot, ext = name.rpartition(".")
+    i = 0
+    while True:
+        try:
+            os.link(path, dest)
+            break
+        except FileExistsError:
+            i += 1
+            dest = output_dir / (f"{stem}.{i}.{ext}" if dot else f"{name}.{i}")
+        except OSError as e:
+            if e.errno != errno.EXDEV:
+                raise
+            raise OSError(e.errno, f"--work-dir and --output-dir must be on the same filesystem ({e.strerror})",
+                          str(path))
+    os.unlink(path)
+    _fsync_dir(dest.parent)
+    _fsync_dir(path.parent)
+    return dest
+
+
+# -- crash recovery -------------------------------------------------------------------------------
+def valid_gzip_prefix(data: bytes) -> int:
+    """Length of the longest prefix of ``data`` made of complete gzip members."""
+    good = 0
+    while good < len(data):
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            d.decompress(data[good:])
+        except zlib.error:
+            break
+        if not d.eof:
+            break
+        good = len(data) - len(d.unused_data)
+    return good
+
+
+def recover(work_dir: Path, output_dir: Path) -> list[Path]:
+    """Trim leftover work files (from a crash) to their last complete record or gzip member and
+    move them into output_dir. Only used when work_dir != output_dir."""
+    moved = []
+    if not work_dir.is_dir() or work_dir.resolve() == output_dir.resolve():
+        return moved
+    for path in sorted(p for p in work_dir.rglob("*") if p.is_file()):
+        name = str(path.relative_to(work_dir))
+        data = path.read_bytes()
+        keep = valid_gzip_prefix(data) if name.endswith(".gz") else data.rfind(b"\n") + 1
+        if keep != len(data):
+            with open(path, "r+b") as f:
+                f.truncate(keep)
+                f.flush()
+                os.fsync(f.fileno())
+        if keep == 0:
+            path.unlink()
+            continue
+        moved.append(move_into(path, output_dir, name))
+    return moved

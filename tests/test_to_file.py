@@ -1,0 +1,293 @@
+"""`nsqcli to-file` against real nsqd: durability (kill -9, disk full), rotation, gzip validity,
+work-dir moves, signals, topic discovery, byte-compatibility with the official nsq_to_file."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import channel_stats, http_get_json, http_post, wait_for
+from nsqcli.sandbox import find_binary
+
+NSQCLI = [sys.executable, "-m", "nsqcli"]
+
+
+def start(args, env=None, preexec=None):
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("NSQCLI_")}
+    return subprocess.Popen(NSQCLI + ["to-file", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**clean, **(env or {})}, preexec_fn=preexec)
+
+
+def stop(p, sig=signal.SIGTERM, timeout=30):
+    p.send_signal(sig)
+    out, err = p.communicate(timeout=timeout)
+    return p.returncode, out, err
+
+
+def read_records(directory: Path) -> list[bytes]:
+    recs = []
+    for f in sorted(p for p in directory.rglob("*") if p.is_file()):
+        data = gzip.decompress(f.read_bytes()) if f.name.endswith(".gz") else f.read_bytes()
+        recs += data.splitlines()
+    return recs
+
+
+def publish(nsqd, topic, lines):
+    for i in range(0, len(lines), 1000):
+        http_post(nsqd.http_address, "/mpub", b"\n".join(lines[i:i + 1000]), topic=topic)
+
+
+def drained(nsqd, topic, channel="nsqcli_to_file"):
+    c = channel_stats(nsqd, topic, channel)
+    return c is not None and c["depth"] == 0 and c["in_flight_count"] == 0
+
+
+def numbered(n, start=0):
+    return [b"msg-%07d" % i for i in range(start, start + n)]
+
+
+def test_raw_output_is_byte_identical_to_nsq_to_file(nsqd, topic, tmp_path):
+    lines = numbered(500) + [b"utf8 \xe2\x9c\x93", b"tab\there"]
+    http_post(nsqd.http_address, "/topic/create", topic=topic)
+    for ch in ("nsqcli_to_file", "go"):
+        http_post(nsqd.http_address, "/channel/create", topic=topic, channel=ch)
+    publish(nsqd, topic, lines)
+    fmt = ["--filename-format", "<TOPIC>.log", "--sync-interval", "1s"]
+    p = start(["-t", topic, "--nsqd-tcp-address", nsqd.tcp_address, "--output-dir", str(tmp_path / "ours"), *fmt])
+    go = subprocess.Popen([find_binary("nsq_to_file"), f"--topic={topic}", "--channel=go",
+                           f"--nsqd-tcp-address={nsqd.tcp_address}", f"--output-dir={tmp_path / 'go'}", *fmt],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: drained(nsqd, topic) and drained(nsqd, topic, "go"), what="both drained")
+    finally:
+        go.send_signal(signal.SIGTERM)
+        go.wait(30)
+        rc, _, err = stop(p)
+    assert rc == 0, err
+    ours, theirs = (tmp_path / "ours" / f"{topic}.log").read_bytes(), (tmp_path / "go" / f"{topic}.log").read_bytes()
+    assert ours == theirs and ours == b"\n".join(lines) + b"\n"
+
+
+def test_gzip_valid_after_every_sync_and_moved_on_close(nsqd, topic, tmp_path):
+    out, work = tmp_path / "out", tmp_path / "work"
+    p = start(["-t", topic, "--nsqd-tcp-address", nsqd.tcp_address, "--output-dir", str(out),
+               "--work-dir", str(work), "--gzip", "--sync-interval", "0.2s", "--max-in-flight", "50"])
+    try:
+        total = []
+        for round_ in range(5):
+            batch = numbered(120, round_ * 120)
+            total += batch
+            publish(nsqd, topic, batch)
+            wait_for(lambda: drained(nsqd, topic), what="drained")  # FINed => synced
+            (f,) = list(work.iterdir())
+            assert subprocess.run(["gzip", "-t", str(f)]).returncode == 0
+            assert gzip.decompress(f.read_bytes()).splitlines() == total  # FINed => on disk
+        assert list(out.iterdir()) == []  # nothing in output-dir until closed
+    finally:
+        rc, _, err = stop(p)
+    assert rc == 0, err
+    assert list(work.iterdir()) == []
+    (final,) = list(out.iterdir())
+    assert final.name.startswith(f"{topic}.") and "-000000." in final.name and final.name.endswith(".log.gz")
+    assert read_records(out) == total
+
+
+def test_rotation_by_size_counts_compressed_bytes(nsqd, topic, tmp_path):
+    out = tmp_path / "out"
+    lines = [b"%06d " % i + os.urandom(300).hex().encode() for i in range(2000)]
+    p = start(["-t", topic, "--nsqd-tcp-address", nsqd.tcp_address, "--output-dir", str(out), "--gzip",
+               "--rotate-size", "20K", "--max-in-flight", "100", "--sync-interval", "0.2s"])
+    try:
+        publish(nsqd, topic, lines)
+        wait_for(lambda: drained(nsqd, topic), timeout=30, what="drained")
+    finally:
+        rc, _, err = stop(p)
+    assert rc == 0, err
+    files = sorted(out.iterdir())
+    assert len(files) >= 10
+    # every closed file except the last is over the limit by at most one sync's member
+    assert all(20 * 1024 <= f.stat().st_size < 20 * 1024 + 100 * 700 for f in files[:-1])
+    revs = [f.name.split(".")[1].rsplit("-", 1)[1] for f in files]
+    assert revs == [f"{i:06d}" for i in range(len(files))]
+    assert sorted(read_records(out)) == sorted(lines)
+
+
+def test_rotation_by_interval_and_datetime_change(nsqd, topic, tmp_path):
+    out1, out2 = tmp_path / "interval", tmp_path / "datetime"
+    http_post(nsqd.http_address, "/topic/create", topic=topic)
+    for ch in ("a", "b"):
+        http_post(nsqd.http_address, "/channel/create", topic=topic, channel=ch)
+    p1 = start(["-t", topic, "--nsqd-tcp-address", nsqd.tcp_address, "--output-dir", str(out1),
+                "--rotate-interval", "0.5s", "--sync-interval", "0.1s", "-c", "a"])
+    p2 = start(["-t", topic, "--nsqd-tcp-address", nsqd.tcp_address, "--output-dir", str(out2),
+                "--datetime-format", "%Y%m%dT%H%M%S", "--sync-interval", "0.1s", "-c", "b",
+                "--filename-format", "<TOPIC>/<DATETIME>.log"])
+    try:
+        for i in range(8):
+            publish(nsqd, topic, numbered(5, i * 5))
+            time.sleep(0.4)
+        wait_for(lambda: drained(nsqd, topic, "a") and drained(nsqd, topic, "b"), what="drained")
+    finally:
+        for p in (p1, p2):
+            assert stop(p)[0] == 0
+    assert len(list(out1.iterdir())) >= 3
+    names = sorted(f.name for f in (out2 / topic).iterdir())  # sub-directory from the format
+    assert len(names) >= 2 and all(len(n) == len("20261121T090000.log") for n in names)
+    for d in (out1, out2):
+        assert sorted(read_records(d)) == numbered(40)
+
+
+def test_sighup_closes_and_moves(nsqd, topic, tmp_path):
+    out, work = tmp_path / "out", tmp_path / "work"
+    p = start(["-t", topic, "--nsqd-tcp-address", nsqd.tcp_address, "--output-dir", str(out),
+               "--work-dir", str(work), "--sync-interval", "0.2s"])
+    try:
+        publish(nsqd, topic, numbered(10))
+        wait_for(lambda: drained(nsqd, topic), what="drained")
+        p.send_signal(signal.SIGHUP)
+        wait_for(lambda: len(list(out.iterdir())) == 1 and not list(work.iterdir()), what="moved on SIGHUP")
+        publish(nsqd, topic, numbered(10, 10))
+        wait_for(lambda: drained(nsqd, topic), what="drained")
+    finally:
+        rc, _, err = stop(p)
+    assert rc == 0, err
+    assert len(list(out.iterdir())) == 2 and read_records(out) == numbered(20)
+
+
+def test_sigterm_drains_without_loss(nsqd, topic, tmp_path):
+    out = tmp_path / "out"
+    p = start(["-t", topic, "--nsqd-tcp-address", nsqd.tcp_address, "--output-dir", str(out),
+               "--sync-interval", "30s", "--max-in-flight", "1000"])
+    try:
+        publish(nsqd, topic, numbered(300))  # fewer than max-in-flight: only the stop syncs them
+        wait_for(lambda: channel_stats(nsqd, topic, "nsqcli_to_file") and
+                 channel_stats(nsqd, topic, "nsqcli_to_file")["in_flight_count"] == 300, what="all in flight")
+    finally:
+        rc, _, err = stop(p)
+    assert rc == 0, err
+    assert read_records(out) == numbered(300)
+    assert drained(nsqd, topic)
+
+
+def test_kill_9_mid_stream_loses_nothing(nsqd, topic, tmp_path):
+    out, work = tmp_path / "out", tmp_path / "work"
+    args = ["-t", topic, "--nsqd-tcp-address", nsqd.tcp_address, "--output-dir", str(out),
+            "--work-dir", str(work), "--gzip", "--sync-interval", "0.1s", "--max-in-flight", "100",
+            "--msg-timeout", "2s"]
+    n = 20_000
+    p = start(args)
+    for i in range(0, n, 2000):
+        publish(nsqd, topic, numbered(2000, i))
+        if i == 8000:
+            wait_for(lambda: (channel_stats(nsqd, topic, "nsqcli_to_file") or {}).get("message_count", 0) > 3000,
+                     what="streaming")
+            p.kill()  # kill -9 in the middle of the stream
+            p.wait()
+    leftovers = list(work.iterdir())
+    p = start(args)  # recovers the work files, then goes on
+    try:
+        wait_for(lambda: drained(nsqd, topic), timeout=60, what="drained after restart")
+    finally:
+        rc, _, err = stop(p)
+    assert rc == 0, err
+    assert leftovers, "the kill left no work file: the test did not hit mid-stream"
+    for f in out.iterdir():
+        assert subprocess.run(["gzip", "-t", str(f)]).returncode == 0
+    recs = read_records(out)
+    assert set(recs) == set(numbered(n))  # at least once: every message, duplicates allowed
+    assert list(work.iterdir()) == []
+
+
+def _limit_file_size(limit):
+    def pre():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return pre
+
+
+def test_disk_full_exits_nonzero_and_loses_nothing(nsqd, topic, tmp_path):
+    out = tmp_path / "out"
+    lines = numbered(3000)
+    publish(nsqd, topic, lines)
+    # a real OS limit: writes past 8 KiB fail with EFBIG, as on a full disk
+    p = start(["-t", topic, "--nsqd-tcp-address", nsqd.tcp_address, "--output-dir", str(out),
+               "--max-in-flight", "200", "--sync-interval", "0.2s", "--filename-format", "<TOPIC><REV>.log",
+               "--rotate-size", "1G"], preexec=_limit_file_size(8 * 1024))
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 1
+    assert b"cannot write the archive" in err and b"requeued" in err and b"Traceback" not in err
+    written = read_records(out)
+    assert 0 < len(written) < 3000
+    wait_for(lambda: channel_stats(nsqd, topic, "nsqcli_to_file")["in_flight_count"] == 0, timeout=20,
+             what="requeued")
+    # everything not on disk is still in nsqd: a second run (no limit) completes the archive
+    p = start(["-t", topic, "--nsqd-tcp-address", nsqd.tcp_address, "--output-dir", str(out),
+               "--sync-interval", "0.2s", "--filename-format", "<TOPIC><REV>.log", "--rotate-size", "1G"])
+    try:
+        wait_for(lambda: drained(nsqd, topic), timeout=30, what="drained")
+    finally:
+        assert stop(p)[0] == 0
+    assert set(read_records(out)) == set(lines)
+
+
+def test_topic_pattern_discovers_later_topics_and_drops_deleted(nsqd, lookupd, topic, tmp_path):
+    out = tmp_path / "out"
+    http_post(nsqd.http_address, "/pub", b"first", topic=topic + "_a")
+    wait_for(lambda: topic + "_a" in json.loads(subprocess.run(
+        ["curl", "-s", f"http://{lookupd.http_address}/topics"], capture_output=True).stdout)["topics"],
+        what="registered")
+    p = start(["--topic-pattern", f"^{topic}_", "--lookupd-http-address", lookupd.http_address,
+               "--output-dir", str(out), "--topic-refresh", "0.5s", "--sync-interval", "0.2s",
+               "--filename-format", "<TOPIC>.log", "--log-level", "info"])
+    try:
+        wait_for(lambda: drained(nsqd, topic + "_a"), what="first topic archived at start-up")
+        http_post(nsqd.http_address, "/pub", b"later", topic=topic + "_b")
+        wait_for(lambda: (out / f"{topic}_b.log").exists() and (out / f"{topic}_b.log").read_bytes() == b"later\n",
+                 timeout=20, what="topic created later archived")
+        http_post(nsqd.http_address, "/topic/delete", topic=topic + "_a")
+        wait_for(lambda: not http_get_json(lookupd.http_address, "/lookup", topic=topic + "_a")["producers"],
+                 what="no producer left for the deleted topic")
+        time.sleep(1.5)  # three --topic-refresh rounds
+    finally:
+        rc, _, err = stop(p)
+    assert rc == 0
+    assert (out / f"{topic}_a.log").read_bytes() == b"first\n"
+    assert f"topic {topic}_a disappeared".encode() in err
+
+
+def test_json_format_envelope(nsqd, topic, tmp_path):
+    out = tmp_path / "out"
+    body = b"line1\nline2 \xff binary"
+    http_post(nsqd.http_address, "/pub", body, topic=topic)
+    p = start(["-t", topic, "--nsqd-tcp-address", nsqd.tcp_address, "--output-dir", str(out),
+               "--format", "json", "--sync-interval", "0.2s"])
+    try:
+        wait_for(lambda: drained(nsqd, topic), what="drained")
+    finally:
+        assert stop(p)[0] == 0
+    (f,) = list(out.iterdir())
+    (rec,) = [json.loads(x) for x in f.read_bytes().splitlines()]
+    import base64
+    assert base64.b64decode(rec["body_base64"]) == body
+    assert rec["topic"] == topic and rec["channel"] == "nsqcli_to_file" and rec["attempts"] == 1
+
+
+@pytest.mark.parametrize("args, words", [
+    ([], b"give --topic or --topic-pattern"),
+    (["-t", "x", "--topic-pattern", "y"], b"needs --lookupd-http-address"),
+    (["--topic-pattern", "(", "--lookupd-http-address", "127.0.0.1:1"], b"invalid --topic-pattern"),
+    (["-t", "x", "--gzip", "--filename-format", "<TOPIC>.log"], b"needs <REV>"),
+    (["-t", "x", "--rotate-size", "lots"], b"is not a size"),
+])
+def test_usage_errors(args, words):
+    p = start(args)
+    _, err = p.communicate(timeout=20)
+    assert p.returncode == 2 and words in err and err.count(b"\n") == 1
