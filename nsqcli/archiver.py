@@ -121,6 +121,9 @@ class TopicArchiver:
         self.consumer.drain(timeout)
         self.sync_and_close()
         self.consumer.stop(timeout)
+        f = self.file
+        log.info("topic %s: %d messages archived and FINed in %d syncs, %d files closed",
+                 self.topic, self.finished, f.syncs, len(f.closed_files))
 
 
 class Archiver:

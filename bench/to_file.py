@@ -1,0 +1,97 @@
+"""nsqcli to-file vs the official nsq_to_file: N pre-published 100-byte messages drained to gzip
+files, same nsqd, same --max-in-flight and --sync-interval, fsync before FIN in both.
+
+    .venv/bin/python -m bench.to_file --messages 1000000 --max-in-flight 200
+
+Reports messages/s (until nsqd shows the channel drained), peak RSS (VmHWM) and syncs/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.run import prepublish
+from nsqcli.lookup import http_json
+from nsqcli.sandbox import NsqdOptions, Sandbox, find_binary
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def channel(sb, topic, ch):
+    stats = http_json(sb.nsqd.http_address, "/stats", {"format": "json", "topic": topic, "channel": ch})
+    for t in stats.get("topics") or []:
+        for c in t.get("channels") or []:
+            return c
+    return None
+
+
+def peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def run_one(name, cmd, sb, topic, ch, n, out: Path, mif: int):
+    """Time until everything but the last partial batch is FINed: that batch waits for
+    --sync-interval in both tools alike, and is not a measure of throughput."""
+    log = tempfile.TemporaryFile()
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log)
+    while True:
+        c = channel(sb, topic, ch)
+        if c and c["depth"] == 0 and c["message_count"] - c["in_flight_count"] >= n - mif:
+            break
+        if p.poll() is not None:
+            log.seek(0)
+            raise SystemExit(f"{name} exited early: {log.read()[-500:]!r}")
+        time.sleep(0.01)
+    elapsed = time.perf_counter() - t0
+    rss = peak_rss_mb(p.pid)
+    p.send_signal(signal.SIGTERM)
+    p.wait(60)
+    log.seek(0)
+    err = log.read()
+    records = sum(len(gzip.decompress(f.read_bytes()).splitlines()) for f in out.rglob("*.gz"))
+    m = re.search(rb"in (\d+) syncs", err)
+    syncs = int(m.group(1)) if m else None
+    print(f"{name:14s} {n / elapsed:>10,.0f} msg/s  {elapsed:6.2f}s  peak RSS {rss:6.1f} MB  "
+          + (f"{syncs / elapsed:,.0f} syncs/s" if syncs else "syncs/s n/a") + f"  records on disk {records:,}",
+          flush=True)
+    return n / elapsed
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--messages", type=int, default=1_000_000)
+    ap.add_argument("--max-in-flight", type=int, default=200)
+    ap.add_argument("--sync-interval", default="30s")
+    a = ap.parse_args()
+    n = a.messages
+    with Sandbox(NsqdOptions(mem_queue_size=n + 10), with_lookupd=False) as sb, \
+            tempfile.TemporaryDirectory() as tmp:
+        addr = sb.nsqd.tcp_address
+        print(f"{n:,} x 100 B, --max-in-flight {a.max_in_flight}, --sync-interval {a.sync_interval}, gzip")
+        common = [f"--max-in-flight={a.max_in_flight}", f"--sync-interval={a.sync_interval}", "--gzip"]
+        prepublish(addr, "tf_go", n, 100)
+        go = run_one("nsq_to_file", [find_binary("nsq_to_file"), "--topic=tf_go", "--channel=c",
+                                     f"--nsqd-tcp-address={addr}", f"--output-dir={tmp}/go", *common],
+                     sb, "tf_go", "c", n, Path(tmp) / "go", a.max_in_flight)
+        prepublish(addr, "tf_ours", n, 100)
+        ours = run_one("nsqcli to-file", [str(ROOT / ".venv/bin/nsqcli"), "to-file", "-t", "tf_ours", "-c", "c",
+                                          "--nsqd-tcp-address", addr, "--output-dir", f"{tmp}/ours",
+                                          "--no-live", *common],
+                       sb, "tf_ours", "c", n, Path(tmp) / "ours", a.max_in_flight)
+        print(f"ratio nsqcli/nsq_to_file: {ours / go:.2f}x")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
