@@ -113,3 +113,79 @@ def lookup_all(addresses: list[str], topic: str, timeout: float = 5.0
         except LookupdError as e:
             errors.append(e)
     return list(seen.values()), errors
+
+
+# -- the cluster as every nsqlookupd sees it (nsqcli lookup) --------------------------------------
+@dataclass
+class Node:
+    """An nsqd node registered with nsqlookupd, with the topics it carries."""
+
+    broadcast_address: str
+    tcp_port: int
+    http_port: int
+    hostname: str
+    version: str
+    topics: dict[str, bool]  # topic -> tombstoned
+    lookupds: list[str]
+
+    @property
+    def tcp_address(self) -> str:
+        return Producer(self.broadcast_address, self.tcp_port, self.http_port).tcp_address
+
+    @property
+    def http_address(self) -> str:
+        return Producer(self.broadcast_address, self.tcp_port, self.http_port).http_address
+
+    def to_json(self) -> dict:
+        return {"broadcast_address": self.broadcast_address, "hostname": self.hostname,
+                "tcp_port": self.tcp_port, "http_port": self.http_port, "version": self.version,
+                "tcp_address": self.tcp_address, "http_address": self.http_address,
+                "topics": [{"topic": t, "tombstoned": tomb} for t, tomb in sorted(self.topics.items())],
+                "lookupds": self.lookupds}
+
+
+@dataclass
+class ClusterView:
+    """The union of what every reachable nsqlookupd said."""
+
+    nodes: dict[str, Node]            # tcp address -> node
+    topics: dict[str, set[str]]       # topic -> channels
+    errors: list[LookupdError]
+    answered: list[str]
+
+    def producers(self, topic: str) -> list[Node]:
+        return [n for n in self.nodes.values() if topic in n.topics]
+
+
+def cluster_view(addresses: list[str], topic: str | None = None, timeout: float = 5.0) -> ClusterView:
+    """Ask every lookupd for /nodes and /topics (or just ``topic``) and the channels; union."""
+    view = ClusterView({}, {}, [], [])
+    for address in addresses:
+        try:
+            nodes = (http_json(address, "/nodes", timeout=timeout) or {}).get("producers") or []
+            topics = [topic] if topic else (http_json(address, "/topics", timeout=timeout) or {}).get("topics") or []
+            channels = {}
+            for t in topics:
+                try:
+                    channels[t] = (http_json(address, "/channels", {"topic": t}, timeout) or {}).get("channels") or []
+                except LookupdError as e:
+                    if e.status != 404:
+                        raise
+                    channels[t] = []
+        except LookupdError as e:
+            view.errors.append(e)
+            continue
+        view.answered.append(address)
+        for t, chans in channels.items():
+            view.topics.setdefault(t, set()).update(chans)
+        for p in nodes:
+            prod = Producer.from_json(p)
+            node = view.nodes.setdefault(prod.tcp_address, Node(
+                prod.broadcast_address, prod.tcp_port, prod.http_port, prod.hostname, prod.version, {}, []))
+            node.lookupds.append(address)
+            tombs = p.get("tombstones") or []
+            for i, t in enumerate(p.get("topics") or []):
+                if topic is None or t == topic:
+                    node.topics[t] = node.topics.get(t, False) or bool(i < len(tombs) and tombs[i])
+                    view.topics.setdefault(t, set())
+    return view

@@ -14,6 +14,8 @@ COMMANDS = {
     "pub": "nsqcli.cli.pub:pub",
     "mpub": "nsqcli.cli.mpub:mpub",
     "tail": "nsqcli.cli.tail:tail",
+    "lookup": "nsqcli.cli.lookup_cmd:lookup",
+    "stat": "nsqcli.cli.stat:stat",
     "to-file": "nsqcli.cli.to_file:to_file",
 }
 

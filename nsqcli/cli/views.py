@@ -88,3 +88,49 @@ class LiveArchive:
 
     def stop(self) -> None:
         self.live.stop()
+
+
+def _fmt_drain(seconds) -> str:
+    if seconds is None:
+        return "∞"
+    if seconds == 0:
+        return "-"
+    return f"{seconds:.0f}s" if seconds < 120 else f"{seconds / 60:.0f}m"
+
+
+def dashboard(rows, sample, clients: bool = False):
+    """The `nsqcli stat` live view of one sample: a row per topic/channel (or node), rates,
+    depth with a sparkline, time to drain, warnings; nodes down; optionally every client."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    t = Table(title="nsqcli stat", expand=False)
+    for col in ("topic/channel", "in/s", "out/s", "depth", "mem", "disk", "history", "drain", "inflt",
+                "def", "req/s", "t-o/s", "msgs", "clients", "warnings"):
+        t.add_column(col, justify="left" if col in ("topic/channel", "history", "warnings") else "right")
+    for r in rows:
+        name = f"{r.topic}/{r.channel or '-'}" + (f" @{r.node}" if r.node != "*" else "")
+        t.add_row(name, f"{r.ingress:,.0f}", f"{r.egress:,.0f}", f"{r.depth:,}", f"{r.mem:,}",
+                  f"{r.backend_depth:,}", r.sparkline(), _fmt_drain(r.drain_seconds()), str(r.in_flight),
+                  str(r.deferred), f"{r.requeue_rate:,.1f}", f"{r.timeout_rate:,.1f}", f"{r.messages:,}",
+                  str(r.clients), Text(", ".join(r.warnings()), style="yellow"))
+    parts = [t]
+    status = Text(f"nodes up: {len(sample.stats)}")
+    if sample.down:
+        status.append(f"   down: {', '.join(sorted(sample.down))}", style="bold red")
+    parts.append(status)
+    if clients:
+        c = Table(title="clients", expand=False)
+        for col in ("topic/channel", "address", "user agent", "RDY", "in-flight", "finished", "requeued",
+                    "connected for"):
+            c.add_column(col)
+        now = time.time()
+        for r in rows:
+            for cl in r.client_list:
+                c.add_row(f"{r.topic}/{r.channel}", cl.get("remote_address", ""), cl.get("user_agent", ""),
+                          str(cl.get("ready_count", 0)), str(cl.get("in_flight_count", 0)),
+                          str(cl.get("finish_count", 0)), str(cl.get("requeue_count", 0)),
+                          f"{now - cl.get('connect_ts', now):.0f}s")
+        parts.append(c)
+    return Group(*parts)

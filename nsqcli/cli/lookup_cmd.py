@@ -1,0 +1,111 @@
+"""``nsqcli lookup``: what every nsqlookupd knows, as one union."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from .types import TOPIC
+
+DEFAULT_LOOKUPD = "127.0.0.1:4161"
+
+
+def lookupd_option(f):
+    return click.option("--lookupd-http-address", "lookupds", multiple=True, envvar="NSQCLI_LOOKUPD_HTTP_ADDRESS",
+                        show_envvar=True, help=f"nsqlookupd HTTP address (repeatable). Default {DEFAULT_LOOKUPD}.")(f)
+
+
+@click.command()
+@click.option("-t", "--topic", type=TOPIC, help="Only this topic: its producers (what a consumer connects to) and channels.")
+@click.option("--nodes", is_flag=True, help="All nodes with their topics.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")
+@lookupd_option
+@click.pass_obj
+def lookup(app, topic, nodes, as_json, lookupds):
+    """Show topics, channels and producer nodes as the union of every nsqlookupd.
+
+    Lookupds that fail are named in a warning; exit 0 when at least one answered, 1 when none did.
+    """
+    from ..errors import NSQError
+    from ..lookup import cluster_view
+
+    if topic and nodes:
+        raise click.UsageError("--topic and --nodes cannot be used together")
+    addresses = list(lookupds) or [DEFAULT_LOOKUPD]
+    view = cluster_view(addresses, topic)
+    for e in view.errors:
+        app.warn(f"nsqlookupd failed: {e}")
+    if not view.answered:
+        raise NSQError(f"no nsqlookupd answered ({', '.join(addresses)})")
+    doc = _document(view, topic, nodes)
+    if as_json:
+        sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    elif sys.stdout.isatty():
+        _rich(app, doc, topic, nodes)
+    else:
+        sys.stdout.write(_plain(doc, topic, nodes))
+    return 0
+
+
+def _document(view, topic, nodes) -> dict:
+    doc = {"lookupds": {"answered": view.answered,
+                        "failed": [{"endpoint": e.endpoint, "error": str(e)} for e in view.errors]}}
+    if nodes:
+        doc["nodes"] = [n.to_json() for _, n in sorted(view.nodes.items())]
+        return doc
+    topics = [topic] if topic else sorted(view.topics)
+    doc["topics"] = [{
+        "topic": t, "channels": sorted(view.topics.get(t, ())),
+        "producers": [{**_short(n), "tombstoned": n.topics[t]} for n in sorted(view.producers(t), key=lambda n: n.tcp_address)],
+    } for t in topics]
+    return doc
+
+
+def _short(n) -> dict:
+    return {"tcp_address": n.tcp_address, "http_address": n.http_address, "hostname": n.hostname,
+            "version": n.version}
+
+
+def _rows(doc, topic, nodes) -> tuple[list[str], list[list[str]]]:
+    if nodes:
+        head = ["NODE (TCP)", "HTTP", "HOSTNAME", "VERSION", "TOPICS"]
+        rows = [[n["tcp_address"], n["http_address"], n["hostname"], n["version"],
+                 " ".join(t["topic"] + (" (tombstoned)" if t["tombstoned"] else "") for t in n["topics"]) or "-"]
+                for n in doc["nodes"]]
+        return head, rows
+    if topic:
+        head = ["PRODUCER (TCP)", "HTTP", "HOSTNAME", "VERSION", "TOMBSTONED"]
+        t = doc["topics"][0]
+        rows = [[p["tcp_address"], p["http_address"], p["hostname"], p["version"], "yes" if p["tombstoned"] else "no"]
+                for p in t["producers"]]
+        return head, rows
+    head = ["TOPIC", "CHANNELS", "PRODUCERS"]
+    rows = [[t["topic"], " ".join(t["channels"]) or "-",
+             " ".join(p["tcp_address"] + ("(tombstoned)" if p["tombstoned"] else "") for p in t["producers"]) or "-"]
+            for t in doc["topics"]]
+    return head, rows
+
+
+def _plain(doc, topic, nodes) -> str:
+    head, rows = _rows(doc, topic, nodes)
+    widths = [max(len(x) for x in col) for col in zip(head, *rows)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [head, *rows]]
+    if topic:
+        lines.append(f"channels: {' '.join(doc['topics'][0]['channels']) or '-'}")
+    return "\n".join(lines) + "\n"
+
+
+def _rich(app, doc, topic, nodes) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    head, rows = _rows(doc, topic, nodes)
+    table = Table(*head, title=f"topic {topic}" if topic else ("nodes" if nodes else "topics"))
+    for r in rows:
+        table.add_row(*r)
+    out = Console(highlight=False, markup=False, emoji=False)
+    out.print(table)
+    if topic:
+        out.print(f"channels: {' '.join(doc['topics'][0]['channels']) or '-'}")
