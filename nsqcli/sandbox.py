@@ -203,7 +203,7 @@ class NsqdOptions:
                  ("--max-heartbeat-interval", self.max_heartbeat_interval)]
         args += [f"{flag}={value}" for flag, value in pairs if value is not None]
         if self.tls_required:
-            args.append("--tls-required=true")
+            args.append("--tls-required=tcp-https")  # TCP must use TLS; plain HTTP stays for /ping
         return args + list(self.extra_args)
 
 

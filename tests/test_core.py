@@ -357,3 +357,49 @@ def test_start_fails_fast_with_clear_error(topic):
         c.start()
     with pytest.raises(TransportError):
         Consumer(topic, "c", lambda m: None, nsqd_tcp_addresses=["127.0.0.1:1"]).start()
+
+
+def test_tls_client_certificate_required(nsqd_factory, certs, tmp_path, topic):
+    """nsqd --tls-client-auth-policy=require-verify: only a client with a certificate it trusts."""
+    (cert, key), _ = certs
+    client_cert, client_key = make_cert(tmp_path, "client")
+    server = nsqd_factory(tls_cert=cert, tls_key=key, tls_root_ca_file=client_cert,
+                          tls_client_auth_policy="require-verify", tls_required=True)
+    ok = TLSConfig(enabled=True, ca_file=cert, cert_file=client_cert, key_file=client_key, min_version="1.2")
+    with Producer(server.tcp_address, Config(tls=ok)) as p:
+        p.publish(topic, b"mutual")
+        (client,) = http_get_json(server.http_address, "/stats", format="json")["producers"]
+        assert client["tls"] and client["tls_version"] in ("TLS1.2", "TLS1.3")
+    with pytest.raises(PublishError):
+        Producer(server.tcp_address, Config(tls=TLSConfig(enabled=True, ca_file=cert))).publish(topic, b"x")
+
+
+def test_lookupd_pre_1_0_envelope_is_unwrapped():
+    """Servers <= v0.3.8 wrap JSON as {status_code, status_txt, data} unless they honour the
+    Accept header; such a server cannot be built here, so one answer of that shape is served."""
+    import json as _json
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from nsqcli.lookup import lookup_topic
+
+    class Old(BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = _json.dumps({"status_code": 200, "status_txt": "OK", "data": {"channels": ["c"], "producers": [
+                {"broadcast_address": "10.0.0.5", "hostname": "old", "tcp_port": 4150, "http_port": 4151,
+                 "version": "0.3.8"}]}}).encode()
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Old)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        (p,) = lookup_topic(f"127.0.0.1:{srv.server_address[1]}", "t")
+        assert (p.tcp_address, p.version) == ("10.0.0.5:4150", "0.3.8")
+    finally:
+        srv.shutdown()
+        srv.server_close()
