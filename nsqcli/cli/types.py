@@ -42,6 +42,7 @@ class TopicName(click.ParamType):
 
     def __init__(self, kind: str = "topic"):
         self.kind = kind
+        self.name = kind.upper()
 
     def convert(self, value, param, ctx):
         from ..errors import LocalProtocolError
