@@ -123,6 +123,14 @@ def cli_bench(sb: Sandbox, n: int, results: dict) -> None:
         secs = timed([find_binary("to_nsq"), "--topic=cli_to_nsq", f"--nsqd-tcp-address={addr}"], f.name)
         results["go_to_nsq"] = n / secs
         print(f"Go to_nsq (file):            {results['go_to_nsq']:>12,.0f} msg/s", flush=True)
+        out = subprocess.run([sys.executable, "-m", "bench.workers", "pynsq-writer", addr, "cli_pynsq", f.name],
+                             capture_output=True, text=True, timeout=900, cwd=ROOT)
+        try:
+            got, secs = out.stdout.split()
+            results["pynsq_writer_mpub"] = int(got) / float(secs)
+            print(f"pynsq Writer MPUB (file):    {results['pynsq_writer_mpub']:>12,.0f} msg/s", flush=True)
+        except ValueError:
+            print(f"pynsq Writer failed: {out.stderr[-300:]}", flush=True)
     secs = timed([nsqcli, "tail", "-t", "cli_mpub", "-n", str(n), "--nsqd-tcp-address", addr])
     results["cli_tail"] = n / secs
     print(f"nsqcli tail -n {n} > /dev/null: {results['cli_tail']:>9,.0f} msg/s", flush=True)
@@ -153,8 +161,10 @@ def main() -> None:
             results["nsqcli_pub_s"] = startup([str(ROOT / ".venv/bin/nsqcli"), "pub", "-t", "startup",
                                                "--nsqd-tcp-address", addr, "hi"], None, args.runs)
             print(f"nsqcli pub one message:      {results['nsqcli_pub_s'] * 1000:>9.1f} ms")
-            print("ratios: mpub_vs_to_nsq {:.2f}x, tail_vs_nsq_tail {:.2f}x".format(
-                results["cli_mpub"] / results["go_to_nsq"], results["cli_tail"] / results["go_nsq_tail"]))
+            print("ratios: mpub_vs_to_nsq {:.2f}x, mpub_vs_pynsq_writer {:.2f}x, tail_vs_nsq_tail {:.2f}x".format(
+                results["cli_mpub"] / results["go_to_nsq"],
+                results["cli_mpub"] / results.get("pynsq_writer_mpub", float("nan")),
+                results["cli_tail"] / results["go_nsq_tail"]))
             return
         # -- consumers ------------------------------------------------------------------
         prepublish(addr, "sub_nsqcli", n, 100)
@@ -196,6 +206,8 @@ def main() -> None:
     ratios = {}
     if "cli_mpub" in r:
         ratios.update(mpub_vs_to_nsq=r["cli_mpub"] / r["go_to_nsq"], tail_vs_nsq_tail=r["cli_tail"] / r["go_nsq_tail"])
+        if "pynsq_writer_mpub" in r:
+            ratios["mpub_vs_pynsq_writer"] = r["cli_mpub"] / r["pynsq_writer_mpub"]
     ratios |= {"consumer_vs_bench_reader": r["nsqcli_consumer"] / r["go_bench_reader"],
               "mpub_vs_bench_writer": r["nsqcli_mpub"] / r["go_bench_writer"],
               "pub_startup_vs_to_nsq": r["nsqcli_pub_s"] / r["to_nsq_s"]}

@@ -54,8 +54,55 @@ def pynsq_consumer(address: str, topic: str, n: int) -> tuple[int, float]:
     return count[0], end[0] - start
 
 
+def pynsq_writer(address: str, topic: str, path: str, batch: int = 500, window: int = 8) -> tuple[int, float]:
+    """pynsq's Writer publishing the newline-separated records of ``path`` with MPUB batches
+    (same batch size as nsqcli mpub, up to ``window`` batches in flight)."""
+    import nsq
+    import tornado.ioloop
+
+    start = time.perf_counter()
+    with open(path, "rb") as f:
+        records = [r for r in f.read().split(b"\n") if r]
+    batches = [records[i:i + batch] for i in range(0, len(records), batch)]
+    loop = tornado.ioloop.IOLoop.current()
+    state = {"next": 0, "inflight": 0, "done": 0, "error": None}
+    writer = nsq.Writer([address])
+
+    def pump():
+        while state["inflight"] < window and state["next"] < len(batches):
+            b = batches[state["next"]]
+            state["next"] += 1
+            state["inflight"] += 1
+            writer.mpub(topic, b, callback=lambda conn, data, n=len(b): finished(n, data))
+        if state["done"] == len(records) or state["error"]:
+            loop.stop()
+
+    def finished(n, data):
+        state["inflight"] -= 1
+        if isinstance(data, Exception):
+            state["error"] = data
+        else:
+            state["done"] += n
+        pump()
+
+    def begin():
+        if not writer.conns:
+            loop.call_later(0.01, begin)
+            return
+        pump()
+
+    loop.call_later(0.01, begin)
+    nsq.run()
+    if state["error"]:
+        raise SystemExit(f"pynsq Writer failed: {state['error']}")
+    return state["done"], time.perf_counter() - start
+
+
 if __name__ == "__main__":
-    kind, address, topic, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-    fn = nsqcli_consumer if kind == "nsqcli" else pynsq_consumer
-    got, secs = fn(address, topic, n)
+    kind, address, topic, arg = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+    if kind == "pynsq-writer":
+        got, secs = pynsq_writer(address, topic, arg)
+    else:
+        fn = nsqcli_consumer if kind == "nsqcli" else pynsq_consumer
+        got, secs = fn(address, topic, int(arg))
     print(got, secs, flush=True)
