@@ -145,15 +145,7 @@ class Consumer:
             return
         self._stopping = True
         deadline = time.monotonic() + timeout
-        with self._lock:
-            handles = list(self._handles.values())
-        for h in handles:
-            try:
-                h.conn.send_cls()
-            except TransportError:
-                pass
-        for h in handles:
-            h.conn.close_wait_event.wait(max(0.0, min(5.0, deadline - time.monotonic())))
+        handles = self._close_wait(deadline)
         self._queue.put(None)  # marker: handlers drain everything queued before it
         self._wait_settled(deadline)
         for h in handles:
@@ -166,6 +158,14 @@ class Consumer:
         received so far. Afterwards no new message arrives; what handlers hold is theirs to
         FIN/REQ (to-file syncs it) before stop()."""
         deadline = time.monotonic() + timeout
+        self._close_wait(deadline)
+        if self._workers:
+            marker = threading.Event()
+            self._queue.put(marker)
+            marker.wait(max(0.0, deadline - time.monotonic()))
+
+    def _close_wait(self, deadline: float) -> list[_Handle]:
+        """CLS to every connection, then wait (bounded) for each CLOSE_WAIT."""
         with self._lock:
             handles = list(self._handles.values())
         for h in handles:
@@ -175,10 +175,7 @@ class Consumer:
                 pass
         for h in handles:
             h.conn.close_wait_event.wait(max(0.0, min(5.0, deadline - time.monotonic())))
-        if self._workers:
-            marker = threading.Event()
-            self._queue.put(marker)
-            marker.wait(max(0.0, deadline - time.monotonic()))
+        return handles
 
     def _wait_settled(self, deadline: float) -> None:
         while time.monotonic() < deadline:
