@@ -132,7 +132,7 @@ class Archiver:
     def __init__(self, *, topics: list[str], topic_pattern: str | None, topic_refresh: float,
                  channel: str, opts: FileOptions, formatter: Callable, config: Config,
                  nsqd: list[str], lookupd: list[str], sync_interval: float,
-                 on_error: Callable = lambda e: log.warning("%s", e)):
+                 on_error: Callable = lambda e: log.warning("%s", e), status_interval: float = 0.0):
         self.fixed_topics = list(topics)
         self.pattern = re.compile(topic_pattern) if topic_pattern else None
         self.topic_refresh = topic_refresh
@@ -150,6 +150,9 @@ class Archiver:
         self.hup_event = threading.Event()
         self._lock = threading.Lock()
         self._next_refresh = 0.0
+        self.status_interval = status_interval
+        self._next_status = time.monotonic() + status_interval
+        self._status_last: dict[str, int] = {}
         self._timer: threading.Thread | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------------
@@ -252,8 +255,20 @@ class Archiver:
                     a.tick(now, self.sync_interval)
                 if self.pattern is not None and time.monotonic() >= self._next_refresh:
                     self._refresh_topics()
+                if self.status_interval and time.monotonic() >= self._next_status:
+                    self._log_status()
             except Exception as e:  # report and keep archiving
                 self.on_error(e)
+
+    def _log_status(self) -> None:
+        """A periodic line per topic for daemons without a terminal."""
+        self._next_status = time.monotonic() + self.status_interval
+        for row in self.status():
+            before = self._status_last.get(row["topic"], 0)
+            self._status_last[row["topic"]] = row["received"]
+            log.info("topic %s: %d messages (%.1f/s), %d pending, file %s (%d bytes), %d syncs, %d files closed",
+                     row["topic"], row["received"], (row["received"] - before) / self.status_interval,
+                     row["pending"], row["file"] or "-", row["size"], row["syncs"], row["closed"])
 
     def status(self) -> list[dict]:
         with self._lock:

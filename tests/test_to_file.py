@@ -268,13 +268,16 @@ def test_json_format_envelope(nsqd, topic, tmp_path):
     body = b"line1\nline2 \xff binary"
     http_post(nsqd.http_address, "/pub", body, topic=topic)
     p = start(["-t", topic, "--nsqd-tcp-address", nsqd.tcp_address, "--output-dir", str(out),
-               "--format", "json", "--sync-interval", "0.2s"])
+               "--format", "json", "--sync-interval", "0.2s", "--status-interval", "0.3s"])
     try:
         wait_for(lambda: drained(nsqd, topic), what="drained")
+        time.sleep(0.7)
     finally:
-        assert stop(p)[0] == 0
+        rc, _, err = stop(p)
+    assert rc == 0
     (f,) = list(out.iterdir())
     (rec,) = [json.loads(x) for x in f.read_bytes().splitlines()]
+    assert f"topic {topic}: 1 messages".encode() in err  # periodic status line (not a TTY)
     import base64
     assert base64.b64decode(rec["body_base64"]) == body
     assert rec["topic"] == topic and rec["channel"] == "nsqcli_to_file" and rec["attempts"] == 1

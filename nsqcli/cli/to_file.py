@@ -60,11 +60,14 @@ class Size(click.ParamType):
 @click.option("--log-level", type=click.Choice(["debug", "info", "warn", "error"]), default="info",
               show_default=True, help="Log lines on stderr.")
 @click.option("--live/--no-live", default=None, help="Live status table (default: on when stderr is a TTY).")
+@click.option("--status-interval", type=DURATION, default="60s", show_default=True,
+              help="Without --live: a status line per topic this often at info level (0 = off).")
 @connection_options()
 @click.pass_obj
 def to_file(app, topics, topic_pattern, topic_refresh, channel, max_in_flight, output_dir, work_dir,
             filename_format, datetime_format, local_time, host_identifier, use_gzip, gzip_level,
-            rotate_size, rotate_interval, sync_interval, skip_empty_files, fmt, log_level, live, **kwargs):
+            rotate_size, rotate_interval, sync_interval, skip_empty_files, fmt, log_level, live,
+            status_interval, **kwargs):
     """Archive TOPIC(s) to files; run as a daemon.
 
     A message is FINed only after the file holding it is fsync'ed (gzip: after the member holding
@@ -103,17 +106,19 @@ def to_file(app, topics, topic_pattern, topic_refresh, channel, max_in_flight, o
     _setup_logging(log_level)
     formatter = Formatter(fmt)
     sep = b"\n"
+    show_live = live or (live is None and app.stderr_is_tty)
     archiver = Archiver(topics=list(topics), topic_pattern=topic_pattern, topic_refresh=topic_refresh,
                         channel=channel, opts=opts, formatter=lambda m: formatter(m) + sep, config=cfg,
                         nsqd=nsqd_addresses(conn) if not lookupd or conn.get("nsqd_tcp_addresses") else [],
                         lookupd=lookupd, sync_interval=sync_interval,
-                        on_error=lambda e: logging.getLogger("nsqcli").warning("%s", e))
+                        on_error=lambda e: logging.getLogger("nsqcli").warning("%s", e),
+                        status_interval=0.0 if show_live else status_interval)
     signal.signal(signal.SIGINT, lambda *_: archiver.stop_event.set())
     signal.signal(signal.SIGTERM, lambda *_: archiver.stop_event.set())
     signal.signal(signal.SIGHUP, lambda *_: archiver.hup_event.set())
     archiver.start()
     view = None
-    if live or (live is None and app.stderr_is_tty):
+    if show_live:
         from .views import LiveArchive
 
         view = LiveArchive(app.console, archiver).start()
