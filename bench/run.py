@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from nsqcli import Config, Producer
+from nsqcli.lookup import http_json
 from nsqcli.sandbox import NsqdOptions, Sandbox, find_binary
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,12 +57,30 @@ def go_bench(program: str, sb: Sandbox, topic: str, runfor: float, *extra: str) 
     return float(m.group(1))
 
 
-def go_reader(sb: Sandbox, topic: str, runfor: float) -> float:
-    ops = go_bench("bench_reader", sb, topic, runfor, "--channel=bench")
-    left = depth(sb, topic)
-    if left <= 0:
-        raise RuntimeError("bench_reader drained the topic before --runfor ended: use more --messages")
-    return ops
+def go_reader(sb: Sandbox, topic: str, n: int) -> float:
+    """bench_reader reports ops over a fixed --runfor (noisy for short windows); to compare like
+    with like we time it as the Python consumers are timed: until it has received all n messages
+    (nsqd's /stats: depth 0, message_count n). It batches FINs and never flushes the last
+    partial batch, so "all FINed" cannot be waited for."""
+    from nsqcli.lookup import http_json
+
+    t0 = time.perf_counter()
+    p = subprocess.Popen([find_binary("bench_reader"), f"--nsqd-tcp-address={sb.nsqd.tcp_address}",
+                          f"--topic={topic}", "--channel=bench", "--size=100", "--runfor=600s"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        while True:
+            stats = http_json(sb.nsqd.http_address, "/stats", {"format": "json", "topic": topic,
+                                                                "channel": "bench", "include_clients": "false"})
+            ch = (stats.get("topics") or [{}])[0].get("channels") or []
+            if ch and ch[0]["message_count"] >= n and ch[0]["depth"] == 0:
+                return n / (time.perf_counter() - t0)
+            if p.poll() is not None:
+                raise RuntimeError(f"bench_reader exited early: {p.stderr.read()[:300]!r}")
+            time.sleep(0.002)
+    finally:
+        p.kill()
+        p.wait()
 
 
 def py_reader(kind: str, sb: Sandbox, topic: str, n: int) -> float:
@@ -146,6 +165,7 @@ def main() -> None:
     ap.add_argument("--messages", type=int, default=1_000_000)
     ap.add_argument("--runs", type=int, default=20, help="runs for the pub start-up timing")
     ap.add_argument("--skip-pynsq", action="store_true")
+    ap.add_argument("--repeat", type=int, default=3, help="consumer runs per contender (median reported)")
     ap.add_argument("--only", choices=["core", "cli", "all"], default="all")
     args = ap.parse_args()
     n = args.messages
@@ -157,6 +177,8 @@ def main() -> None:
 
         if args.only in ("cli", "all"):
             cli_bench(sb, n, results)
+            for t in ("cli_mpub", "cli_to_nsq", "cli_pynsq"):  # free memory for the next contenders
+                http_json(sb.nsqd.http_address, "/topic/delete", {"topic": t}, method="POST")
         if args.only == "cli":
             results["nsqcli_pub_s"] = startup([str(ROOT / ".venv/bin/nsqcli"), "pub", "-t", "startup",
                                                "--nsqd-tcp-address", addr, "hi"], None, args.runs)
@@ -166,23 +188,22 @@ def main() -> None:
                 results["cli_mpub"] / results.get("pynsq_writer_mpub", float("nan")),
                 results["cli_tail"] / results["go_nsq_tail"]))
             return
-        # -- consumers ------------------------------------------------------------------
-        prepublish(addr, "sub_nsqcli", n, 100)
-        results["nsqcli_consumer"] = py_reader("nsqcli", sb, "sub_nsqcli", n)
-        print(f"nsqcli Consumer (FIN only):  {results['nsqcli_consumer']:>12,.0f} msg/s", flush=True)
-        runfor = max(0.5, min(10.0, 0.3 * n / max(results["nsqcli_consumer"], 1)))
-        for attempt in range(4):  # bench_reader runs for a fixed time: it must not run dry
-            topic = f"sub_go{attempt}"
-            prepublish(addr, topic, n, 100)
-            try:
-                results["go_bench_reader"] = go_reader(sb, topic, runfor)
-                break
-            except RuntimeError:
-                runfor /= 2
-        else:
-            raise SystemExit("bench_reader always drained the topic; use more --messages")
-        print(f"Go bench_reader:             {results['go_bench_reader']:>12,.0f} msg/s (runfor {runfor:.1f}s)",
-              flush=True)
+        # -- consumers: alternate the contenders, --repeat times each, report medians --------
+        runs: dict[str, list[float]] = {"nsqcli_consumer": [], "nsqcli_consumer_each": [], "go_bench_reader": []}
+        for i in range(args.repeat):
+            for key, fn in (("nsqcli_consumer", lambda t: py_reader("nsqcli", sb, t, n)),
+                            ("nsqcli_consumer_each", lambda t: py_reader("nsqcli-each", sb, t, n)),
+                            ("go_bench_reader", lambda t: go_reader(sb, t, n))):
+                t = f"sub_{key}_{i}"
+                prepublish(addr, t, n, 100)
+                runs[key].append(fn(t))
+                http_json(sb.nsqd.http_address, "/topic/delete", {"topic": t}, method="POST")
+        for key, label in (("nsqcli_consumer", "nsqcli Consumer, FIN only (batch handler)"),
+                           ("nsqcli_consumer_each", "nsqcli Consumer, FIN only (per-message handler)"),
+                           ("go_bench_reader", "Go bench_reader (time to receive all)")):
+            results[key] = statistics.median(runs[key])
+            print(f"{label:48s} {results[key]:>10,.0f} msg/s  (runs: "
+                  + ", ".join(f"{x:,.0f}" for x in runs[key]) + ")", flush=True)
         if not args.skip_pynsq:
             prepublish(addr, "sub_pynsq", n, 100)
             results["pynsq_reader"] = py_reader("pynsq", sb, "sub_pynsq", n)
@@ -209,10 +230,12 @@ def main() -> None:
         if "pynsq_writer_mpub" in r:
             ratios["mpub_vs_pynsq_writer"] = r["cli_mpub"] / r["pynsq_writer_mpub"]
     ratios |= {"consumer_vs_bench_reader": r["nsqcli_consumer"] / r["go_bench_reader"],
+               "per_message_consumer_vs_bench_reader": r["nsqcli_consumer_each"] / r["go_bench_reader"],
               "mpub_vs_bench_writer": r["nsqcli_mpub"] / r["go_bench_writer"],
               "pub_startup_vs_to_nsq": r["nsqcli_pub_s"] / r["to_nsq_s"]}
     if "pynsq_reader" in r:
         ratios["consumer_vs_pynsq"] = r["nsqcli_consumer"] / r["pynsq_reader"]
+        ratios["per_message_consumer_vs_pynsq"] = r["nsqcli_consumer_each"] / r["pynsq_reader"]
     results["ratios"] = ratios
     print("ratios: " + ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items()))
     out = ROOT / "bench" / "results"

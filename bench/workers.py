@@ -7,7 +7,7 @@ import sys
 import time
 
 
-def nsqcli_consumer(address: str, topic: str, n: int) -> tuple[int, float]:
+def nsqcli_consumer(address: str, topic: str, n: int, per_message: bool = False) -> tuple[int, float]:
     import threading
 
     from nsqcli import Config, Consumer
@@ -23,8 +23,14 @@ def nsqcli_consumer(address: str, topic: str, n: int) -> tuple[int, float]:
         if count[0] >= n:
             done.set()
 
-    c = Consumer(topic, "bench", batch_handler=batch, nsqd_tcp_addresses=[address],
-                 config=Config(max_in_flight=2500, max_attempts=0))
+    def each(msg):  # FIN only (auto-response after return), one call per message
+        count[0] += 1
+        if count[0] >= n:
+            done.set()
+
+    handlers = {"handler": each} if per_message else {"batch_handler": batch}
+    c = Consumer(topic, "bench", nsqd_tcp_addresses=[address],
+                 config=Config(max_in_flight=2500, max_attempts=0), **handlers)
     start = time.perf_counter()
     c.start()
     done.wait(600)
@@ -103,6 +109,8 @@ if __name__ == "__main__":
     if kind == "pynsq-writer":
         got, secs = pynsq_writer(address, topic, arg)
     else:
-        fn = nsqcli_consumer if kind == "nsqcli" else pynsq_consumer
-        got, secs = fn(address, topic, int(arg))
+        if kind.startswith("nsqcli"):
+            got, secs = nsqcli_consumer(address, topic, int(arg), per_message=kind == "nsqcli-each")
+        else:
+            got, secs = pynsq_consumer(address, topic, int(arg))
     print(got, secs, flush=True)

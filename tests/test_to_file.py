@@ -16,15 +16,36 @@ from pathlib import Path
 import pytest
 
 from helpers import channel_stats, http_get_json, http_post, wait_for
-from nsqcli.sandbox import find_binary
+from nsqcli.sandbox import _die_with_parent, find_binary
 
 NSQCLI = [sys.executable, "-m", "nsqcli"]
 
 
+_started: list[subprocess.Popen] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_stray_processes():
+    """Whatever a test started is killed by pid at teardown, even when the test failed midway."""
+    yield
+    while _started:
+        p = _started.pop()
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
 def start(args, env=None, preexec=None):
     clean = {k: v for k, v in os.environ.items() if not k.startswith("NSQCLI_")}
-    return subprocess.Popen(NSQCLI + ["to-file", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**clean, **(env or {})}, preexec_fn=preexec)
+    def pre():  # dies with the test run even if pytest itself is killed
+        _die_with_parent()
+        if preexec:
+            preexec()
+
+    p = subprocess.Popen(NSQCLI + ["to-file", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         env={**clean, **(env or {})}, preexec_fn=pre)
+    _started.append(p)
+    return p
 
 
 def stop(p, sig=signal.SIGTERM, timeout=30):
@@ -66,6 +87,7 @@ def test_raw_output_is_byte_identical_to_nsq_to_file(nsqd, topic, tmp_path):
     go = subprocess.Popen([find_binary("nsq_to_file"), f"--topic={topic}", "--channel=go",
                            f"--nsqd-tcp-address={nsqd.tcp_address}", f"--output-dir={tmp_path / 'go'}", *fmt],
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _started.append(go)
     try:
         wait_for(lambda: drained(nsqd, topic) and drained(nsqd, topic, "go"), what="both drained")
     finally:

@@ -94,9 +94,10 @@ class FrameDecoder:
         del buf[:end]
         return Frame(ftype, data)
 
-    def decode_all(self) -> list:
-        """Every complete frame buffered: ``Message`` objects for message frames, ``Frame``
-        for responses and errors. The buffer is compacted once at the end (hot path)."""
+    def decode_all(self, responder=None) -> list:
+        """Every complete frame buffered: ``Message`` objects for message frames (with
+        ``responder`` attached), ``Frame`` for responses and errors. The buffer is compacted
+        once at the end (hot path: one struct unpack per message)."""
         if self._error is not None:
             raise self._error
         buf = self._buf
@@ -106,15 +107,21 @@ class FrameDecoder:
         append = out.append
         unpack_header = _HEADER.unpack_from
         unpack_msg = _MSG.unpack_from
+        max_size = self.max_frame_size
+        min_size = MESSAGE_HEADER_SIZE + 4
         try:
             while n - off >= 8:
-                size, ftype = unpack_header(buf, off)
+                if n - off >= 34:  # one unpack gives a message's whole header
+                    size, ftype, ts, attempts, msg_id = unpack_msg(buf, off)
+                else:
+                    size, ftype = unpack_header(buf, off)
                 end = off + 4 + size
-                if ftype == FRAME_MESSAGE and MESSAGE_HEADER_SIZE + 4 <= size <= self.max_frame_size:
+                if ftype == FRAME_MESSAGE and min_size <= size <= max_size:
                     if end > n:
                         break
-                    _, _, ts, attempts, msg_id = unpack_msg(buf, off)
-                    append(Message(msg_id, bytes(buf[off + 34:end]), ts, attempts))
+                    if n - off < 34:  # pragma: no cover - a complete message is >= 34 bytes
+                        break
+                    append(Message(msg_id, bytes(buf[off + 34:end]), ts, attempts, responder))
                 else:
                     self._check(size, ftype, off)
                     if end > n:

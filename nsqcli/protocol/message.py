@@ -19,12 +19,12 @@ class Message:
 
     __slots__ = ("id", "body", "timestamp", "attempts", "responder", "responded", "auto_response")
 
-    def __init__(self, id: bytes, body: bytes, timestamp: int, attempts: int):
+    def __init__(self, id: bytes, body: bytes, timestamp: int, attempts: int, responder=None):
         self.id = id
         self.body = body
         self.timestamp = timestamp
         self.attempts = attempts
-        self.responder = None
+        self.responder = responder
         self.responded = False
         self.auto_response = True
 
