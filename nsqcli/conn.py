@@ -71,6 +71,7 @@ class Connection:
         self.close_error: BaseException | None = None
         self.closed_event = threading.Event()
         self.close_wait_event = threading.Event()
+        self.responder = None  # attached to every message at decode (the consumer's handle)
         # counters (written by the I/O thread, or under the consumer's lock)
         self.rdy = 0
         self.rdy_sent = 0
@@ -141,7 +142,7 @@ class Connection:
                 self._expect_ok(f"{kind} upgrade")
         if f.get("auth_required"):
             self._authenticate()
-        stream.settimeout(cfg.write_timeout)
+        stream.enter_io_mode(cfg.write_timeout)
         self.state = CONNECTED
         self.connected_at = time.time()
 
@@ -235,7 +236,7 @@ class Connection:
                         raise ReadError("connection closed by nsqd", self.address)
                     last_read = time.monotonic()
                     decoder.receive_data(data)
-                    items = decoder.decode_all()
+                    items = decoder.decode_all(self.responder)
                     if items:
                         self._dispatch(items, delegate)
                 if time.monotonic() - last_read > stale_after:

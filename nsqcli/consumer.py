@@ -247,8 +247,10 @@ class Consumer:
         if max_rdy < self.config.max_in_flight:
             log.info("%s: max_rdy_count %d is below max_in_flight %d", address, max_rdy,
                      self.config.max_in_flight)
+        handle = _Handle(conn, self)
+        conn.responder = handle
         with self._lock:
-            self._handles[address] = _Handle(conn, self)
+            self._handles[address] = handle
             self._reconnect.pop(address, None)
             self._send_rdy(self.flow.add(conn, max_rdy, time.monotonic()))
         if self._stopping:
@@ -304,11 +306,9 @@ class Consumer:
 
     # -- delegate callbacks (connection I/O threads) ----------------------------------------
     def on_messages(self, conn: Connection, msgs: list) -> None:
-        handle = self._handles.get(conn.address)
-        if handle is None or handle.conn is not conn:
+        handle = conn.responder  # already attached to each message by the decoder
+        if handle is None:
             return
-        for m in msgs:
-            m.responder = handle
         with self._lock:
             changes = self.flow.received(conn, len(msgs), time.monotonic())
             if changes:
@@ -453,7 +453,13 @@ class Consumer:
                 if not m.responded and m.auto_response:
                     m.requeue()
             return
-        self.finish_many([m for m in msgs if m.auto_response and not m.responded])
+        ids = []
+        for m in msgs:  # one recv batch = one connection: FIN them in one write
+            if m.auto_response and not m.responded:
+                m.responded = True
+                ids.append(m.id)
+        if ids:
+            self._respond(handle, _fins(ids), len(ids), "fin")
 
     # -- the control thread -----------------------------------------------------------------------
     def _control_loop(self) -> None:
