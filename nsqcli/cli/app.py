@@ -54,6 +54,21 @@ class App:
             print(f"nsqcli: {text}", file=sys.stderr, flush=True)
 
 
+def stop_on_signals(event, signals=None) -> None:
+    """SIGINT/SIGTERM set ``event`` for a clean stop; a second one forces the exit (130) when
+    the clean stop hangs (an unreachable nsqd, a stuck disk)."""
+    import signal
+
+    def handler(signum, frame):
+        if event.is_set():
+            print("nsqcli: forced exit", file=sys.stderr, flush=True)
+            os._exit(130)
+        event.set()
+
+    for sig in signals or (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, handler)
+
+
 def _debug_wanted() -> bool:
     return os.environ.get("NSQCLI_DEBUG", "") not in ("", "0") or "-vv" in sys.argv[1:3]
 

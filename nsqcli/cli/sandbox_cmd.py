@@ -44,9 +44,10 @@ def sandbox(app, nodes, no_lookupd, data_dir, tls_cert, tls_key, auth_http_addre
     opts = NsqdOptions(tls_cert=tls_cert, tls_key=tls_key, auth_http_address=auth_http_address,
                        msg_timeout=msg_timeout, max_rdy_count=max_rdy_count,
                        snappy=not no_snappy, deflate=not no_deflate)
+    from .app import stop_on_signals
+
     stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, lambda *_: stop.set())
+    stop_on_signals(stop, (signal.SIGINT, signal.SIGTERM, signal.SIGHUP))
     sb = Sandbox(opts, with_lookupd=not no_lookupd, base_dir=data_dir)
     try:
         sb.start()

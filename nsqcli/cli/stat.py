@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import signal
 import sys
 import threading
 import time
@@ -61,8 +60,9 @@ def stat(app, topic, channel, nsqd, lookupd, interval, count, per_node, clients,
         nsqd = ["127.0.0.1:4151"]
     live = sys.stdout.isatty() and not as_json if live is None else live
     stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    from .app import stop_on_signals
+
+    stop_on_signals(stop)
     history: dict = {}
     last = None  # latest answer of every node, for rates
     reports = 0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import signal
 import sys
 import threading
 import time
@@ -84,7 +83,7 @@ def tail(app, topics, channel, max_in_flight, count, idle_timeout, timeout, fmt,
     closed stdout pipe stop cleanly with exit 0.
     """
     from ..consumer import Consumer
-    from .app import DeadlineExceeded
+    from .app import DeadlineExceeded, stop_on_signals
     from ..formats import Formatter
 
     conn = pop_connection(kwargs)
@@ -106,8 +105,7 @@ def tail(app, topics, channel, max_in_flight, count, idle_timeout, timeout, fmt,
     def on_error(err):
         app.warn(str(err))
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: done.set())
+    stop_on_signals(done)
     try:
         for topic in topics:
             c = Consumer(topic, channel, batch_handler=sink, config=cfg, on_error=on_error,

@@ -113,8 +113,9 @@ def to_file(app, topics, topic_pattern, topic_refresh, channel, max_in_flight, o
                         lookupd=lookupd, sync_interval=sync_interval,
                         on_error=lambda e: logging.getLogger("nsqcli").warning("%s", e),
                         status_interval=0.0 if show_live else status_interval)
-    signal.signal(signal.SIGINT, lambda *_: archiver.stop_event.set())
-    signal.signal(signal.SIGTERM, lambda *_: archiver.stop_event.set())
+    from .app import stop_on_signals
+
+    stop_on_signals(archiver.stop_event)
     signal.signal(signal.SIGHUP, lambda *_: archiver.hup_event.set())
     archiver.start()
     view = None
