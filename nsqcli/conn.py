@@ -80,6 +80,7 @@ class Connection:
         self.requeued = 0
         self.timed_out = 0
         self.heartbeats = 0
+        self.late_messages = 0
         self.last_message: float | None = None
         self.connected_at: float | None = None
         self.last_rdy_change = 0.0
@@ -241,8 +242,35 @@ class Connection:
                         self._dispatch(items, delegate)
                 if time.monotonic() - last_read > stale_after:
                     raise Timeout(f"no data (not even a heartbeat) for {stale_after:.0f}s", self.address)
+            self._linger(sel)
         finally:
             sel.close()
+
+    def _linger(self, sel, timeout: float = 2.0) -> None:
+        """Close politely: half-close, then read until nsqd closes its side. Closing with unread
+        bytes in our receive buffer sends a RST, and a RST can make nsqd drop the FIN/REQ it
+        has not read yet. Messages that still arrive now cannot be answered: counted in
+        ``late_messages``; nsqd redelivers them after its message timeout."""
+        stream = self._stream
+        try:
+            stream.shutdown_write()
+        except OSError:
+            return
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            if not stream.pending() and not sel.select(left):
+                return
+            try:
+                data = stream.recv()
+            except NSQError:
+                return
+            if data is None:
+                return
+            self._decoder.receive_data(data)
+            try:
+                self.late_messages += sum(type(x) is Message for x in self._decoder.decode_all())
+            except RemoteProtocolError:
+                return
 
     def _dispatch(self, items: list, delegate) -> None:
         msgs = None

@@ -146,8 +146,15 @@ class Consumer:
         self._stopping = True
         deadline = time.monotonic() + timeout
         handles = self._close_wait(deadline)
-        self._queue.put(None)  # marker: handlers drain everything queued before it
         self._wait_settled(deadline)
+        # nsqd may still send a message it had in hand when CLS arrived: give it a moment,
+        # so that it is handled and answered instead of left to time out
+        for _ in range(5):
+            received = sum(h.conn.received for h in handles)
+            time.sleep(0.02)
+            if sum(h.conn.received for h in handles) == received:
+                break
+            self._wait_settled(deadline)
         for h in handles:
             h.conn.close(max(0.1, deadline - time.monotonic()))
         self._shutdown_threads()
@@ -181,7 +188,7 @@ class Consumer:
         while time.monotonic() < deadline:
             with self._lock:
                 busy = sum(c.in_flight for c in self.flow.conns.values())
-            if busy == 0 and all(not t.is_alive() or self._queue.empty() for t in self._workers):
+            if busy == 0 and self._queue.empty():
                 return
             time.sleep(0.01)
 

@@ -166,6 +166,10 @@ class Stream:
         """Feed bytes that were read before the upgrade took effect."""
         return self._codec.decompress(data) if (self._codec and data) else data
 
+    def shutdown_write(self) -> None:
+        """Half-close: the peer reads everything sent so far, then EOF."""
+        self.sock.shutdown(socket.SHUT_WR)
+
     def close(self) -> None:
         try:
             self.sock.close()

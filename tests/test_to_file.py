@@ -67,9 +67,12 @@ def publish(nsqd, topic, lines):
         http_post(nsqd.http_address, "/mpub", b"\n".join(lines[i:i + 1000]), topic=topic)
 
 
-def drained(nsqd, topic, channel="nsqcli_to_file"):
+def drained(nsqd, topic, channel="nsqcli_to_file", total=None):
+    """Everything FINed; with ``total``, only once the channel has received that many (a
+    publish returns before nsqd's topic pump has copied the messages into the channel)."""
     c = channel_stats(nsqd, topic, channel)
-    return c is not None and c["depth"] == 0 and c["in_flight_count"] == 0
+    return (c is not None and c["depth"] == 0 and c["in_flight_count"] == 0
+            and (total is None or c["message_count"] >= total))
 
 
 def numbered(n, start=0):
@@ -89,7 +92,8 @@ def test_raw_output_is_byte_identical_to_nsq_to_file(nsqd, topic, tmp_path):
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _started.append(go)
     try:
-        wait_for(lambda: drained(nsqd, topic) and drained(nsqd, topic, "go"), what="both drained")
+        wait_for(lambda: drained(nsqd, topic, total=len(lines)) and drained(nsqd, topic, "go", total=len(lines)),
+                 what="both drained")
     finally:
         go.send_signal(signal.SIGTERM)
         go.wait(30)
@@ -109,7 +113,7 @@ def test_gzip_valid_after_every_sync_and_moved_on_close(nsqd, topic, tmp_path):
             batch = numbered(120, round_ * 120)
             total += batch
             publish(nsqd, topic, batch)
-            wait_for(lambda: drained(nsqd, topic), what="drained")  # FINed => synced
+            wait_for(lambda: drained(nsqd, topic, total=len(total)), what="drained")  # FINed => synced
             (f,) = list(work.iterdir())
             assert subprocess.run(["gzip", "-t", str(f)]).returncode == 0
             assert gzip.decompress(f.read_bytes()).splitlines() == total  # FINed => on disk
@@ -130,7 +134,7 @@ def test_rotation_by_size_counts_compressed_bytes(nsqd, topic, tmp_path):
                "--rotate-size", "20K", "--max-in-flight", "100", "--sync-interval", "0.2s"])
     try:
         publish(nsqd, topic, lines)
-        wait_for(lambda: drained(nsqd, topic), timeout=30, what="drained")
+        wait_for(lambda: drained(nsqd, topic, total=len(lines)), timeout=30, what="drained")
     finally:
         rc, _, err = stop(p)
     assert rc == 0, err
@@ -157,7 +161,8 @@ def test_rotation_by_interval_and_datetime_change(nsqd, topic, tmp_path):
         for i in range(8):
             publish(nsqd, topic, numbered(5, i * 5))
             time.sleep(0.4)
-        wait_for(lambda: drained(nsqd, topic, "a") and drained(nsqd, topic, "b"), what="drained")
+        wait_for(lambda: drained(nsqd, topic, "a", total=40) and drained(nsqd, topic, "b", total=40),
+                 what="drained")
     finally:
         for p in (p1, p2):
             assert stop(p)[0] == 0
@@ -174,11 +179,11 @@ def test_sighup_closes_and_moves(nsqd, topic, tmp_path):
                "--work-dir", str(work), "--sync-interval", "0.2s"])
     try:
         publish(nsqd, topic, numbered(10))
-        wait_for(lambda: drained(nsqd, topic), what="drained")
+        wait_for(lambda: drained(nsqd, topic, total=10), what="drained")
         p.send_signal(signal.SIGHUP)
         wait_for(lambda: len(list(out.iterdir())) == 1 and not list(work.iterdir()), what="moved on SIGHUP")
         publish(nsqd, topic, numbered(10, 10))
-        wait_for(lambda: drained(nsqd, topic), what="drained")
+        wait_for(lambda: drained(nsqd, topic, total=20), what="drained")
     finally:
         rc, _, err = stop(p)
     assert rc == 0, err
@@ -217,7 +222,7 @@ def test_kill_9_mid_stream_loses_nothing(nsqd, topic, tmp_path):
     leftovers = list(work.iterdir())
     p = start(args)  # recovers the work files, then goes on
     try:
-        wait_for(lambda: drained(nsqd, topic), timeout=60, what="drained after restart")
+        wait_for(lambda: drained(nsqd, topic, total=n), timeout=60, what="drained after restart")
     finally:
         rc, _, err = stop(p)
     assert rc == 0, err
@@ -249,12 +254,12 @@ def test_disk_full_exits_nonzero_and_loses_nothing(nsqd, topic, tmp_path):
     written = read_records(out)
     assert 0 < len(written) < 3000
     wait_for(lambda: channel_stats(nsqd, topic, "nsqcli_to_file")["in_flight_count"] == 0, timeout=20,
-             what="requeued")
+             what=f"requeued (stderr: {err[-600:]!r}, stats: {channel_stats(nsqd, topic, 'nsqcli_to_file')})")
     # everything not on disk is still in nsqd: a second run (no limit) completes the archive
     p = start(["-t", topic, "--nsqd-tcp-address", nsqd.tcp_address, "--output-dir", str(out),
                "--sync-interval", "0.2s", "--filename-format", "<TOPIC><REV>.log", "--rotate-size", "1G"])
     try:
-        wait_for(lambda: drained(nsqd, topic), timeout=30, what="drained")
+        wait_for(lambda: drained(nsqd, topic, total=3000), timeout=30, what="drained")
     finally:
         assert stop(p)[0] == 0
     assert set(read_records(out)) == set(lines)
@@ -270,7 +275,7 @@ def test_topic_pattern_discovers_later_topics_and_drops_deleted(nsqd, lookupd, t
                "--output-dir", str(out), "--topic-refresh", "0.5s", "--sync-interval", "0.2s",
                "--filename-format", "<TOPIC>.log", "--log-level", "info"])
     try:
-        wait_for(lambda: drained(nsqd, topic + "_a"), what="first topic archived at start-up")
+        wait_for(lambda: drained(nsqd, topic + "_a", total=1), what="first topic archived at start-up")
         http_post(nsqd.http_address, "/pub", b"later", topic=topic + "_b")
         wait_for(lambda: (out / f"{topic}_b.log").exists() and (out / f"{topic}_b.log").read_bytes() == b"later\n",
                  timeout=20, what="topic created later archived")
@@ -292,7 +297,7 @@ def test_json_format_envelope(nsqd, topic, tmp_path):
     p = start(["-t", topic, "--nsqd-tcp-address", nsqd.tcp_address, "--output-dir", str(out),
                "--format", "json", "--sync-interval", "0.2s", "--status-interval", "0.3s"])
     try:
-        wait_for(lambda: drained(nsqd, topic), what="drained")
+        wait_for(lambda: drained(nsqd, topic, total=1), what="drained")
         time.sleep(0.7)
     finally:
         rc, _, err = stop(p)
