@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from nsqcli import Config, Producer
-from nsqcli.lookup import http_json
+from nsqcli.client.http import http_json
 from nsqcli.sandbox import NsqdOptions, Sandbox, find_binary
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,7 +37,7 @@ def prepublish(address: str, topic: str, n: int, size: int) -> None:
 
 
 def depth(sb: Sandbox, topic: str) -> int:
-    from nsqcli.lookup import http_json
+    from nsqcli.client.http import http_json
 
     stats = http_json(sb.nsqd.http_address, "/stats", {"format": "json", "topic": topic})
     for t in stats.get("topics") or []:
@@ -62,7 +62,7 @@ def go_reader(sb: Sandbox, topic: str, n: int) -> float:
     with like we time it as the Python consumers are timed: until it has received all n messages
     (nsqd's /stats: depth 0, message_count n). It batches FINs and never flushes the last
     partial batch, so "all FINed" cannot be waited for."""
-    from nsqcli.lookup import http_json
+    from nsqcli.client.http import http_json
 
     t0 = time.perf_counter()
     p = subprocess.Popen([find_binary("bench_reader"), f"--nsqd-tcp-address={sb.nsqd.tcp_address}",

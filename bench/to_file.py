@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from bench.run import prepublish
-from nsqcli.lookup import http_json
+from nsqcli.client.http import http_json
 from nsqcli.sandbox import NsqdOptions, Sandbox, find_binary
 
 ROOT = Path(__file__).resolve().parent.parent

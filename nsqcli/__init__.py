@@ -11,15 +11,15 @@ __all__ = ["__version__", "Consumer", "Producer", "Message", "Config"]
 def __getattr__(name: str):
     # Lazy: `nsqcli pub` must not pay for the consumer's imports.
     if name == "Consumer":
-        from .consumer import Consumer
+        from .client.consumer import Consumer
         return Consumer
     if name == "Producer":
-        from .producer import Producer
+        from .client.producer import Producer
         return Producer
     if name == "Message":
         from .protocol.message import Message
         return Message
     if name == "Config":
-        from .config import Config
+        from .client.config import Config
         return Config
     raise AttributeError(f"module 'nsqcli' has no attribute {name!r}")

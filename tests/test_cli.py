@@ -190,8 +190,8 @@ def test_tail_connection_refused(topic):
 
 
 def test_pub_does_not_import_heavy_modules():
-    code = ("import sys, nsqcli.cli.pub, nsqcli.producer; "
-            "bad = [m for m in ('rich.live', 'nsqcli.consumer', 'pyspark', 'rich', 'ssl') if m in sys.modules]; "
+    code = ("import sys, nsqcli.cli.pub, nsqcli.client.producer; "
+            "bad = [m for m in ('rich.live', 'nsqcli.client.consumer', 'pyspark', 'rich', 'ssl') if m in sys.modules]; "
             "print(bad)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.stdout.strip() == "[]", r.stdout + r.stderr

@@ -11,7 +11,7 @@ import pytest
 from helpers import channel_stats, http_get_json, http_post, wait_for
 from nsq_fixtures import AuthServer, make_cert
 from nsqcli import Config, Consumer, Producer
-from nsqcli.config import TLSConfig
+from nsqcli.client.config import TLSConfig
 from nsqcli.errors import (AuthError, BadTopicError, ConnectError, PublishError, ServerError,
                            TransportError)
 
@@ -380,7 +380,7 @@ def test_lookupd_pre_1_0_envelope_is_unwrapped():
     import json as _json
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from nsqcli.lookup import lookup_topic
+    from nsqcli.client.http import lookup_topic
 
     class Old(BaseHTTPRequestHandler):
         def do_GET(self):

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from nsqcli.flow import Flow
+from nsqcli.client.flow import Flow
 
 
 def make(mif, **kw):

@@ -1,38 +1,109 @@
-"""Import direction rules from DESIGN.md, checked by parsing imports with ast."""
+"""Import direction rules from DESIGN.md, checked on the real import graph (relative imports
+resolved, imports inside functions included)."""
 
 import ast
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent / "nsqcli"
 
+#: layer -> the layers of ours it may import (itself always allowed)
+ALLOWED = {
+    "errors": set(),
+    "protocol": {"errors"},
+    "client": {"protocol", "errors", "__init__"},
+    "archive": {"client", "protocol", "errors"},
+    "spark": {"client", "archive", "protocol", "errors", "__init__"},
+    "sandbox": {"errors"},
+    "cli": {"client", "archive", "protocol", "errors", "sandbox", "spark", "__init__"},
+    "__init__": {"client", "protocol"},
+    "__main__": {"cli"},
+}
+PURE_FORBIDDEN = {"socket", "threading", "time", "logging", "select", "selectors", "ssl",
+                  "asyncio", "subprocess", "click", "rich", "os"}
 
-def imports_of(path: Path) -> set[str]:
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(PKG.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports_of(source: str, module: str, is_package: bool = False) -> set[str]:
+    """Absolute names of every module imported by ``source`` (which is ``module``)."""
+    package = module if is_package else module.rpartition(".")[0]
     names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
-            names |= {a.name.split(".")[0] for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names.add(node.module.split(".")[0])
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            names.add(target)
+            if not node.module or node.level:  # `from . import x`: x may be a module
+                names |= {f"{target}.{a.name}" for a in node.names}
     return names
 
 
-def test_protocol_is_pure():
-    forbidden = {"socket", "threading", "time", "logging", "select", "selectors", "ssl",
-                 "asyncio", "subprocess", "click", "rich"}
-    files = list((PKG / "protocol").glob("*.py"))
-    assert files
-    for f in files:
-        assert not (imports_of(f) & forbidden), f"{f.name} imports {imports_of(f) & forbidden}"
+def layer_of(name: str) -> str | None:
+    parts = name.split(".")
+    if parts[0] != "nsqcli":
+        return None
+    if len(parts) == 1 or not ((PKG / parts[1]).is_dir() or (PKG / f"{parts[1]}.py").exists()):
+        return "__init__"  # the root package (or a name in it, such as __version__)
+    return parts[1]
 
 
-def test_only_cli_imports_click_and_rich():
-    for f in PKG.rglob("*.py"):
-        if "cli" in f.relative_to(PKG).parts:
+def violations(path: Path, source: str | None = None) -> list[str]:
+    source = path.read_text() if source is None else source
+    mod = module_name(path)
+    layer = layer_of(mod)
+    out = []
+    for name in imports_of(source, mod, path.name == "__init__.py"):
+        top = name.split(".")[0]
+        if top in ("click", "rich") and layer != "cli":
+            out.append(f"{mod} imports {name} (only cli/ may)")
+        if top == "pyspark" and layer != "spark":
+            out.append(f"{mod} imports {name} (only spark/ may)")
+        target = layer_of(name)
+        if target is None or target == layer:
             continue
-        assert not (imports_of(f) & {"click", "rich"}), f"{f} imports click/rich outside cli/"
+        if target not in ALLOWED.get(layer, set()):
+            out.append(f"{mod} imports {name} ({layer} -> {target} is not allowed)")
+        if layer in ("protocol",) and top in PURE_FORBIDDEN:
+            out.append(f"{mod} imports {name} (protocol is pure)")
+    if layer == "protocol" or mod == "nsqcli.client.flow":
+        bad = {n.split(".")[0] for n in imports_of(source, mod)} & PURE_FORBIDDEN
+        if bad:
+            out.append(f"{mod} imports {sorted(bad)} (must stay pure: no I/O, threads, clocks)")
+    return out
 
 
-def test_flow_is_pure():
-    f = PKG / "flow.py"
-    if f.exists():
-        assert not (imports_of(f) & {"socket", "threading", "time"}), "flow.py must take time as input"
+def test_package_follows_the_layer_rules():
+    files = list(PKG.rglob("*.py"))
+    assert len(files) > 20
+    problems = [v for f in files for v in violations(f)]
+    assert not problems, "\n".join(problems)
+
+
+def test_relative_imports_are_resolved():
+    mod = "nsqcli.protocol.frames"
+    got = imports_of("from ..errors import X\nfrom .message import M\nfrom .. import client\n", mod)
+    assert {"nsqcli.errors", "nsqcli.protocol.message", "nsqcli.client"} <= got
+
+
+def test_the_checker_can_fail():
+    """A relative import from protocol into the client core, a clock in flow, and click in
+    the client core are each caught."""
+    assert violations(PKG / "protocol" / "frames.py", "from ..client.conn import Connection\n")
+    assert violations(PKG / "protocol" / "frames.py", "def f():\n    import time\n")
+    assert violations(PKG / "client" / "flow.py", "import time\n")
+    assert violations(PKG / "client" / "conn.py", "from ..cli.app import App\n")
+    assert violations(PKG / "client" / "conn.py", "def f():\n    import rich\n")
+    assert violations(PKG / "archive" / "writer.py", "import pyspark\n")
+    assert not violations(PKG / "client" / "conn.py", "from ..protocol import Message\n")

@@ -181,7 +181,7 @@ def test_stat_plain_lines_like_nsq_stat(nsqd, topic):
 
 def test_dashboard_renders_to_a_capture_console():
     from nsqcli.cli.views import dashboard
-    from nsqcli.stats import Sample, compute_rows
+    from nsqcli.client.stats import Sample, compute_rows
 
     def stats(depth, msgs, fin):
         return {"topics": [{"topic_name": "orders", "depth": depth, "backend_depth": 5, "message_count": msgs,
@@ -210,9 +210,9 @@ def test_dashboard_renders_to_a_capture_console():
 
 
 def test_tail_and_to_file_live_tables_render(nsqd, topic, tmp_path):
-    from nsqcli.archiver import Archiver
+    from nsqcli.archive.archiver import Archiver
     from nsqcli.cli.views import archive_table, connections_table
-    from nsqcli.sinks.file import FileOptions
+    from nsqcli.archive.writer import FileOptions
 
     http_post(nsqd.http_address, "/mpub", b"a\nb\nc", topic=topic)
     a = Archiver(topics=[topic], topic_pattern=None, topic_refresh=60, channel="c",

@@ -1,5 +1,5 @@
 """The archiving daemon behind ``nsqcli to-file``: consumers whose batches are written to
-archive files (nsqcli.sinks.file) and FINed only after they are fsync'ed.
+archive files (nsqcli.archive.writer) and FINed only after they are fsync'ed.
 
 Sync (write + fsync, then FIN every buffered message) happens when the buffer reaches
 max_in_flight, when the consumer is starved (some connection has >= 85 % of its RDY in
@@ -21,13 +21,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from .config import Config
-from .consumer import Consumer
-from .errors import LookupdError, NSQError
-from .lookup import http_json, lookup_all
-from .sinks.file import ArchiveFile, FileOptions, recover
+from ..client.config import Config
+from ..client.consumer import Consumer
+from ..errors import LookupdError, NSQError
+from ..client.http import http_json, lookup_all
+from .writer import ArchiveFile, FileOptions, recover
 
-log = logging.getLogger("nsqcli.archiver")
+log = logging.getLogger("nsqcli.archive.archiver")
 
 
 class TopicArchiver:

@@ -29,7 +29,7 @@ def lookup(app, topic, nodes, as_json, lookupds):
     Lookupds that fail are named in a warning; exit 0 when at least one answered, 1 when none did.
     """
     from ..errors import NSQError
-    from ..lookup import cluster_view
+    from ..client.http import cluster_view
 
     if topic and nodes:
         raise click.UsageError("--topic and --nodes cannot be used together")

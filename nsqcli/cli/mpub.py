@@ -91,8 +91,8 @@ def mpub(app, topic, files, delimiter, null, fmt, batch_size, rate, defer, skip_
     were published before the failure.
     """
     from ..errors import NSQError, PublishError
-    from ..producer import Producer
-    from ..formats import envelope_body
+    from ..client.producer import Producer
+    from ..archive.formats import envelope_body
 
     conn = pop_connection(kwargs)
     cfg = build_config(conn, max_msg_size=max_msg_size, max_body_size=max_body_size)

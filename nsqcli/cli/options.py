@@ -74,7 +74,7 @@ def pop_connection(kwargs: dict) -> dict:
 
 def build_config(conn: dict, **extra):
     """Config from the parsed connection options (validated; errors are usage errors)."""
-    from ..config import Config, TLSConfig
+    from ..client.config import Config, TLSConfig
 
     if conn.get("snappy") and conn.get("deflate"):
         raise click.UsageError("--snappy and --deflate cannot be used together")

@@ -18,7 +18,7 @@ def resolve_producers(app, conn: dict, topic: str) -> list[str]:
     if addrs or not lookupds:
         return addrs
     from ..errors import NSQError
-    from ..lookup import lookup_all
+    from ..client.http import lookup_all
 
     producers, errors = lookup_all(lookupds, topic)
     for e in errors:
@@ -47,7 +47,7 @@ def pub(app, topic, message, defer, fanout, timeout, **kwargs):
     next one; with --lookupd-http-address alone it publishes to a node that carries the topic.
     """
     from ..errors import PublishError, Timeout
-    from ..producer import Producer
+    from ..client.producer import Producer
     from .app import DeadlineExceeded
 
     conn = pop_connection(kwargs)

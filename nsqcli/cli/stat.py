@@ -20,7 +20,7 @@ def discover(app, nsqd: list[str], lookupd: list[str], topic: str | None) -> lis
     """nsqd HTTP addresses: the given ones, or every node the lookupds know (carrying ``topic``)."""
     if nsqd:
         return nsqd
-    from ..lookup import cluster_view
+    from ..client.http import cluster_view
 
     view = cluster_view(lookupd, topic)
     for e in view.errors:
@@ -51,7 +51,7 @@ def stat(app, topic, channel, nsqd, lookupd, interval, count, per_node, clients,
     polling goes on; exit 1 only if no node answered during the whole run.
     """
     from ..errors import NSQError
-    from ..stats import compute_rows, poll_nodes
+    from ..client.stats import compute_rows, poll_nodes
 
     if channel and not topic:
         raise click.UsageError("--channel needs --topic")

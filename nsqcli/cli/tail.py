@@ -82,9 +82,9 @@ def tail(app, topics, channel, max_in_flight, count, idle_timeout, timeout, fmt,
     Every message shown is FINed; with -n the rest are requeued at once. Ctrl-C, SIGTERM or a
     closed stdout pipe stop cleanly with exit 0.
     """
-    from ..consumer import Consumer
+    from ..client.consumer import Consumer
     from .app import DeadlineExceeded, stop_on_signals
-    from ..formats import Formatter
+    from ..archive.formats import Formatter
 
     conn = pop_connection(kwargs)
     try:

@@ -76,9 +76,9 @@ def to_file(app, topics, topic_pattern, topic_refresh, channel, max_in_flight, o
     current files; SIGINT/SIGTERM drain, sync, FIN, close and exit 0. A write or fsync error
     (disk full) requeues what is not durable and exits 1.
     """
-    from ..archiver import Archiver
-    from ..formats import Formatter
-    from ..sinks.file import FileOptions
+    from ..archive.archiver import Archiver
+    from ..archive.formats import Formatter
+    from ..archive.writer import FileOptions
 
     conn = pop_connection(kwargs)
     if not topics and not topic_pattern:

@@ -28,7 +28,7 @@ class HostPort(click.ParamType):
     name = "HOST:PORT"
 
     def convert(self, value, param, ctx):
-        from ..transport import split_address
+        from ..client.transport import split_address
 
         try:
             split_address(value)

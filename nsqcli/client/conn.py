@@ -24,12 +24,12 @@ import time
 from dataclasses import dataclass, field
 
 from .config import Config
-from .errors import (AuthError, LocalProtocolError, NSQError, ReadError, RemoteProtocolError,
+from ..errors import (AuthError, LocalProtocolError, NSQError, ReadError, RemoteProtocolError,
                      Timeout, TransportError, server_error)
-from .protocol import (FRAME_ERROR, FRAME_MESSAGE, MAGIC_V2, NEED_DATA, FrameDecoder, Message,
+from ..protocol import (FRAME_ERROR, FRAME_MESSAGE, MAGIC_V2, NEED_DATA, FrameDecoder, Message,
                        encode_auth, encode_identify, encode_sub)
-from .protocol.commands import CLS, NOP
-from .protocol.constants import CLOSE_WAIT, HEARTBEAT, OK
+from ..protocol.commands import CLS, NOP
+from ..protocol.constants import CLOSE_WAIT, HEARTBEAT, OK
 from .transport import Stream
 
 

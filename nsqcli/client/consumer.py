@@ -1,7 +1,7 @@
 """Consumer: subscribe to one topic/channel on many nsqd, found directly and/or through
-nsqlookupd, with RDY distribution and backoff (nsqcli.flow) and handler threads.
+nsqlookupd, with RDY distribution and backoff (nsqcli.client.flow) and handler threads.
 
-Threads: one I/O thread per connection (nsqcli.conn), ``concurrency`` handler threads fed with
+Threads: one I/O thread per connection (nsqcli.client.conn), ``concurrency`` handler threads fed with
 per-recv batches through a SimpleQueue (the I/O thread never blocks on handlers, so heartbeats
 are always answered), and one control thread for timers: RDY redistribution, backoff expiry,
 lookupd polls, reconnects. Errors in any thread go to ``on_error``; nothing vanishes silently.
@@ -26,12 +26,12 @@ from collections.abc import Callable
 
 from .config import Config
 from .conn import CLOSED, Connection, ConnStats
-from .errors import NSQError, ServerError, TransportError
+from ..errors import NSQError, ServerError, TransportError
 from .flow import Flow
-from .lookup import lookup_all
-from .protocol import encode_rdy, encode_req, encode_touch, validate_channel, validate_topic
+from .http import lookup_all
+from ..protocol import encode_rdy, encode_req, encode_touch, validate_channel, validate_topic
 
-log = logging.getLogger("nsqcli.consumer")
+log = logging.getLogger("nsqcli.client.consumer")
 
 #: seconds between cutting RDY on some connections and raising it on others
 RDY_SETTLE = 0.05

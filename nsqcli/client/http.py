@@ -12,7 +12,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 
-from .errors import LookupdError
+from ..errors import LookupdError
 
 ACCEPT = "application/vnd.nsq; version=1.0"
 

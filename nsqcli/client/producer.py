@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 from .config import Config
 from .conn import Connection
-from .errors import (LocalProtocolError, NSQError, PublishError, ServerError, Timeout,
+from ..errors import (LocalProtocolError, NSQError, PublishError, ServerError, Timeout,
                      TransportError)
-from .protocol import encode_dpub, encode_mpub, encode_pub, validate_topic
+from ..protocol import encode_dpub, encode_mpub, encode_pub, validate_topic
 
 
 class Future:

@@ -12,8 +12,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from .errors import LookupdError
-from .lookup import http_json
+from ..errors import LookupdError
+from .http import http_json
 
 SPARK = "▁▂▃▄▅▆▇█"
 

@@ -7,7 +7,7 @@ import socket
 import zlib
 
 from .config import TLSConfig
-from .errors import ConnectError, ReadError, Timeout, WriteError
+from ..errors import ConnectError, ReadError, Timeout, WriteError
 
 RECV_SIZE = 256 * 1024
 

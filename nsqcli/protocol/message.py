@@ -15,7 +15,7 @@ MESSAGE_HEADER = struct.Struct(">qH16s")
 
 class Message:
     """One NSQ message. The protocol layer fills the data fields; the consumer attaches a
-    responder so that ``finish()``, ``requeue()`` and ``touch()`` work (see nsqcli.consumer)."""
+    responder so that ``finish()``, ``requeue()`` and ``touch()`` work (see nsqcli.client.consumer)."""
 
     __slots__ = ("id", "body", "timestamp", "attempts", "responder", "responded", "auto_response")
 

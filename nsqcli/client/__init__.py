@@ -1,0 +1,2 @@
+"""The threaded client core: transport, connection, consumer, producer, flow control, config,
+nsqlookupd/nsqd HTTP."""
