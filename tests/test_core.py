@@ -169,7 +169,7 @@ def test_lookupd_discovery_add_kill_restart(sandbox, nsqd, lookupd, extra_nsqd, 
     c = Consumer(topic, "c", got, lookupd_http_addresses=["127.0.0.1:1", lookupd.http_address],
                  config=Config(max_in_flight=10, lookupd_poll_interval=0.5, lookupd_poll_jitter=0.1))
     errors = []
-    c.on_error = errors.append
+    c._report = errors.append
     c.start()
     try:
         assert sorted(c.connections) == sorted([nsqd.tcp_address, second.tcp_address])
@@ -259,7 +259,7 @@ def test_backoff_visible_in_stats(nsqd, topic):
     c = Consumer(topic, "c", handler, nsqd_tcp_addresses=[nsqd.tcp_address],
                  config=Config(max_in_flight=10, backoff_multiplier=0.25, max_backoff_duration=2.0,
                                default_requeue_delay=0))
-    c.on_error = lambda e: None
+    c._report = lambda e: None
     c.start()
     try:
         wait_for(lambda: ready_counts([nsqd], topic) == [0], what="RDY 0 during backoff")
@@ -337,7 +337,7 @@ def test_direct_nsqd_reconnects_with_backoff(nsqd_factory, topic):
     got = Collector(1)
     c = Consumer(topic, "c", got, nsqd_tcp_addresses=[server.tcp_address],
                  config=Config(max_in_flight=5, reconnect_min_delay=0.2, reconnect_max_delay=1.0))
-    c.on_error = lambda e: None
+    c._report = lambda e: None
     c.start()
     try:
         server.kill()
@@ -352,7 +352,7 @@ def test_direct_nsqd_reconnects_with_backoff(nsqd_factory, topic):
 
 def test_start_fails_fast_with_clear_error(topic):
     c = Consumer(topic, "c", lambda m: None, nsqd_tcp_addresses=["127.0.0.1:1"])
-    c.on_error = lambda e: None
+    c._report = lambda e: None
     with pytest.raises(ConnectError, match="127.0.0.1:1: cannot connect"):
         c.start()
     with pytest.raises(TransportError):

@@ -27,6 +27,7 @@ class TLSConfig:
 class Config:
     # -- connection (go-nsq: dial_timeout 1s, read_timeout 60s, write_timeout 1s) ---------------
     dial_timeout: float = 1.0
+    handshake_timeout: float = 5.0          # IDENTIFY .. SUB's OK, in total (go-nsq: per read)
     read_timeout: float = 60.0
     write_timeout: float = 10.0             # go-nsq 1s; 10s tolerates a loaded loopback nsqd
     heartbeat_interval: float = 30.0        # go-nsq 30s; <= 0 disables
@@ -65,6 +66,7 @@ class Config:
     reconnect_min_delay: float = 1.0        # go-nsq: fixed 60s; nsqcli: 1s, 2s, 4s ... + jitter
     reconnect_max_delay: float = 60.0
     concurrency: int = 1                    # handler threads
+    touch_interval: float = 0.0             # pull mode: TOUCH held messages this often (0 = never)
 
     # -- producer -------------------------------------------------------------------------------
     max_body_size: int = 5 * 1024 * 1024    # nsqd --max-body-size default; MPUB batches stay below

@@ -10,8 +10,8 @@ through a pipe, so every command written between two wake-ups goes out in one ``
 FIN/RDY coalesced, compressed once) and TLS is never read and written concurrently.
 
 The delegate (Producer or Consumer) receives, on the I/O thread:
-``on_messages(conn, [Message])``, ``on_response(conn, bytes)``, ``on_error(conn, ServerError)``,
-``on_close(conn, error_or_None)``. It must not block.
+``on_messages(conn, [Message])``, ``on_response(conn, bytes)``,
+``on_server_error(conn, ServerError)``, ``on_close(conn, error_or_None)``. It must not block.
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ import time
 from dataclasses import dataclass, field
 
 from .config import Config
-from ..errors import (AuthError, LocalProtocolError, NSQError, ReadError, RemoteProtocolError,
-                     Timeout, TransportError, server_error)
-from ..protocol import (FRAME_ERROR, FRAME_MESSAGE, MAGIC_V2, NEED_DATA, FrameDecoder, Message,
-                       encode_auth, encode_identify, encode_sub)
+from ..errors import (LocalProtocolError, NSQError, ReadError, RemoteProtocolError, Timeout,
+                      TransportError, server_error)
+from ..protocol import FRAME_ERROR, NEED_DATA, FrameDecoder, Message
 from ..protocol.commands import CLS, NOP
-from ..protocol.constants import CLOSE_WAIT, HEARTBEAT, OK
+from ..protocol.constants import CLOSE_WAIT, HEARTBEAT
+from ..protocol.session import Handshake, Negotiated, Upgrade
 from .transport import Stream
 
 
@@ -53,13 +53,19 @@ class ConnStats:
     connected_at: float | None = None
     features: dict = field(default_factory=dict)
     backoff: str = ""
+    errors: int = 0          # non-fatal error frames
+    lost: int = 0            # FIN/REQ not delivered (connection gone)
+    late: int = 0            # messages that arrived after CLS, left for nsqd to redeliver
 
 
 class Connection:
     """One nsqd link. ``connect()`` does the handshake synchronously, then starts the I/O thread."""
 
-    def __init__(self, address: str, config: Config, delegate, name: str = "nsqcli"):
+    def __init__(self, address: str, config: Config, delegate, name: str = "nsqcli",
+                 dial=None):
         self.address = address
+        self._dial = dial or Stream.dial  # (address, timeout) -> a stream (see nsqcli.client.transport)
+        self.negotiated = Negotiated()
         self.config = config
         self.delegate = delegate
         self.name = name
@@ -79,6 +85,8 @@ class Connection:
         self.finished = 0
         self.requeued = 0
         self.timed_out = 0
+        self.errors = 0          # non-fatal error frames (E_FIN_FAILED, E_REQ_FAILED, E_TOUCH_FAILED)
+        self.lost = 0            # FIN/REQ that could not be written: the connection was gone
         self.heartbeats = 0
         self.late_messages = 0
         self.last_message: float | None = None
@@ -98,96 +106,86 @@ class Connection:
         return f"<Connection {self.address} {self.state}>"
 
     # -- handshake (synchronous, before the I/O thread exists) ------------------------------
-    def connect(self, subscribe: tuple[str, str] | None = None) -> "Connection":
-        """Dial, handshake, optionally SUB (waiting for its OK), then start the I/O thread."""
+    def connect(self, subscribe: tuple[str, str] | None = None, deadline: float | None = None,
+                start_io: bool = True) -> "Connection":
+        """Dial, handshake (nsqcli.protocol.session), optionally SUB, then start the I/O thread.
+
+        The whole of it is bounded by ``dial_timeout + handshake_timeout`` and by ``deadline``
+        (time.monotonic()), however slowly nsqd answers. With ``start_io=False`` the caller
+        prepares (RDY queued with write()) and calls :meth:`start_io` itself."""
         cfg = self.config
         if cfg.snappy and cfg.deflate:
             raise LocalProtocolError("snappy and deflate cannot both be enabled")
-        self._stream = Stream.dial(self.address, cfg.dial_timeout)
+        now = time.monotonic()
+        end = now + cfg.dial_timeout + cfg.handshake_timeout
+        if deadline is not None:
+            end = min(end, deadline)
+        if end <= now:
+            raise Timeout("deadline passed before connecting", self.address)
+        self._stream = self._dial(self.address, min(cfg.dial_timeout, end - now))
         try:
-            self._handshake()
-            if subscribe is not None:
-                self._stream.sendall(encode_sub(*subscribe))
-                self._expect_ok("SUB")
+            self._handshake(Handshake(cfg.identify(), cfg.auth_secret, subscribe, self.address), end)
         except BaseException:
             self._stream.close()
             self.state = CLOSED
             raise
-        self._start_io()
+        if start_io:
+            self.start_io()
         return self
 
-    def _handshake(self) -> None:
-        cfg, stream = self.config, self._stream
-        stream.settimeout(max(cfg.dial_timeout, 5.0))
-        stream.sendall(MAGIC_V2 + encode_identify(cfg.identify()))
-        reply = self._read_response("IDENTIFY")
-        if reply != OK:
-            try:
-                self.features = json.loads(reply)
-            except ValueError as e:
-                raise RemoteProtocolError(f"{self.address}: IDENTIFY reply is not JSON: {reply[:60]!r}") from e
-        f = self.features
-        self.max_rdy_count = int(f.get("max_rdy_count", 2500))
-        self.msg_timeout = f.get("msg_timeout", 60000) / 1000.0
-        if cfg.tls.enabled and not f.get("tls_v1"):
-            raise TransportError("TLS was asked for but nsqd does not offer it (start nsqd with "
-                                 "--tls-cert/--tls-key)", self.address)
-        if f.get("tls_v1"):
-            stream.upgrade_tls(cfg.tls, max(cfg.dial_timeout, 5.0))
-            self._expect_ok("TLS upgrade")
-        for kind in ("snappy", "deflate"):
-            if f.get(kind):
-                leftover = self._decoder.take_buffered()
-                stream.upgrade_compression(kind, int(f.get("deflate_level", cfg.deflate_level)))
-                self._decoder.receive_data(stream.decompress(leftover))
-                self._expect_ok(f"{kind} upgrade")
-        if f.get("auth_required"):
-            self._authenticate()
-        stream.enter_io_mode(cfg.write_timeout)
+    def _handshake(self, hs: Handshake, end: float) -> None:
+        self._send_before(hs.start(), end)
+        while not hs.done:
+            frame = self._decoder.next_frame()
+            if frame is NEED_DATA:
+                self._recv_before(end, hs.waiting_for)
+                continue
+            for action in hs.receive_frame(frame.type, frame.data):
+                if isinstance(action, Upgrade):
+                    self._upgrade(action, end)
+                else:
+                    self._send_before(action, end)
+        n = hs.negotiated
+        self.negotiated = n
+        self.features = n.features
+        self.max_rdy_count = n.max_rdy_count
+        self.msg_timeout = n.msg_timeout
+        self.auth_info = hs.auth_info
+        self._stream.enter_io_mode(self.config.write_timeout)
         self.state = CONNECTED
         self.connected_at = time.time()
 
-    def _authenticate(self) -> None:
-        if not self.config.auth_secret:
-            raise AuthError("nsqd requires authentication: give --auth-secret "
-                            "(or NSQCLI_AUTH_SECRET)", self.address, code="E_AUTH_REQUIRED")
-        self._stream.sendall(encode_auth(self.config.auth_secret))
-        reply = self._read_response("AUTH")
+    def _remaining(self, end: float, what: str) -> float:
+        left = end - time.monotonic()
+        if left <= 0:
+            raise Timeout(f"no answer to {what} in time", self.address)
+        return left
+
+    def _send_before(self, data: bytes, end: float) -> None:
+        self._stream.settimeout(self._remaining(end, "the handshake"))
+        self._stream.sendall(data)
+
+    def _recv_before(self, end: float, what: str) -> None:
+        self._stream.settimeout(self._remaining(end, what))
         try:
-            self.auth_info = json.loads(reply)
-        except ValueError as e:
-            raise RemoteProtocolError(f"{self.address}: AUTH reply is not JSON: {reply[:60]!r}") from e
+            data = self._stream.recv()
+        except Timeout as e:
+            raise Timeout(f"no answer to {what} in time", self.address) from e
+        if data is None:
+            raise ReadError(f"connection closed by nsqd during {what}", self.address)
+        self._decoder.receive_data(data)
 
-    def _read_response(self, what: str) -> bytes:
-        """Next non-heartbeat frame during the handshake; error frames raise."""
-        while True:
-            frame = self._decoder.next_frame()
-            if frame is NEED_DATA:
-                try:
-                    data = self._stream.recv()
-                except Timeout as e:
-                    raise Timeout(f"no answer to {what}", self.address) from e
-                if data is None:
-                    raise ReadError(f"connection closed by nsqd during {what}", self.address)
-                self._decoder.receive_data(data)
-                continue
-            if frame.type == FRAME_ERROR:
-                err = server_error(frame.data, self.address)
-                raise err
-            if frame.type == FRAME_MESSAGE:
-                raise RemoteProtocolError(f"{self.address}: message frame during {what}")
-            if frame.data == HEARTBEAT:
-                self._stream.sendall(NOP)
-                continue
-            return frame.data
-
-    def _expect_ok(self, what: str) -> None:
-        reply = self._read_response(what)
-        if reply != OK:
-            raise RemoteProtocolError(f"{self.address}: expected OK after {what}, got {reply[:60]!r}")
+    def _upgrade(self, up: Upgrade, end: float) -> None:
+        if up.kind == "tls":
+            self._stream.upgrade_tls(self.config.tls, self._remaining(end, "the TLS handshake"))
+            return
+        leftover = self._decoder.take_buffered()  # after the reply: already compressed bytes
+        self._stream.upgrade_compression(up.kind, up.level)
+        self._decoder.receive_data(self._stream.decompress(leftover))
 
     # -- the I/O thread -------------------------------------------------------------------
-    def _start_io(self) -> None:
+    def start_io(self) -> None:
+        """Hand the socket to the I/O thread (commands queued with write() go out first)."""
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         self._io_thread = threading.Thread(target=self._io_main, name=f"nsqcli-io-{self.address}",
@@ -215,6 +213,10 @@ class Connection:
         stale_after = 2 * hb + 5.0 if hb > 0 else self.config.read_timeout
         last_read = time.monotonic()
         try:
+            self._flush()
+            items = decoder.decode_all(self.responder)  # frames read with the handshake's reply
+            if items:
+                self._dispatch(items, delegate)
             while not self._closing or self._wbuf:
                 self._flush()
                 if self._closing:
@@ -288,7 +290,7 @@ class Connection:
                 if err.fatal:  # nsqd closes the connection after this: stop offering it now
                     self._closing = True
                     self.state = CLOSING
-                delegate.on_error(self, err)
+                delegate.on_server_error(self, err)
                 if err.fatal:
                     raise err
             elif item.data == HEARTBEAT:
@@ -348,6 +350,11 @@ class Connection:
         except OSError:
             pass
 
+    def abort(self) -> None:
+        """From another thread: make a handshake in progress fail at once (close the socket)."""
+        if self._stream is not None and self._io_thread is None:
+            self._stream.close()
+
     def send_cls(self) -> None:
         """Ask nsqd to stop sending messages (it answers CLOSE_WAIT)."""
         if self.state == CONNECTED:
@@ -377,4 +384,5 @@ class Connection:
         """In-flight counts live in the consumer's flow control, which passes them in."""
         return ConnStats(self.address, self.state, self.rdy, in_flight, self.received,
                          self.finished, self.requeued, self.timed_out, self.last_message,
-                         self.connected_at, dict(self.features), backoff)
+                         self.connected_at, dict(self.features), backoff, self.errors, self.lost,
+                         self.late_messages)

@@ -55,42 +55,54 @@ class _Handle:
         self.channel = consumer.channel
 
     def finish(self, msg) -> None:
-        self.consumer._respond(self, b"FIN " + msg.id + b"\n", 1, "fin")
+        consumer = self.consumer
+        if consumer.pull:
+            consumer._held.pop(id(msg), None)
+        consumer._respond(self, b"FIN " + msg.id + b"\n", 1, "fin")
 
     def requeue(self, msg, delay: float | None, backoff: bool) -> None:
         cfg = self.consumer.config
         if delay is None:
             delay = min(msg.attempts * cfg.default_requeue_delay, cfg.max_requeue_delay)
         kind = "req_backoff" if backoff else "req"
+        if self.consumer.pull:
+            self.consumer._held.pop(id(msg), None)
         self.consumer._respond(self, encode_req(msg.id, max(0, int(delay * 1000))), 1, kind)
 
     def touch(self, msg) -> None:
-        try:
-            self.conn.write(encode_touch(msg.id))
-        except TransportError:
-            pass
+        if self.consumer.touch_many([msg]):
+            raise TransportError("cannot TOUCH: the connection is gone (nsqd will redeliver)", self.address)
 
 
 class Consumer:
+    """Subscribe ``topic``/``channel``. Give exactly one of ``handler`` (per message),
+    ``batch_handler`` (per recv batch) or ``pull=True`` (held batches: take messages with
+    :meth:`poll`, answer them with :meth:`finish_many` / :meth:`requeue_many` /
+    :meth:`touch_many` from any thread; nothing is answered automatically)."""
+
     def __init__(self, topic: str, channel: str, handler: Callable | None = None, *,
                  config: Config | None = None, batch_handler: Callable | None = None,
+                 pull: bool = False,
                  nsqd_tcp_addresses: list[str] | tuple = (), lookupd_http_addresses: list[str] | tuple = (),
                  on_give_up: Callable | None = None, on_error: Callable | None = None,
-                 rng: random.Random | None = None):
+                 rng: random.Random | None = None, dial=None):
         self.topic = validate_topic(topic)
         self.channel = validate_channel(channel)
-        if (handler is None) == (batch_handler is None):
-            raise ValueError("give exactly one of handler or batch_handler")
+        if (handler is not None) + (batch_handler is not None) + bool(pull) != 1:
+            raise ValueError("give exactly one of handler, batch_handler or pull=True")
         if not nsqd_tcp_addresses and not lookupd_http_addresses:
             raise ValueError("give nsqd_tcp_addresses and/or lookupd_http_addresses")
         self.handler = handler
         self.batch_handler = batch_handler
+        self.pull = bool(pull)
         self.config = cfg = config or Config()
         self.nsqd_addresses = list(dict.fromkeys(nsqd_tcp_addresses))
         self.lookupd_addresses = list(lookupd_http_addresses)
         self.on_give_up = on_give_up
-        self.on_error = on_error or (lambda err: log.warning("%s", err))
+        # the user's error callback (one argument); NOT the connection delegate's on_server_error
+        self._report = on_error or (lambda err: log.warning("%s", err))
         self.rng = rng or random.Random()
+        self._dial = dial
         self.flow = Flow(cfg.max_in_flight, backoff_multiplier=cfg.backoff_multiplier,
                          max_backoff_duration=cfg.max_backoff_duration,
                          backoff_strategy=cfg.backoff_strategy,
@@ -99,51 +111,69 @@ class Consumer:
                          redistribute_interval=cfg.rdy_redistribute_interval, rng=self.rng)
         self._lock = threading.RLock()
         self._handles: dict[str, _Handle] = {}
+        self._connecting: set[Connection] = set()
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._workers: list[threading.Thread] = []
         self._control: threading.Thread | None = None
-        self._wake = threading.Event()
-        self._stopping = False
+        self._discovery: threading.Thread | None = None
+        self._wake = threading.Event()           # control thread: timers only, never blocks on I/O
+        self._discover_wake = threading.Event()  # discovery thread: lookupd polls and (re)connects
+        self._stopping = False     # no new connections (drain() or stop() began)
+        self._stop_called = False
         self._stopped = threading.Event()
         self._reconnect: dict[str, tuple[int, float]] = {}  # address -> (failures, next try)
         self._pending_up: dict[Connection, tuple[int, float]] = {}  # delayed RDY raises
         self._next_poll = 0.0
+        self._lost: dict[str, float] = {}   # lookupd-found address -> when it was lost
+        self._fast_polls = 0                # consecutive quick re-polls since a loss
+        self._pulled: list = []             # pull mode: the rest of a recv batch poll() split
+        self._held: dict[int, object] = {}  # pull mode: id(message) -> message not yet answered
+        self._next_touch = 0.0
         self.given_up = 0
-        self.lost_responses = 0
+        self.lost_responses = 0   # FIN/REQ/TOUCH that could not be delivered: nsqd redelivers
+        self.errors = 0           # non-fatal error frames (E_FIN_FAILED ...)
+        self._late_closed = 0     # late_messages / timed_out of connections already closed
+        self._timed_out_closed = 0
 
     # -- lifecycle -----------------------------------------------------------------------------
-    def start(self, fail_fast: bool = True) -> "Consumer":
+    def start(self, fail_fast: bool = True, deadline: float | None = None) -> "Consumer":
         """Connect to the direct nsqd addresses and query every lookupd once, then run.
 
         With ``fail_fast`` and no connection at all, the first error is raised (a CLI wants
-        "connection refused", not silence); otherwise everything is retried in the background."""
+        "connection refused", not silence); otherwise everything is retried in the background.
+        ``deadline`` (time.monotonic()) bounds this call: handshakes and lookups included."""
         errors: list[NSQError] = []
         for address in self.nsqd_addresses:
-            err = self._try_connect(address, direct=True, report=False)
+            err = self._try_connect(address, direct=True, report=False, deadline=deadline)
             if err:
                 errors.append(err)
         if self.lookupd_addresses:
-            errors += self._poll_lookupd(report=False)
+            errors += self._poll_lookupd(report=False, deadline=deadline)
         if fail_fast and not self._handles and errors and not (
                 self.lookupd_addresses and len(errors) < len(self.lookupd_addresses)):
             self._shutdown_threads()
             raise errors[0]
         for err in errors:
-            self.on_error(err)
-        for i in range(max(1, self.config.concurrency)):
-            t = threading.Thread(target=self._worker, name=f"nsqcli-handler-{i}", daemon=True)
-            t.start()
-            self._workers.append(t)
+            self._report(err)
+        if not self.pull:
+            for i in range(max(1, self.config.concurrency)):
+                t = threading.Thread(target=self._worker, name=f"nsqcli-handler-{i}", daemon=True)
+                t.start()
+                self._workers.append(t)
         self._control = threading.Thread(target=self._control_loop, name="nsqcli-control", daemon=True)
         self._control.start()
+        self._discovery = threading.Thread(target=self._discovery_loop, name="nsqcli-discovery",
+                                           daemon=True)
+        self._discovery.start()
         return self
 
     def stop(self, timeout: float = 30.0) -> None:
         """CLS everywhere, let handlers finish what they hold (bounded), close, join threads."""
-        if self._stopping:
+        if self._stop_called:
             self._stopped.wait(timeout)
             return
-        self._stopping = True
+        self._stop_called = self._stopping = True
+        self._abort_connecting()
         deadline = time.monotonic() + timeout
         handles = self._close_wait(deadline)
         self._wait_settled(deadline)
@@ -155,9 +185,11 @@ class Consumer:
             if sum(h.conn.received for h in handles) == received:
                 break
             self._wait_settled(deadline)
+        self._shutdown_threads()
+        with self._lock:  # a connection the discovery thread finished meanwhile is closed too
+            handles = list({id(h): h for h in handles + list(self._handles.values())}.values())
         for h in handles:
             h.conn.close(max(0.1, deadline - time.monotonic()))
-        self._shutdown_threads()
         self._stopped.set()
 
     def drain(self, timeout: float = 30.0) -> None:
@@ -165,11 +197,20 @@ class Consumer:
         received so far. Afterwards no new message arrives; what handlers hold is theirs to
         FIN/REQ (to-file syncs it) before stop()."""
         deadline = time.monotonic() + timeout
+        self._stopping = True  # no new connections from here on
+        self._abort_connecting()
         self._close_wait(deadline)
         if self._workers:
             marker = threading.Event()
             self._queue.put(marker)
             marker.wait(max(0.0, deadline - time.monotonic()))
+
+    def _abort_connecting(self) -> None:
+        """Unblock handshakes in progress on other threads (they then fail at once)."""
+        with self._lock:
+            connecting = list(self._connecting)
+        for conn in connecting:
+            conn.abort()
 
     def _close_wait(self, deadline: float) -> list[_Handle]:
         """CLS to every connection, then wait (bounded) for each CLOSE_WAIT."""
@@ -186,6 +227,8 @@ class Consumer:
 
     def _wait_settled(self, deadline: float) -> None:
         while time.monotonic() < deadline:
+            if self.pull:  # held messages are the caller's: they are requeued at close by nsqd
+                return
             with self._lock:
                 busy = sum(c.in_flight for c in self.flow.conns.values())
             if busy == 0 and self._queue.empty():
@@ -200,8 +243,10 @@ class Consumer:
             if t is not threading.current_thread():
                 t.join(5)
         self._wake.set()
-        if self._control and self._control is not threading.current_thread():
-            self._control.join(5)
+        self._discover_wake.set()
+        for t in (self._control, self._discovery):
+            if t is not None and t is not threading.current_thread():
+                t.join(5)
 
     def join(self, timeout: float | None = None) -> bool:
         return self._stopped.wait(timeout)
@@ -225,6 +270,12 @@ class Consumer:
     def connections(self) -> list[str]:
         return list(self._handles)
 
+    @property
+    def late_messages(self) -> int:
+        """Messages that arrived after CLS and could not be answered (nsqd redelivers them)."""
+        with self._lock:
+            return self._late_closed + sum(h.conn.late_messages for h in self._handles.values())
+
     def stats(self) -> list[ConnStats]:
         """One snapshot per live connection (for live tables)."""
         now = time.monotonic()
@@ -236,41 +287,61 @@ class Consumer:
                 out.append(h.conn.snapshot(state, f.in_flight if f is not None else 0))
             return out
 
-    # -- connections -------------------------------------------------------------------------
-    def _try_connect(self, address: str, direct: bool, report: bool = True) -> NSQError | None:
+    def totals(self) -> dict:
+        """Counts over the consumer's life, for JSON status and summaries."""
+        with self._lock:
+            conns = [h.conn for h in self._handles.values()]
+            return {"connections": len(conns), "given_up": self.given_up, "errors": self.errors,
+                    "lost_responses": self.lost_responses, "late_messages": self.late_messages,
+                    "timed_out": self._timed_out_closed + sum(c.timed_out for c in conns)}
+
+    # -- connections (the caller of start(), then the discovery thread) -----------------------
+    def _try_connect(self, address: str, direct: bool, report: bool = True,
+                     deadline: float | None = None) -> NSQError | None:
         if self._stopping or address in self._handles:
             return None
-        conn = Connection(address, self.config, self, name=self.channel)
+        conn = Connection(address, self.config, self, name=self.channel, dial=self._dial)
+        handle = _Handle(conn, self)
+        conn.responder = handle
+        with self._lock:
+            if self._stopping:
+                return None
+            self._connecting.add(conn)
         try:
-            conn.connect(subscribe=(self.topic, self.channel))
+            conn.connect(subscribe=(self.topic, self.channel), deadline=deadline, start_io=False)
         except (NSQError, ValueError) as e:
             err = e if isinstance(e, NSQError) else TransportError(str(e), address)
             if direct:
                 self._schedule_reconnect(address)
             if report:
-                self.on_error(err)
+                self._report(err)
             return err
+        finally:
+            with self._lock:
+                self._connecting.discard(conn)
         max_rdy = conn.max_rdy_count
         if max_rdy < self.config.max_in_flight:
             log.info("%s: max_rdy_count %d is below max_in_flight %d", address, max_rdy,
                      self.config.max_in_flight)
-        handle = _Handle(conn, self)
-        conn.responder = handle
         with self._lock:
+            if self._stopping:  # stop() began during the handshake: never leave it running
+                conn.close(0)
+                return None
             self._handles[address] = handle
             self._reconnect.pop(address, None)
+            self._lost.pop(address, None)
             self._send_rdy(self.flow.add(conn, max_rdy, time.monotonic()))
-        if self._stopping:
-            conn.send_cls()
+            conn.start_io()  # under the lock: on_close cannot run before the handle is known
         return None
 
     def _schedule_reconnect(self, address: str) -> None:
-        failures, _ = self._reconnect.get(address, (0, 0.0))
-        cfg = self.config
-        delay = min(cfg.reconnect_max_delay, cfg.reconnect_min_delay * 2 ** failures)
-        delay *= 0.5 + self.rng.random() * 0.5  # jitter: 50-100 %
-        self._reconnect[address] = (failures + 1, time.monotonic() + delay)
-        self._wake.set()
+        with self._lock:
+            failures, _ = self._reconnect.get(address, (0, 0.0))
+            cfg = self.config
+            delay = min(cfg.reconnect_max_delay, cfg.reconnect_min_delay * 2 ** failures)
+            delay *= 0.5 + self.rng.random() * 0.5  # jitter: 50-100 %
+            self._reconnect[address] = (failures + 1, time.monotonic() + delay)
+        self._discover_wake.set()
 
     def _send_rdy(self, changes: list) -> None:
         """Write RDY changes (called with the lock held).
@@ -314,8 +385,6 @@ class Consumer:
     # -- delegate callbacks (connection I/O threads) ----------------------------------------
     def on_messages(self, conn: Connection, msgs: list) -> None:
         handle = conn.responder  # already attached to each message by the decoder
-        if handle is None:
-            return
         with self._lock:
             changes = self.flow.received(conn, len(msgs), time.monotonic())
             if changes:
@@ -325,40 +394,64 @@ class Consumer:
     def on_response(self, conn: Connection, data: bytes) -> None:
         pass  # OK to SUB is read during connect; CLOSE_WAIT sets conn.close_wait_event
 
-    def on_error(self, conn: Connection, err: ServerError) -> None:
-        if err.code == "E_FIN_FAILED" or err.code == "E_REQ_FAILED" or err.code == "E_TOUCH_FAILED":
-            conn.timed_out += 1  # the message timed out on nsqd before our answer
-        self.on_error(err)
+    def on_server_error(self, conn: Connection, err: ServerError) -> None:
+        """An error frame. The non-fatal ones (a FIN/REQ/TOUCH for a message that had already
+        timed out on nsqd) leave the connection open: counted and reported."""
+        if not err.fatal:
+            with self._lock:
+                conn.errors += 1
+                self.errors += 1
+                if err.code in ("E_FIN_FAILED", "E_REQ_FAILED", "E_TOUCH_FAILED"):
+                    conn.timed_out += 1  # the message timed out on nsqd before our answer
+        self._report(err)
 
     def on_close(self, conn: Connection, error: BaseException | None) -> None:
+        lookupd_found = False
         with self._lock:
             handle = self._handles.get(conn.address)
             if handle is not None and handle.conn is conn:
                 del self._handles[conn.address]
                 self._pending_up.pop(conn, None)
-                f = self.flow.conns.get(conn)
-                if f is not None:
-                    self.lost_responses += f.in_flight
+                self._late_closed += conn.late_messages
+                self._timed_out_closed += conn.timed_out
                 self._send_rdy(self.flow.remove(conn, time.monotonic()))
+                lookupd_found = conn.address not in self.nsqd_addresses
+                if lookupd_found and not self._stopping:
+                    self._lost[conn.address] = time.monotonic()
         if self._stopping:
             return
         if error is not None:
-            self.on_error(error if isinstance(error, NSQError) else TransportError(str(error), conn.address))
+            self._report(error if isinstance(error, NSQError) else TransportError(str(error), conn.address))
         if conn.address in self.nsqd_addresses:
             self._schedule_reconnect(conn.address)
-        if self.lookupd_addresses:
-            self._next_poll = 0.0  # re-query at once
-            self._wake.set()
+        if lookupd_found and self.lookupd_addresses:
+            self._schedule_rediscovery()
+
+    def _schedule_rediscovery(self) -> None:
+        """A lookupd-found nsqd was lost: ask lookupd again soon, and again with backoff
+        (reconnect_min_delay x 2^k, jittered, up to the poll interval), not at once - an
+        immediate SUB would re-create a topic that was just deleted - and not only at the next
+        regular poll, a minute away."""
+        cfg = self.config
+        delay = min(cfg.lookupd_poll_interval, cfg.reconnect_min_delay * 2 ** self._fast_polls)
+        delay *= 0.5 + self.rng.random() * 0.5
+        with self._lock:
+            self._next_poll = min(self._next_poll, time.monotonic() + delay)
+        self._discover_wake.set()
 
     # -- responses (any thread) --------------------------------------------------------------
-    def _respond(self, handle: _Handle, command: bytes, n: int, kind: str) -> None:
+    def _respond(self, handle: _Handle, command: bytes, n: int, kind: str) -> bool:
+        """Write a FIN/REQ for ``n`` messages; False (and counted in lost_responses) when the
+        connection is gone: nsqd will redeliver those messages."""
         conn = handle.conn
-        if conn.state != CLOSED:
+        ok = conn.state != CLOSED
+        if ok:
             try:
                 conn.write(command)
             except TransportError:
-                pass
-        self._settle(handle, n, kind)
+                ok = False
+        self._settle(handle, n, kind if ok else "lost")
+        return ok
 
     def _settle(self, handle: _Handle, n: int, kind: str) -> None:
         conn = handle.conn
@@ -369,6 +462,9 @@ class Consumer:
                 conn.finished += n
                 if flow.in_backoff:
                     self._send_rdy(flow.success(time.monotonic()))
+            elif kind == "lost":
+                conn.lost += n
+                self.lost_responses += n
             else:
                 conn.requeued += n
                 now = time.monotonic()
@@ -376,15 +472,101 @@ class Consumer:
         if flow.backoff_until is not None:
             self._wake.set()
 
-    def finish_many(self, msgs: list) -> None:
-        """FIN many messages with one write per connection (used by batch handlers)."""
+    def _by_handle(self, msgs: list) -> dict:
         by_handle: dict[_Handle, list] = {}
         for m in msgs:
             if not m.responded:
                 m.responded = True
-                by_handle.setdefault(m.responder, []).append(m.id)
-        for handle, ids in by_handle.items():
-            self._respond(handle, _fins(ids), len(ids), "fin")
+                self._held.pop(id(m), None)
+                by_handle.setdefault(m.responder, []).append(m)
+        return by_handle
+
+    def finish_many(self, msgs: list) -> list:
+        """FIN many messages, one write per connection (batch handlers, held batches). Returns
+        the messages whose FIN could not be delivered (their connection is gone: nsqd will
+        deliver them again)."""
+        lost = []
+        for handle, ms in self._by_handle(msgs).items():
+            if not self._respond(handle, _fins([m.id for m in ms]), len(ms), "fin"):
+                lost += ms
+        return lost
+
+    def requeue_many(self, msgs: list, delay: float = 0.0, backoff: bool = False) -> list:
+        """REQ many messages (after ``delay`` seconds); returns those that could not be delivered."""
+        ms_delay = max(0, int(delay * 1000))
+        lost = []
+        for handle, ms in self._by_handle(msgs).items():
+            command = b"".join([encode_req(m.id, ms_delay) for m in ms])
+            if not self._respond(handle, command, len(ms), "req_backoff" if backoff else "req"):
+                lost += ms
+        return lost
+
+    def touch_many(self, msgs: list) -> list:
+        """TOUCH many un-answered messages (resets nsqd's timeout); returns those whose
+        connection is gone."""
+        by_handle: dict[_Handle, list] = {}
+        for m in msgs:
+            if not m.responded:
+                by_handle.setdefault(m.responder, []).append(m)
+        lost = []
+        for handle, ms in by_handle.items():
+            try:
+                if handle.conn.state == CLOSED:
+                    raise TransportError("closed", handle.address)
+                handle.conn.write(b"".join([encode_touch(m.id) for m in ms]))
+            except TransportError:
+                lost += ms
+        return lost
+
+    # -- held batches (pull=True) ----------------------------------------------------------------
+    def poll(self, max_messages: int, timeout: float | None = None) -> list:
+        """Up to ``max_messages`` messages, waiting up to ``timeout`` seconds for the first one
+        (None: forever, 0: don't wait). They stay in flight (un-FINed) until answered with
+        finish_many / requeue_many; held messages are TOUCHed every ``touch_interval`` when the
+        config sets one. Memory is bounded by max_in_flight: nsqd sends no more than that."""
+        if not self.pull:
+            raise RuntimeError("poll() needs Consumer(..., pull=True)")
+        out = self._pulled[:max_messages]
+        del self._pulled[:max_messages]
+        wait = timeout
+        while len(out) < max_messages:
+            try:
+                item = self._queue.get(timeout=wait) if wait != 0 else self._queue.get_nowait()
+            except queue.Empty:
+                break
+            wait = 0
+            if item is None or isinstance(item, threading.Event):
+                if isinstance(item, threading.Event):
+                    item.set()
+                continue
+            msgs = item[1]
+            room = max_messages - len(out)
+            out += msgs[:room]
+            self._pulled += msgs[room:]
+        with self._lock:
+            for m in out:
+                self._held[id(m)] = m
+        return out
+
+    @property
+    def held(self) -> int:
+        """Messages handed out by poll() and not answered yet."""
+        return len(self._held)
+
+    def _touch_held(self, now: float) -> None:
+        interval = self.config.touch_interval
+        if not interval or now < self._next_touch:
+            return
+        self._next_touch = now + interval
+        with self._lock:
+            held = list(self._held.values())
+        if held:
+            self.touch_many(held)
+            limit = min((m.responder.conn.negotiated.max_msg_timeout or 0) for m in held)
+            oldest = min(m.timestamp for m in held)
+            if limit and time.time() - oldest / 1e9 > 0.8 * limit:
+                log.warning("held messages are nearing nsqd's max_msg_timeout (%.0fs): nsqd will "
+                            "redeliver them even though they are TOUCHed", limit)
 
     # -- handler threads ---------------------------------------------------------------------
     def _worker(self) -> None:
@@ -405,7 +587,7 @@ class Consumer:
                 else:
                     self._run_each(handle, msgs)
             except BaseException as e:  # never let a handler thread die silently
-                self.on_error(e)
+                self._report(e)
 
     def _give_up(self, msg) -> None:
         self.given_up += 1
@@ -428,7 +610,7 @@ class Consumer:
             try:
                 handler(m)
             except Exception as e:
-                self.on_error(e)
+                self._report(e)
                 if not m.responded and m.auto_response:
                     m.requeue()
                 continue
@@ -455,7 +637,7 @@ class Consumer:
         try:
             self.batch_handler(msgs)
         except Exception as e:
-            self.on_error(e)
+            self._report(e)
             for m in msgs:
                 if not m.responded and m.auto_response:
                     m.requeue()
@@ -468,13 +650,18 @@ class Consumer:
         if ids:
             self._respond(handle, _fins(ids), len(ids), "fin")
 
-    # -- the control thread -----------------------------------------------------------------------
+    # -- the control thread: timers only (RDY, backoff, TOUCH of held messages) --------------
     def _control_loop(self) -> None:
         while not self._stopping:
             try:
-                self._control_step()
+                now = time.monotonic()
+                with self._lock:
+                    self._send_rdy(self.flow.tick(now))
+                    self._flush_pending_rdy(now)
+                if self.pull:
+                    self._touch_held(now)
             except Exception as e:  # report, keep going
-                self.on_error(e)
+                self._report(e)
             self._wake.wait(self._control_timeout())
             self._wake.clear()
 
@@ -482,35 +669,74 @@ class Consumer:
         now = time.monotonic()
         with self._lock:
             t = min(self.flow.next_wakeup(now), self._flush_pending_rdy(now))
-        if self.lookupd_addresses:
-            t = min(t, max(0.0, self._next_poll - now))
-        for _, when in list(self._reconnect.values()):
-            t = min(t, max(0.0, when - now))
+        if self.pull and self.config.touch_interval:
+            t = min(t, max(0.0, self._next_touch - now))
         return max(0.005, min(t, 1.0))
 
-    def _control_step(self) -> None:
+    # -- the discovery thread: blocking network calls (lookupd, dialing) ----------------------
+    def _discovery_loop(self) -> None:
+        while not self._stopping:
+            try:
+                self._discovery_step()
+            except Exception as e:  # report, keep going
+                self._report(e)
+            self._discover_wake.wait(self._discovery_timeout())
+            self._discover_wake.clear()
+
+    def _discovery_timeout(self) -> float:
+        now = time.monotonic()
+        t = 5.0
+        if self.lookupd_addresses:
+            t = min(t, self._next_poll - now)
+        with self._lock:
+            whens = [when for _, when in self._reconnect.values()]
+        for when in whens:
+            t = min(t, when - now)
+        return max(0.005, t)
+
+    def _discovery_step(self) -> None:
         now = time.monotonic()
         with self._lock:
-            self._send_rdy(self.flow.tick(now))
-            self._flush_pending_rdy(now)
-        for address, (_, when) in list(self._reconnect.items()):
-            if now >= when and not self._stopping:
+            due = [a for a, (_, when) in self._reconnect.items() if now >= when]
+        for address in due:
+            if not self._stopping:
                 self._try_connect(address, direct=True)
         if self.lookupd_addresses and now >= self._next_poll and not self._stopping:
             self._poll_lookupd(report=True)
 
-    def _poll_lookupd(self, report: bool) -> list[NSQError]:
+    def _poll_lookupd(self, report: bool, deadline: float | None = None) -> list[NSQError]:
         cfg = self.config
-        jitter = 1 + cfg.lookupd_poll_jitter * (self.rng.random() - 0.5)
-        self._next_poll = time.monotonic() + cfg.lookupd_poll_interval * jitter
-        producers, errors = lookup_all(self.lookupd_addresses, self.topic, cfg.lookupd_poll_timeout)
+        timeout = cfg.lookupd_poll_timeout
+        if deadline is not None:
+            timeout = max(0.001, min(timeout, deadline - time.monotonic()))
+        producers, errors = lookup_all(self.lookupd_addresses, self.topic, timeout)
         if report:
             for e in errors:
-                self.on_error(e)
+                self._report(e)
         for p in producers:
             if p.tcp_address not in self._handles and p.tcp_address not in self._reconnect:
                 err = self._try_connect(p.tcp_address, direct=p.tcp_address in self.nsqd_addresses,
-                                        report=report)
+                                        report=report, deadline=deadline)
                 if err is not None and not report:
                     errors.append(err)
+        self._plan_next_poll()
         return list(errors)
+
+    def _plan_next_poll(self) -> None:
+        """Regular polls every lookupd_poll_interval (jittered); quick ones with backoff while
+        a lost nsqd has not come back (for at most one poll interval after the loss)."""
+        cfg = self.config
+        now = time.monotonic()
+        jitter = 1 + cfg.lookupd_poll_jitter * (self.rng.random() - 0.5)
+        nxt = now + cfg.lookupd_poll_interval * jitter
+        with self._lock:
+            for address, lost_at in list(self._lost.items()):
+                if address in self._handles or now - lost_at > cfg.lookupd_poll_interval:
+                    del self._lost[address]
+            if self._lost:
+                self._fast_polls += 1
+                delay = min(cfg.lookupd_poll_interval, cfg.reconnect_min_delay * 2 ** self._fast_polls)
+                nxt = min(nxt, now + delay * (0.5 + self.rng.random() * 0.5))
+            else:
+                self._fast_polls = 0
+            self._next_poll = nxt

@@ -17,11 +17,15 @@ import collections
 import threading
 from dataclasses import dataclass
 
+import time
+from collections.abc import Callable, Iterable
+
 from .config import Config
 from .conn import Connection
-from ..errors import (LocalProtocolError, NSQError, PublishError, ServerError, Timeout,
-                     TransportError)
+from ..errors import (LocalProtocolError, NSQError, PublishError, RemoteProtocolError, ServerError,
+                      Timeout, TransportError)
 from ..protocol import encode_dpub, encode_mpub, encode_pub, validate_topic
+from ..protocol.session import check_ok
 
 
 class Future:
@@ -75,7 +79,11 @@ class _Link:
 
 class Producer:
     def __init__(self, addresses: str | list[str], config: Config | None = None,
-                 fanout: bool = False):
+                 fanout: bool = False, deadline: float | None = None, dial=None):
+        """``deadline`` (time.monotonic()) bounds every connection attempt (a CLI's --timeout);
+        ``dial`` replaces the socket stream (tests)."""
+        self.deadline = deadline
+        self._dial = dial
         self.addresses = [addresses] if isinstance(addresses, str) else list(addresses)
         if not self.addresses:
             raise ValueError("Producer needs at least one nsqd address")
@@ -100,8 +108,8 @@ class Producer:
                 return link
             if self._closed:
                 raise TransportError("producer is closed", address)
-            link = _Link(Connection(address, self.config, self, name="producer"))
-            link.conn.connect()
+            link = _Link(Connection(address, self.config, self, name="producer", dial=self._dial))
+            link.conn.connect(deadline=self.deadline)
             self._links[address] = link
             return link
 
@@ -144,9 +152,14 @@ class Producer:
     def on_response(self, conn: Connection, data: bytes) -> None:
         fut = self._pop(conn)
         if fut is not None:
+            try:  # only OK acknowledges a publish (not CLOSE_WAIT, not anything else)
+                check_ok(data, "a publish")
+            except RemoteProtocolError as e:
+                fut.set_exception(RemoteProtocolError(f"{conn.address}: {e}"))
+                return
             fut.set_result(data)
 
-    def on_error(self, conn: Connection, err: ServerError) -> None:
+    def on_server_error(self, conn: Connection, err: ServerError) -> None:
         fut = self._pop(conn)
         if fut is not None:
             fut.set_exception(err)
@@ -258,38 +271,190 @@ class Producer:
     def multi_publish(self, topic: str, bodies: list[bytes], batch_size: int = 0,
                       timeout: float = 30.0, window: int = 16) -> PublishResult:
         """MPUB all bodies in batches, up to ``window`` batches in flight. Raises PublishError
-        saying how many messages were acknowledged if any batch fails."""
+        saying how many messages were acknowledged if any batch fails; a body over
+        max_msg_size is refused before anything is sent."""
         validate_topic(topic)
-        batches = self.batches(list(bodies), batch_size)
-        if not batches:
+        bodies = list(bodies)
+        if not bodies:
             raise LocalProtocolError("MPUB needs at least one message")
         if self.fanout:
+            batches = self.batches(bodies, batch_size)
             for b in batches:
                 self._sync_fanout(encode_mpub(topic, b), len(b), timeout)
-            return PublishResult(sum(map(len, batches)), len(batches), list(self.addresses))
-        done = 0
-        inflight: collections.deque = collections.deque()
-        link = self._active_link()
-        try:
-            for b in batches:
-                inflight.append((len(b), self._send(link, encode_mpub(topic, b))))
-                if len(inflight) >= window:
-                    n, fut = inflight.popleft()
-                    self._wait(fut, timeout, link.conn.address)
-                    done += n
-            while inflight:
-                n, fut = inflight.popleft()
-                self._wait(fut, timeout, link.conn.address)
-                done += n
-        except NSQError as e:
-            total = sum(map(len, batches))
-            raise PublishError(f"published {done} of {total} messages to {link.conn.address} "
-                               f"before an error: {e}", done, total - done, e) from e
-        return PublishResult(done, len(batches), [link.conn.address])
+            return PublishResult(len(bodies), len(batches), list(self.addresses))
+        max_msg = self.config.max_msg_size
+        for i, body in enumerate(bodies):
+            if len(body) > max_msg:
+                raise LocalProtocolError(f"message {i + 1} is {len(body)} bytes, over the "
+                                         f"{max_msg}-byte max message size")
+        return self.publish_iter(topic, bodies, batch_size=batch_size, timeout=timeout, window=window)
 
-    def close(self) -> None:
+    def publish_iter(self, topic: str, bodies: Iterable[bytes], *, batch_size: int = 0,
+                     window: int = 8, timeout: float = 30.0, rate: float | None = None,
+                     on_progress: Callable[[int], None] | None = None) -> PublishResult:
+        """Publish an iterable of any length in bounded memory: MPUB batches under
+        max_body_size (and ``batch_size``), up to ``window`` in flight, each OK awaited in order.
+
+        ``rate`` (messages/s) paces batches so that no second sees more than ~5 % over it.
+        ``on_progress(acknowledged)`` is called as OKs arrive. A connection lost mid-way fails
+        over to the next nsqd address (unacknowledged batches are sent again: at-least-once).
+        A batch nsqd refuses as a whole (E_BAD_MESSAGE) is retried message by message so the
+        ones before the bad one are published. On any failure - including KeyboardInterrupt or
+        an exception raised by the iterable - PublishError says exactly how many messages nsqd
+        acknowledged: the first ``published`` messages, in order."""
+        validate_topic(topic)
+        return _IterPublish(self, topic, batch_size, window, timeout, rate, on_progress).run(bodies)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Wait (up to ``timeout``) for nsqd's answer to every command sent, then close. Every
+        future is resolved before this returns: OK, nsqd's error, or a TransportError saying the
+        answer never came."""
         with self._lock:
             self._closed = True
-            links, self._links = list(self._links.values()), {}
+            links = list(self._links.values())
+        deadline = time.monotonic() + timeout
         for link in links:
-            link.conn.close()
+            with link.lock:
+                waiting = list(link.pending)
+            for fut in waiting:
+                if not fut._event.wait(max(0.0, deadline - time.monotonic())):
+                    break
+        for link in links:
+            link.conn.close(max(0.1, deadline - time.monotonic()))
+        for link in links:
+            with link.lock:
+                waiting, link.pending = list(link.pending), collections.deque()
+            exc = TransportError("producer closed before nsqd answered", link.conn.address)
+            for fut in waiting:
+                if not fut.done():
+                    fut.set_exception(exc)
+        with self._lock:
+            self._links = {}
+
+
+class _IterPublish:
+    """The state of one publish_iter call (see Producer.publish_iter)."""
+
+    def __init__(self, producer: Producer, topic: str, batch_size: int, window: int,
+                 timeout: float, rate: float | None, on_progress):
+        self.p = producer
+        self.topic = topic
+        if rate:
+            cap = max(1, int(rate / 20))  # a batch is at most 50 ms of the rate
+            batch_size = min(batch_size or cap, cap)
+        self.batch_size = batch_size
+        self.window = max(1, window)
+        self.timeout = timeout
+        self.rate = rate
+        self.on_progress = on_progress
+        self.inflight: collections.deque = collections.deque()  # (bodies, future, address)
+        self.done = 0
+        self.batches = 0
+        self.taken = 0
+        self.failovers = 0
+        self.addresses: list[str] = []
+        self._t0 = time.monotonic()
+        self._paced = 0
+
+    def run(self, bodies: Iterable[bytes]) -> PublishResult:
+        cfg = self.p.config
+        limit, max_msg, batch_size = cfg.max_body_size, cfg.max_msg_size, self.batch_size
+        cur: list[bytes] = []
+        size = 4
+        try:
+            for body in bodies:
+                if not isinstance(body, (bytes, bytearray, memoryview)):
+                    body = body.encode("utf-8") if isinstance(body, str) else body
+                n = len(body)
+                if n == 0 or n > max_msg:
+                    self._send(cur)
+                    cur, size = [], 4
+                    self._settle_all()
+                    why = "is empty" if n == 0 else f"is {n} bytes, over the {max_msg}-byte max message size"
+                    raise LocalProtocolError(f"message {self.taken + 1} {why}")
+                if cur and (size + 4 + n > limit or (batch_size and len(cur) >= batch_size)):
+                    self._send(cur)
+                    cur, size = [], 4
+                cur.append(body)
+                size += 4 + n
+                self.taken += 1
+            self._send(cur)
+            self._settle_all()
+        except BaseException as e:
+            self._fail(e)
+        return PublishResult(self.done, self.batches, self.addresses)
+
+    def _pace(self, n: int) -> None:
+        if self.rate:
+            self._paced += n
+            delay = self._t0 + self._paced / self.rate - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+
+    def _send(self, batch: list[bytes]) -> None:
+        if not batch:
+            return
+        self._pace(len(batch))
+        link = self.p._active_link()
+        address = link.conn.address
+        if address not in self.addresses:
+            self.addresses.append(address)
+        self.inflight.append((batch, self.p._send(link, encode_mpub(self.topic, batch)), address))
+        self.batches += 1
+        while len(self.inflight) >= self.window:
+            self._settle_one()
+
+    def _settle_all(self) -> None:
+        while self.inflight:
+            self._settle_one()
+
+    def _settle_one(self) -> None:
+        batch, fut, address = self.inflight[0]
+        try:
+            Producer._wait(fut, self.timeout, address)
+        except ServerError as e:
+            if e.code in ("E_BAD_MESSAGE", "E_BAD_BODY") and len(batch) > 1:
+                self.inflight.clear()  # nsqd closed the connection: later batches are lost
+                self._one_by_one(batch)
+                return
+            raise
+        except TransportError:
+            if self.failovers >= len(self.p.addresses) - 1:
+                raise
+            self.failovers += 1
+            self.p._current = (self.p._current + 1) % len(self.p.addresses)
+            again = [b for b, _, _ in self.inflight]
+            self.inflight.clear()
+            for b in again:  # not acknowledged: send again, in order, on the next nsqd
+                link = self.p._active_link()
+                self.inflight.append((b, self.p._send(link, encode_mpub(self.topic, b)), link.conn.address))
+            return
+        self.inflight.popleft()
+        self._acked(len(batch))
+
+    def _one_by_one(self, batch: list[bytes]) -> None:
+        for body in batch:
+            self.p._sync(encode_pub(self.topic, body), 1, self.timeout)
+            self._acked(1)
+
+    def _acked(self, n: int) -> None:
+        self.done += n
+        if self.on_progress is not None:
+            self.on_progress(self.done)
+
+    def _fail(self, e: BaseException) -> None:
+        """Settle what is in flight (OKs count, in order, until the first failure), then raise
+        PublishError with the exact acknowledged count."""
+        try:
+            while self.inflight:
+                batch, fut, address = self.inflight.popleft()
+                Producer._wait(fut, self.timeout, address)
+                self._acked(len(batch))
+        except BaseException:
+            pass
+        cause = e.cause if isinstance(e, PublishError) and e.cause is not None else e
+        if not isinstance(e, Exception):  # KeyboardInterrupt, a signal, SystemExit
+            message = f"interrupted: published {self.done} of {self.taken} messages"
+        else:
+            message = f"published {self.done} of {self.taken} messages before an error: {cause}"
+        raise PublishError(message, self.done, max(0, self.taken - self.done), cause) from e

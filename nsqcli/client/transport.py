@@ -1,5 +1,16 @@
 """The byte stream under a Connection: a TCP socket and its upgrades (TLS, snappy framing,
-raw deflate). The only module that catches OSError and maps it to TransportError."""
+raw deflate). The only module that catches OSError and maps it to TransportError.
+
+The stream interface a Connection needs (``Stream`` here; tests feed a memory stream):
+``settimeout(t)``, ``recv() -> bytes | None``, ``sendall(bytes)``, ``fileno()`` (readable when
+data may be there), ``pending()`` (data buffered where select() cannot see it),
+``enter_io_mode(write_timeout)``, ``upgrade_tls(cfg, timeout)``, ``upgrade_compression(kind,
+level)``, ``decompress(leftover)``, ``shutdown_write()``, ``close()``, ``tls_version``,
+``compression``.
+
+Decompression is bounded: one ``recv`` returns at most ``MAX_DECOMPRESSED`` bytes and keeps the
+rest of the compressed input for the next call (``pending()`` is then true), so a stream that
+expands 1000x cannot make the client buffer more than the frame decoder allows."""
 
 from __future__ import annotations
 
@@ -10,6 +21,10 @@ from .config import TLSConfig
 from ..errors import ConnectError, ReadError, Timeout, WriteError
 
 RECV_SIZE = 256 * 1024
+#: most decompressed bytes one recv() returns; the rest waits in the decompressor's input
+MAX_DECOMPRESSED = 1024 * 1024
+#: snappy input is fed in slices this big (a snappy chunk expands to at most 64 KiB)
+SNAPPY_SLICE = 16 * 1024
 
 TLS_VERSIONS = ("1.0", "1.1", "1.2", "1.3")
 
@@ -49,12 +64,25 @@ class _Snappy:
 
         self._c = snappy.StreamCompressor()
         self._d = snappy.StreamDecompressor()
+        self._in = bytearray()
 
     def compress(self, data: bytes) -> bytes:
         return self._c.add_chunk(data)
 
     def decompress(self, data: bytes) -> bytes:
-        return self._d.decompress(data)
+        """Up to about MAX_DECOMPRESSED bytes; the unused input stays for the next call."""
+        self._in += data
+        out, size = [], 0
+        while self._in and size < MAX_DECOMPRESSED:
+            piece = bytes(self._in[:SNAPPY_SLICE])
+            del self._in[:SNAPPY_SLICE]
+            chunk = self._d.decompress(piece)
+            out.append(chunk)
+            size += len(chunk)
+        return b"".join(out)
+
+    def has_more(self) -> bool:
+        return bool(self._in)
 
 
 class _Deflate:
@@ -66,7 +94,12 @@ class _Deflate:
         return self._c.compress(data) + self._c.flush(zlib.Z_SYNC_FLUSH)
 
     def decompress(self, data: bytes) -> bytes:
-        return self._d.decompress(data)
+        """At most MAX_DECOMPRESSED bytes; the unused input stays for the next call."""
+        tail = self._d.unconsumed_tail
+        return self._d.decompress(tail + data if tail else data, MAX_DECOMPRESSED)
+
+    def has_more(self) -> bool:
+        return bool(self._d.unconsumed_tail)
 
 
 class Stream:
@@ -112,12 +145,18 @@ class Stream:
             self.sock.settimeout(write_timeout)  # platform without SO_SNDTIMEO: Python's timeout
 
     def pending(self) -> bool:
-        """True when TLS has decrypted bytes buffered that select() cannot see."""
+        """True when TLS has decrypted bytes, or the decompressor unused input, buffered where
+        select() cannot see them."""
+        if self._codec is not None and self._codec.has_more():
+            return True
         return self.tls_version is not None and self.sock.pending() > 0
 
     def recv(self) -> bytes | None:
         """Bytes from the peer (decompressed; may be b"" while a compressed chunk is partial);
         None when the peer closed the connection."""
+        codec = self._codec
+        if codec is not None and codec.has_more():
+            return self._decompress(b"")
         try:
             data = self.sock.recv(RECV_SIZE)
         except socket.timeout as e:
@@ -126,12 +165,13 @@ class Stream:
             raise ReadError(f"read failed: {e.strerror or e}", self.address) from e
         if not data:
             return None
-        if self._codec is not None:
-            try:
-                return self._codec.decompress(data)
-            except (OSError, zlib.error, ValueError) as e:
-                raise ReadError(f"{self.compression} stream corrupt: {e}", self.address) from e
-        return data
+        return data if codec is None else self._decompress(data)
+
+    def _decompress(self, data: bytes) -> bytes:
+        try:
+            return self._codec.decompress(data)
+        except Exception as e:  # zlib.error, cramjam's errors, ValueError ...
+            raise ReadError(f"{self.compression} stream corrupt: {e}", self.address) from e
 
     def sendall(self, data: bytes) -> None:
         if self._codec is not None:
@@ -164,7 +204,7 @@ class Stream:
 
     def decompress(self, data: bytes) -> bytes:
         """Feed bytes that were read before the upgrade took effect."""
-        return self._codec.decompress(data) if (self._codec and data) else data
+        return self._decompress(data) if (self._codec and data) else data
 
     def shutdown_write(self) -> None:
         """Half-close: the peer reads everything sent so far, then EOF."""
