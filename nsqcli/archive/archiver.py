@@ -86,8 +86,8 @@ class TopicArchiver:
             return
         if self.pending:
             done, self.pending = self.pending, []
-            self.consumer.finish_many(done)
-            self.finished += len(done)
+            lost = self.consumer.finish_many(done)  # lost: connection gone, nsqd redelivers
+            self.finished += len(done) - len(lost)
 
     def tick(self, now: float, sync_interval: float) -> None:
         with self.lock:
@@ -122,8 +122,10 @@ class TopicArchiver:
         self.sync_and_close()
         self.consumer.stop(timeout)
         f = self.file
-        log.info("topic %s: %d messages archived and FINed in %d syncs, %d files closed",
-                 self.topic, self.finished, f.syncs, len(f.closed_files))
+        t = self.consumer.totals()
+        log.info("topic %s: %d messages archived and FINed in %d syncs, %d files closed; %d FINs lost "
+                 "with their connection, %d late messages (nsqd redelivers both)", self.topic,
+                 self.finished, f.syncs, len(f.closed_files), t["lost_responses"], t["late_messages"])
 
 
 class Archiver:
@@ -154,6 +156,7 @@ class Archiver:
         self._next_status = time.monotonic() + status_interval
         self._status_last: dict[str, int] = {}
         self._timer: threading.Thread | None = None
+        self._topics_thread: threading.Thread | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------------
     def start(self) -> "Archiver":
@@ -168,12 +171,17 @@ class Archiver:
             self._refresh_topics(first=True)
         self._timer = threading.Thread(target=self._timer_loop, name="nsqcli-archiver", daemon=True)
         self._timer.start()
+        if self.pattern is not None:  # lookupd polls and topic starts/stops block: not on the timer
+            self._topics_thread = threading.Thread(target=self._topics_loop, name="nsqcli-topics",
+                                                   daemon=True)
+            self._topics_thread.start()
         return self
 
     def stop(self, timeout: float = 30.0) -> None:
         self.stop_event.set()
-        if self._timer is not None:
-            self._timer.join(5)
+        for t in (self._timer, self._topics_thread):
+            if t is not None:
+                t.join(10)
         with self._lock:
             archivers = list(self.topics.values())
         threads = [threading.Thread(target=a.stop, args=(timeout,)) for a in archivers]
@@ -253,10 +261,16 @@ class Archiver:
                         a.sync_and_close()
                 for a in archivers:
                     a.tick(now, self.sync_interval)
-                if self.pattern is not None and time.monotonic() >= self._next_refresh:
-                    self._refresh_topics()
                 if self.status_interval and time.monotonic() >= self._next_status:
                     self._log_status()
+            except Exception as e:  # report and keep archiving
+                self.on_error(e)
+
+    def _topics_loop(self) -> None:
+        """--topic-pattern: re-read the lookupds' topics every topic_refresh (own thread)."""
+        while not self.stop_event.wait(max(0.05, self._next_refresh - time.monotonic())):
+            try:
+                self._refresh_topics()
             except Exception as e:  # report and keep archiving
                 self.on_error(e)
 
@@ -266,9 +280,11 @@ class Archiver:
         for row in self.status():
             before = self._status_last.get(row["topic"], 0)
             self._status_last[row["topic"]] = row["received"]
-            log.info("topic %s: %d messages (%.1f/s), %d pending, file %s (%d bytes), %d syncs, %d files closed",
+            log.info("topic %s: %d messages (%.1f/s), %d pending, file %s (%d bytes), %d syncs, %d files closed, "
+                     "%d timed out, %d lost acks, %d late",
                      row["topic"], row["received"], (row["received"] - before) / self.status_interval,
-                     row["pending"], row["file"] or "-", row["size"], row["syncs"], row["closed"])
+                     row["pending"], row["file"] or "-", row["size"], row["syncs"], row["closed"],
+                     row["timed_out"], row["lost_responses"], row["late_messages"])
 
     def status(self) -> list[dict]:
         with self._lock:
@@ -276,7 +292,10 @@ class Archiver:
         rows = []
         for a in archivers:
             f = a.file
+            t = a.consumer.totals()
             rows.append({"topic": a.topic, "file": f.name, "size": f.size, "received": a.received,
                          "finished": a.finished, "pending": len(a.pending), "syncs": f.syncs,
-                         "last_sync": f.last_sync, "closed": len(f.closed_files)})
+                         "last_sync": f.last_sync, "closed": len(f.closed_files),
+                         "timed_out": t["timed_out"], "lost_responses": t["lost_responses"],
+                         "late_messages": t["late_messages"], "errors": t["errors"]})
         return rows

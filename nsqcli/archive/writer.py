@@ -248,18 +248,32 @@ def move_into(path: Path, output_dir: Path, name: str) -> Path:
 
 
 # -- crash recovery -------------------------------------------------------------------------------
-def valid_gzip_prefix(data: bytes) -> int:
-    """Length of the longest prefix of ``data`` made of complete gzip members."""
-    good = 0
-    while good < len(data):
+def valid_gzip_prefix(data: bytes, chunk: int = 64 * 1024) -> int:
+    """Length of the longest prefix of ``data`` made of complete gzip members.
+
+    Linear in len(data) whatever the number of members: input is fed in ``chunk``-sized
+    memoryview slices (never the whole rest of the file per member) and output is bounded
+    per call and thrown away."""
+    view = memoryview(data)
+    n = len(data)
+    good = pos = 0
+    while pos < n:
         d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        try:
-            d.decompress(data[good:])
-        except zlib.error:
-            break
+        while pos < n and not d.eof:
+            piece = view[pos:pos + chunk]
+            try:
+                buf = piece
+                while True:
+                    d.decompress(buf, 1 << 20)
+                    buf = d.unconsumed_tail
+                    if d.eof or not buf:
+                        break
+            except zlib.error:
+                return good
+            pos += len(piece) - (len(d.unused_data) if d.eof else 0)
         if not d.eof:
-            break
-        good = len(data) - len(d.unused_data)
+            return good
+        good = pos
     return good
 
 

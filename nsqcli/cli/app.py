@@ -82,13 +82,18 @@ def _fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
-def _quiet_broken_pipe() -> None:
-    # stdout's reader went away (`| head`): exit 0 without "Exception ignored" noise.
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that the flush at exit cannot fail ("Exception ignored")."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
     except (OSError, ValueError):
         pass
+
+
+def _quiet_broken_pipe() -> None:
+    # stdout's reader went away (`| head`): exit 0 without "Exception ignored" noise.
+    _silence_stdout()
     sys.exit(EXIT_OK)
 
 
@@ -118,5 +123,8 @@ def run(command: click.Command, args: list[str] | None = None) -> None:
         print("nsqcli: interrupted", file=sys.stderr)
         sys.exit(130)
     except OSError as e:
+        _silence_stdout()  # a failing stdout (ENOSPC) must not fail again at exit
         _fail(f"{e.strerror or e}{': ' + str(e.filename) if e.filename else ''}", EXIT_RUNTIME)
+    except Exception as e:  # a bug or an unforeseen input: still one line (traceback with -vv)
+        _fail(f"internal error: {type(e).__name__}: {e} (NSQCLI_DEBUG=1 shows where)", EXIT_RUNTIME)
     sys.exit(rc if isinstance(rc, int) else EXIT_OK)

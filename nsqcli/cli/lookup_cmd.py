@@ -7,13 +7,13 @@ import sys
 
 import click
 
-from .types import TOPIC
+from .types import HTTP_ADDRESS, TOPIC
 
 DEFAULT_LOOKUPD = "127.0.0.1:4161"
 
 
 def lookupd_option(f):
-    return click.option("--lookupd-http-address", "lookupds", multiple=True, envvar="NSQCLI_LOOKUPD_HTTP_ADDRESS",
+    return click.option("--lookupd-http-address", "lookupds", multiple=True, type=HTTP_ADDRESS, envvar="NSQCLI_LOOKUPD_HTTP_ADDRESS",
                         show_envvar=True, help=f"nsqlookupd HTTP address (repeatable). Default {DEFAULT_LOOKUPD}.")(f)
 
 

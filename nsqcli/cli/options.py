@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from .types import DURATION, HOST_PORT
+from .types import DURATION, HOST_PORT, HTTP_ADDRESS
 
 DEFAULT_NSQD = "127.0.0.1:4150"
 
@@ -22,7 +22,7 @@ def connection_options(consumer: bool = False):
              envvar="NSQCLI_NSQD_TCP_ADDRESS",
              help=f"nsqd TCP address (repeatable; env: space-separated). Default {DEFAULT_NSQD} "
                   "when no lookupd is given either."),
-        _opt("--lookupd-http-address", "lookupd_http_addresses", multiple=True,
+        _opt("--lookupd-http-address", "lookupd_http_addresses", multiple=True, type=HTTP_ADDRESS,
              envvar="NSQCLI_LOOKUPD_HTTP_ADDRESS",
              help="nsqlookupd HTTP address, HOST:PORT or URL (repeatable)."),
         _opt("--tls", is_flag=True, envvar="NSQCLI_TLS", help="Negotiate TLS (certificates verified)."),
@@ -50,6 +50,8 @@ def connection_options(consumer: bool = False):
              help="Server-side message timeout for this client (default: nsqd's)."),
     ]
     if consumer:
+        opts.append(_opt("--lookupd-poll-interval", type=DURATION, default="60s", envvar="NSQCLI_LOOKUPD_POLL_INTERVAL",
+                         help="How often to ask nsqlookupd for new nsqd (a lost nsqd is looked for sooner)."))
         opts.append(_opt("--sample-rate", type=click.IntRange(0, 99), default=0, envvar="NSQCLI_SAMPLE_RATE",
                          help="Deliver only this percentage of messages (0 = all)."))
 
@@ -64,7 +66,7 @@ def connection_options(consumer: bool = False):
 CONNECTION_KEYS = ("nsqd_tcp_addresses", "lookupd_http_addresses", "tls", "tls_ca_file", "tls_cert",
                    "tls_key", "tls_min_version", "tls_insecure_skip_verify", "snappy", "deflate",
                    "deflate_level", "auth_secret", "auth_secret_file", "client_id", "heartbeat_interval",
-                   "msg_timeout", "sample_rate")
+                   "msg_timeout", "sample_rate", "lookupd_poll_interval")
 
 
 def pop_connection(kwargs: dict) -> dict:
@@ -95,6 +97,8 @@ def build_config(conn: dict, **extra):
                   msg_timeout=conn.get("msg_timeout"), sample_rate=conn.get("sample_rate") or 0)
     if conn.get("client_id"):
         fields["client_id"] = conn["client_id"]
+    if conn.get("lookupd_poll_interval"):
+        fields["lookupd_poll_interval"] = max(0.1, conn["lookupd_poll_interval"])
     fields.update(extra)
     return Config(**fields)
 

@@ -9,7 +9,7 @@ import time
 
 import click
 
-from .types import CHANNEL, DURATION, TOPIC
+from .types import CHANNEL, DURATION, HTTP_ADDRESS, TOPIC
 
 HEADER = ("------rate------+----------------depth----------------+--------------metadata---------------\n"
           "ingress  egress |   total     mem    disk inflt   def |     req     t-o         msgs clients")
@@ -32,9 +32,9 @@ def discover(app, nsqd: list[str], lookupd: list[str], topic: str | None) -> lis
 @click.command()
 @click.option("-t", "--topic", type=TOPIC, help="Only this topic.")
 @click.option("-c", "--channel", type=CHANNEL, help="Only this channel (with --topic).")
-@click.option("--nsqd-http-address", "nsqd", multiple=True, envvar="NSQCLI_NSQD_HTTP_ADDRESS", show_envvar=True,
+@click.option("--nsqd-http-address", "nsqd", multiple=True, type=HTTP_ADDRESS, envvar="NSQCLI_NSQD_HTTP_ADDRESS", show_envvar=True,
               help="nsqd HTTP address (repeatable). Default 127.0.0.1:4151 when no lookupd is given.")
-@click.option("--lookupd-http-address", "lookupd", multiple=True, envvar="NSQCLI_LOOKUPD_HTTP_ADDRESS",
+@click.option("--lookupd-http-address", "lookupd", multiple=True, type=HTTP_ADDRESS, envvar="NSQCLI_LOOKUPD_HTTP_ADDRESS",
               show_envvar=True, help="Find the nsqd nodes through nsqlookupd (re-read every interval).")
 @click.option("--interval", type=DURATION, default="2s", show_default=True)
 @click.option("--count", type=click.IntRange(1), help="Print this many reports, then exit.")

@@ -83,6 +83,7 @@ def tail(app, topics, channel, max_in_flight, count, idle_timeout, timeout, fmt,
     closed stdout pipe stop cleanly with exit 0.
     """
     from ..client.consumer import Consumer
+    from ..errors import NSQError
     from .app import DeadlineExceeded, stop_on_signals
     from ..archive.formats import Formatter
 
@@ -106,12 +107,20 @@ def tail(app, topics, channel, max_in_flight, count, idle_timeout, timeout, fmt,
         app.warn(str(err))
 
     stop_on_signals(done)
+    deadline = time.monotonic() + timeout if timeout else None
     try:
         for topic in topics:
+            if done.is_set():
+                break
             c = Consumer(topic, channel, batch_handler=sink, config=cfg, on_error=on_error,
                          nsqd_tcp_addresses=nsqd_addresses(conn),
                          lookupd_http_addresses=list(conn.get("lookupd_http_addresses") or ()))
-            c.start()
+            try:
+                c.start(deadline=deadline)
+            except NSQError as e:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise DeadlineExceeded(f"--timeout passed while connecting: {e}") from e
+                raise
             consumers.append(c)
         app.debug(f"tailing {', '.join(topics)} on channel {channel}")
         timed_out = _wait(done, sink, consumers, timeout, idle_timeout, live, app)
@@ -121,6 +130,15 @@ def tail(app, topics, channel, max_in_flight, count, idle_timeout, timeout, fmt,
             c.stop(timeout=10)
     if sink.error is None:
         sys.stdout.flush()
+    elif not isinstance(sink.error, BrokenPipeError):  # e.g. ENOSPC: what was shown is not durable
+        raise OSError(sink.error.errno, f"cannot write to stdout: {sink.error.strerror or sink.error}; "
+                      f"{sink.shown} messages were written and FINed, the rest were requeued")
+    for c in consumers:
+        t = c.totals()
+        if t["timed_out"] or t["lost_responses"] or t["late_messages"]:
+            app.warn(f"topic {c.topic}: {t['timed_out']} answers came after nsqd's message timeout, "
+                     f"{t['lost_responses']} could not be sent (connection gone), {t['late_messages']} "
+                     "messages arrived after close - nsqd redelivers those")
     if timed_out and count and sink.shown < count:
         raise DeadlineExceeded(f"--timeout passed after {sink.shown} of {count} messages")
     return 0

@@ -37,6 +37,21 @@ class HostPort(click.ParamType):
         return value
 
 
+class HttpAddress(click.ParamType):
+    """HOST:PORT or http(s)://HOST:PORT of an HTTP endpoint (nsqd, nsqlookupd)."""
+
+    name = "HOST:PORT"
+
+    def convert(self, value, param, ctx):
+        from ..client.http import base_url
+
+        try:
+            base_url(value)
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
+        return value
+
+
 class TopicName(click.ParamType):
     name = "TOPIC"
 
@@ -74,6 +89,7 @@ class Delimiter(click.ParamType):
 
 DURATION = Duration()
 HOST_PORT = HostPort()
+HTTP_ADDRESS = HttpAddress()
 TOPIC = TopicName("topic")
 CHANNEL = TopicName("channel")
 DELIMITER = Delimiter()

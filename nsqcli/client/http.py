@@ -7,9 +7,7 @@ LookupdError(endpoint, status) with the server's message when it sent one.
 from __future__ import annotations
 
 import json
-import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 
 from ..errors import LookupdError
@@ -27,41 +25,105 @@ def base_url(address: str) -> str:
     return f"{parts.scheme}://{parts.netloc}"
 
 
+#: the most an HTTP answer may be (nsqd's /stats of a large node is a few MB)
+MAX_RESPONSE = 64 * 1024 * 1024
+
+
 def http_json(address: str, path: str, params: dict | None = None, timeout: float = 5.0,
               method: str = "GET", body: bytes | None = None):
-    """Request ``path`` on ``address`` and return the decoded JSON (unwrapping old envelopes)."""
+    """Request ``path`` on ``address`` and return the decoded JSON (unwrapping old envelopes).
+
+    ``timeout`` is a deadline for the whole request - connect, send, every byte of the answer -
+    so a server that trickles its answer cannot hold the caller longer than that."""
     url = base_url(address) + path
     if params:
         url += "?" + urllib.parse.urlencode(params)
-    req = urllib.request.Request(url, data=body, method=method, headers={"Accept": ACCEPT})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            raw, headers = resp.read(), resp.headers
-    except urllib.error.HTTPError as e:
-        raise LookupdError(_error_message(e), url, e.code) from None
-    except (urllib.error.URLError, OSError) as e:
-        reason = getattr(e, "reason", e)
-        raise LookupdError(f"unreachable ({getattr(reason, 'strerror', None) or reason})", url) from None
+    status, headers, raw = _request(url, method, body, timeout)
+    if status >= 400:
+        raise LookupdError(_error_message(status, raw), url, status)
     if not raw:
         return None
     try:
         data = json.loads(raw)
     except ValueError:
         return raw.decode("utf-8", "replace")
-    if "X-NSQ-Content-Type" not in headers and isinstance(data, dict) and "status_code" in data:
+    if "x-nsq-content-type" not in headers and isinstance(data, dict) and "status_code" in data:
         if data.get("status_code") != 200:  # pre-1.0 envelope: errors were wrapped too
             raise LookupdError(str(data.get("status_txt")), url, data.get("status_code"))
         data = data.get("data")
     return data
 
 
-def _error_message(e: urllib.error.HTTPError) -> str:
+def _request(url: str, method: str, body: bytes | None, timeout: float) -> tuple[int, dict, bytes]:
+    """One HTTP/1.0 exchange (the server closes after the answer) under a total deadline."""
+    import socket
+    import time
+
+    parts = urllib.parse.urlsplit(url)
+    deadline = time.monotonic() + timeout
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    head = (f"{method} {target} HTTP/1.0\r\nHost: {parts.netloc}\r\nAccept: {ACCEPT}\r\n"
+            f"User-Agent: nsqcli\r\nContent-Length: {len(body or b'')}\r\n\r\n").encode()
+
+    def left() -> float:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise socket.timeout()
+        return remaining
+
+    chunks, size = [], 0
     try:
-        body = e.read()
-        msg = json.loads(body).get("message") or body.decode()
-    except (ValueError, AttributeError, OSError):
-        msg = e.reason
-    return f"HTTP {e.code} {msg}"
+        sock = socket.create_connection((parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)),
+                                        timeout=left())
+        try:
+            if parts.scheme == "https":
+                import ssl
+
+                sock = ssl.create_default_context().wrap_socket(sock, server_hostname=parts.hostname)
+            sock.settimeout(left())
+            sock.sendall(head + (body or b""))
+            while True:
+                sock.settimeout(left())
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+                if size > MAX_RESPONSE:
+                    raise LookupdError(f"answer larger than {MAX_RESPONSE} bytes", url)
+        finally:
+            sock.close()
+    except socket.timeout:
+        raise LookupdError(f"no complete answer within {timeout:g}s", url) from None
+    except OSError as e:
+        raise LookupdError(f"unreachable ({e.strerror or e})", url) from None
+    return _parse_response(b"".join(chunks), url)
+
+
+def _parse_response(raw: bytes, url: str) -> tuple[int, dict, bytes]:
+    head, sep, payload = raw.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status_line = lines[0].split(" ", 2)
+    if not sep or len(status_line) < 2 or not status_line[0].startswith("HTTP/") or not status_line[1].isdigit():
+        raise LookupdError(f"not an HTTP answer: {raw[:40]!r} (is this the HTTP port?)", url)
+    headers = {}
+    for line in lines[1:]:
+        k, _, v = line.partition(":")
+        headers[k.strip().lower()] = v.strip()
+    length = headers.get("content-length")
+    if length is not None and length.isdigit():
+        if len(payload) < int(length):
+            raise LookupdError(f"answer cut short ({len(payload)} of {length} bytes)", url)
+        payload = payload[:int(length)]
+    return int(status_line[1]), headers, payload
+
+
+def _error_message(status: int, raw: bytes) -> str:
+    try:
+        msg = json.loads(raw).get("message") or raw.decode()
+    except (ValueError, AttributeError):
+        msg = raw.decode("utf-8", "replace").strip()[:200]
+    return f"HTTP {status} {msg}".rstrip()
 
 
 @dataclass(frozen=True)
