@@ -21,6 +21,16 @@ class DeadlineExceeded(Exception):
     """A --timeout passed before the asked-for work was done (exit 3)."""
 
 
+class Interrupted(BaseException):
+    """SIGINT/SIGTERM during work that must say what it finished (raised in the main thread by
+    :func:`interrupt_on_signals`); exit 128 + signal number."""
+
+    def __init__(self, signum: int, message: str = ""):
+        super().__init__(message)
+        self.signum = signum
+        self.message = message
+
+
 class App:
     """Shared state of one nsqcli run: verbosity and the stderr console for people."""
 
@@ -64,6 +74,24 @@ def stop_on_signals(event, signals=None) -> None:
             print("nsqcli: forced exit", file=sys.stderr, flush=True)
             os._exit(130)
         event.set()
+
+    for sig in signals or (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, handler)
+
+
+def interrupt_on_signals(signals=None) -> None:
+    """The first SIGINT/SIGTERM raises Interrupted in the main thread (the command settles what
+    is in flight and reports it); a second one forces the exit (130)."""
+    import signal
+
+    state = {"hit": False}
+
+    def handler(signum, frame):
+        if state["hit"]:
+            print("nsqcli: forced exit", file=sys.stderr, flush=True)
+            os._exit(130)
+        state["hit"] = True
+        raise Interrupted(signum)
 
     for sig in signals or (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, handler)
@@ -113,6 +141,12 @@ def run(command: click.Command, args: list[str] | None = None) -> None:
     except click.exceptions.Abort:
         print("nsqcli: aborted", file=sys.stderr)
         sys.exit(130)
+    except Interrupted as e:
+        import signal
+
+        name = signal.Signals(e.signum).name if e.signum else "signal"
+        print(f"nsqcli: interrupted ({name}){': ' + e.message if e.message else ''}", file=sys.stderr, flush=True)
+        sys.exit(128 + (e.signum or 2))
     except DeadlineExceeded as e:
         _fail(str(e), EXIT_DEADLINE)
     except NSQError as e:

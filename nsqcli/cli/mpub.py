@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import sys
 import time
 
@@ -32,6 +33,7 @@ def read_records(stream, delimiter: bytes):
 class Stats:
     def __init__(self):
         self.records = self.published = self.skipped_empty = self.skipped_invalid = self.bytes = 0
+        self.handled = 0  # records from the start of the input that are published or skipped
         self.start = time.monotonic()
 
     def summary(self, failed: int) -> str:
@@ -41,23 +43,99 @@ class Stats:
                 f"{dt:.2f}s, {self.published / dt:,.0f} msg/s")
 
 
-class RateLimiter:
-    """Token bucket: ``rate`` tokens per second, burst of one second."""
+class Records:
+    """The records to publish, with the bookkeeping that makes the resume hint exact: the
+    record number of every body handed to the producer and not yet acknowledged."""
 
-    def __init__(self, rate: float):
-        self.rate = rate
-        self.tokens = 1.0
-        self.last = time.monotonic()
+    def __init__(self, app, sources, delimiter: bytes, fmt: str, skip: int, skip_invalid: bool,
+                 max_msg_size: int, stats: Stats):
+        self.app, self.sources, self.delimiter, self.fmt = app, sources, delimiter, fmt
+        self.skip, self.skip_invalid, self.max_msg_size, self.stats = skip, skip_invalid, max_msg_size, stats
+        self.unacked: collections.deque[int] = collections.deque()
+        self.acked = 0
+        self.last_done = 0  # the last record skipped or handed to the producer
+        self.listeners: list = []
 
-    def take(self, n: int) -> None:
-        while True:
-            now = time.monotonic()
-            self.tokens = min(self.rate, self.tokens + (now - self.last) * self.rate)
-            self.last = now
-            if self.tokens >= n or (n > self.rate and self.tokens >= self.rate):
-                self.tokens -= n
-                return
-            time.sleep(min(1.0, (n - self.tokens) / self.rate))
+    def __iter__(self):
+        from ..archive.formats import envelope_body
+
+        stats = self.stats
+        for src in self.sources:
+            for rec in read_records(src, self.delimiter):
+                stats.records += 1
+                if stats.records <= self.skip:
+                    stats.handled = self.last_done = stats.records
+                    continue
+                if self.fmt == "json" and rec:
+                    try:
+                        rec = envelope_body(rec)
+                    except (ValueError, KeyError, TypeError) as e:
+                        self._invalid(f"is not a JSON envelope ({e})")
+                        continue
+                if not rec:
+                    stats.skipped_empty += 1
+                    self._handled()
+                    continue
+                if len(rec) > self.max_msg_size:
+                    self._invalid(f"is {len(rec)} bytes, over --max-msg-size {self.max_msg_size}")
+                    continue
+                stats.bytes += len(rec)
+                self.unacked.append(stats.records)
+                self.last_done = stats.records
+                yield rec
+
+    def _handled(self) -> None:
+        self.last_done = self.stats.records
+        if not self.unacked:
+            self.stats.handled = self.stats.records
+
+    def _invalid(self, reason: str) -> None:
+        from ..errors import NSQError
+
+        if not self.skip_invalid:
+            err = NSQError(f"record {self.stats.records} {reason}: stopped (--skip-invalid leaves such "
+                           "records out)")
+            err.record = self.stats.records
+            raise err
+        self.app.warn(f"skipping record {self.stats.records}: {reason}")
+        self.stats.skipped_invalid += 1
+        self._handled()
+
+    def on_progress(self, acked: int) -> None:
+        """The producer says the first ``acked`` bodies are acknowledged."""
+        stats = self.stats
+        while self.acked < acked:
+            stats.handled = self.unacked.popleft()
+            self.acked += 1
+        stats.published = acked
+        if not self.unacked:
+            stats.handled = max(stats.handled, self.last_done)
+        for listener in self.listeners:
+            listener()
+
+    @property
+    def resume_at(self) -> int:
+        """The --skip that resumes without loss or duplicates."""
+        return self.unacked[0] - 1 if self.unacked else self.stats.handled
+
+
+def _publish_deferred(producer, topic, records, defer, rate, timeout=10.0):
+    """DPUB one by one (nsqd has no deferred MPUB), paced like publish_iter."""
+    from ..errors import PublishError
+
+    t0, done = time.monotonic(), 0
+    try:
+        for body in records:
+            if rate:
+                delay = t0 + (done + 1) / rate - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+            producer.publish(topic, body, defer=defer, timeout=timeout)
+            done += 1
+            records.on_progress(done)
+    except BaseException as e:
+        cause = e.cause if isinstance(e, PublishError) and e.cause is not None else e
+        raise PublishError(str(cause), done, 0, cause) from e
 
 
 @click.command()
@@ -90,9 +168,9 @@ def mpub(app, topic, files, delimiter, null, fmt, batch_size, rate, defer, skip_
     every record was published (nsqd said OK to every batch); otherwise exit 1 saying how many
     were published before the failure.
     """
-    from ..errors import NSQError, PublishError
     from ..client.producer import Producer
-    from ..archive.formats import envelope_body
+    from ..errors import PublishError
+    from .app import Interrupted, interrupt_on_signals
 
     conn = pop_connection(kwargs)
     cfg = build_config(conn, max_msg_size=max_msg_size, max_body_size=max_body_size)
@@ -100,81 +178,35 @@ def mpub(app, topic, files, delimiter, null, fmt, batch_size, rate, defer, skip_
         delimiter = b"\0"
     sources = list(files) or [sys.stdin.buffer]
     stats = Stats()
-    limiter = RateLimiter(rate) if rate else None
+    records = Records(app, sources, delimiter, fmt, skip, skip_invalid, max_msg_size, stats)
     producer = Producer(resolve_producers(app, conn, topic), cfg)
     progress = _Progress(app, stats, sources) if app.stderr_is_tty else None
-    batch: list[bytes] = []
-    recnos: list[int] = []  # record number (1-based) of each body in batch
-    batch_bytes = 4
-    per_flush = batch_size * 8  # up to 8 MPUBs in flight per flush
-
-    def flush() -> None:
-        nonlocal batch, recnos, batch_bytes
-        if not batch:
-            return
-        if limiter:
-            limiter.take(len(batch))
-        done = 0
-        try:
-            if defer is not None:
-                for body in batch:
-                    producer.publish(topic, body, defer=defer)
-                    done += 1
-            else:
-                done = producer.multi_publish(topic, batch, batch_size=batch_size, window=8).published
-        except PublishError as e:
-            done += e.published if defer is None else 0
-            stats.published += done
-            raise PublishError(f"{e.cause or e}; {stats.published} records acknowledged in this run, "
-                               f"record {recnos[done]} and later were not: resume with --skip {recnos[done] - 1}",
-                               stats.published, len(batch) - done, e.cause) from None
-        stats.published += done
-        batch, recnos, batch_bytes = [], [], 4
-        if progress:
-            progress.update()
-
-    def stop_at(reason: str) -> None:
-        flush()
-        raise NSQError(f"record {stats.records} {reason}: stopped; the {stats.published} records before it "
-                       f"were published, it and the rest were not (resume with --skip {stats.records - 1}, "
-                       "or use --skip-invalid)")
-
+    if progress:
+        records.listeners.append(progress.update)
+    interrupt_on_signals()
     try:
-        for src in sources:
-            for rec in read_records(src, delimiter):
-                stats.records += 1
-                if stats.records <= skip:
-                    continue
-                if not rec:
-                    stats.skipped_empty += 1
-                    continue
-                if fmt == "json":
-                    try:
-                        rec = envelope_body(rec)
-                    except (ValueError, KeyError, TypeError) as e:
-                        if not skip_invalid:
-                            stop_at(f"is not a JSON envelope ({e})")
-                        stats.skipped_invalid += 1
-                        continue
-                    if not rec:
-                        stats.skipped_empty += 1
-                        continue
-                if len(rec) > max_msg_size:
-                    if not skip_invalid:
-                        stop_at(f"is {len(rec)} bytes, over --max-msg-size {max_msg_size}")
-                    app.warn(f"skipping record {stats.records}: {len(rec)} bytes > --max-msg-size {max_msg_size}")
-                    stats.skipped_invalid += 1
-                    continue
-                stats.bytes += len(rec)
-                if len(batch) >= per_flush:
-                    flush()
-                batch.append(rec)
-                recnos.append(stats.records)
-        flush()
-    except NSQError:
-        app.info(stats.summary(max(0, stats.records - skip - stats.published - stats.skipped_empty
-                                   - stats.skipped_invalid)))
-        raise
+        if defer is not None:
+            _publish_deferred(producer, topic, records, defer, rate)
+        else:
+            producer.publish_iter(topic, records, batch_size=batch_size, window=8, rate=rate,
+                                  on_progress=records.on_progress)
+    except (PublishError, Interrupted) as e:
+        if progress:
+            progress.stop()
+            progress = None
+        cause = e.cause if isinstance(e, PublishError) and e.cause is not None else e
+        failed = len(records.unacked)
+        app.info(stats.summary(failed))
+        where = (f"nsqd acknowledged {stats.published} records in this run; resume with "
+                 f"--skip {records.resume_at}")
+        if isinstance(cause, Interrupted):
+            raise Interrupted(cause.signum, where) from None
+        bad = getattr(cause, "record", None)
+        if records.unacked and getattr(cause, "code", "") in ("E_BAD_MESSAGE", "E_BAD_BODY"):
+            bad = records.unacked[0]
+        if bad is not None and bad == records.resume_at + 1:
+            where += f" (--skip {bad} also leaves out record {bad})"
+        raise PublishError(f"{cause}; {where}", stats.published, failed, cause) from None
     finally:
         if progress:
             progress.stop()

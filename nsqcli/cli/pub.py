@@ -10,7 +10,7 @@ from .options import build_config, connection_options, nsqd_addresses, pop_conne
 from .types import DURATION, TOPIC
 
 
-def resolve_producers(app, conn: dict, topic: str) -> list[str]:
+def resolve_producers(app, conn: dict, topic: str, deadline: float | None = None) -> list[str]:
     """nsqd addresses to publish to: the explicit ones, else the nodes that lookupd says carry
     the topic (the official to_nsq cannot do this)."""
     addrs = nsqd_addresses(conn)
@@ -20,7 +20,10 @@ def resolve_producers(app, conn: dict, topic: str) -> list[str]:
     from ..errors import NSQError
     from ..client.http import lookup_all
 
-    producers, errors = lookup_all(lookupds, topic)
+    import time
+
+    timeout = 5.0 if deadline is None else max(0.001, min(5.0, deadline - time.monotonic()))
+    producers, errors = lookup_all(lookupds, topic, timeout)
     for e in errors:
         app.warn(str(e))
     if not producers:
@@ -46,7 +49,9 @@ def pub(app, topic, message, defer, fanout, timeout, **kwargs):
     Exits 0 only after nsqd answered OK. With several --nsqd-tcp-address it fails over to the
     next one; with --lookupd-http-address alone it publishes to a node that carries the topic.
     """
-    from ..errors import PublishError, Timeout
+    import time
+
+    from ..errors import NSQError, PublishError, Timeout
     from ..client.producer import Producer
     from .app import DeadlineExceeded
 
@@ -62,13 +67,21 @@ def pub(app, topic, message, defer, fanout, timeout, **kwargs):
         raise click.UsageError("the message is empty (nsqd rejects empty messages)")
     if len(body) > cfg.max_msg_size:
         app.warn(f"message is {len(body)} bytes; nsqd's default --max-msg-size is {cfg.max_msg_size}")
-    addresses = resolve_producers(app, conn, topic)
-    with Producer(addresses, cfg, fanout=fanout) as producer:
-        try:
-            acked = producer.publish(topic, body, defer=defer, timeout=timeout)
-        except PublishError as e:
-            if isinstance(e.cause, Timeout):
-                raise DeadlineExceeded(str(e)) from e
-            raise
+    deadline = time.monotonic() + timeout  # for the whole command: lookups, handshakes, failover
+    try:
+        addresses = resolve_producers(app, conn, topic, deadline)
+    except NSQError as e:
+        if time.monotonic() >= deadline:
+            raise DeadlineExceeded(f"--timeout passed: {e}") from e
+        raise
+    producer = Producer(addresses, cfg, fanout=fanout, deadline=deadline)
+    try:
+        acked = producer.publish(topic, body, defer=defer, timeout=max(0.001, deadline - time.monotonic()))
+    except PublishError as e:
+        if isinstance(e.cause, Timeout) or time.monotonic() >= deadline:
+            raise DeadlineExceeded(str(e)) from e
+        raise
+    finally:
+        producer.close(timeout=max(0.1, deadline - time.monotonic()))
     app.debug(f"published {len(body)} bytes to {', '.join(acked)}")
     return 0

@@ -125,6 +125,10 @@ class Connection:
         self._stream = self._dial(self.address, min(cfg.dial_timeout, end - now))
         try:
             self._handshake(Handshake(cfg.identify(), cfg.auth_secret, subscribe, self.address), end)
+        except RemoteProtocolError as e:
+            self._stream.close()
+            self.state = CLOSED
+            raise self._located(e) from None
         except BaseException:
             self._stream.close()
             self.state = CLOSED
@@ -154,6 +158,11 @@ class Connection:
         self._stream.enter_io_mode(self.config.write_timeout)
         self.state = CONNECTED
         self.connected_at = time.time()
+
+    def _located(self, e: RemoteProtocolError) -> RemoteProtocolError:
+        """The decoder does not know where its bytes came from: say it."""
+        text = str(e)
+        return e if text.startswith(self.address) else RemoteProtocolError(f"{self.address}: {text}")
 
     def _remaining(self, end: float, what: str) -> float:
         left = end - time.monotonic()
@@ -197,6 +206,8 @@ class Connection:
         error: BaseException | None = None
         try:
             self._io_loop()
+        except RemoteProtocolError as e:
+            error = self._located(e)
         except (NSQError, OSError) as e:
             error = e
         except BaseException as e:  # a bug: report it, never vanish silently

@@ -148,8 +148,10 @@ class Producer:
 
     @classmethod
     def from_json(cls, p: dict) -> "Producer":
+        if not isinstance(p.get("broadcast_address"), str):
+            raise TypeError(f"broadcast_address is {p.get('broadcast_address')!r}")
         return cls(p["broadcast_address"], int(p["tcp_port"]), int(p["http_port"]),
-                   p.get("hostname", ""), p.get("version", ""))
+                   str(p.get("hostname", "")), str(p.get("version", "")))
 
 
 def lookup_topic(address: str, topic: str, timeout: float = 5.0) -> list[Producer]:
@@ -160,7 +162,11 @@ def lookup_topic(address: str, topic: str, timeout: float = 5.0) -> list[Produce
         if e.status == 404:  # TOPIC_NOT_FOUND: nobody has it yet
             return []
         raise
-    return [Producer.from_json(p) for p in (data or {}).get("producers") or []]
+    try:
+        return [Producer.from_json(p) for p in (data or {}).get("producers") or []]
+    except (AttributeError, KeyError, TypeError, ValueError) as e:
+        raise LookupdError(f"unexpected /lookup answer ({type(e).__name__}: {e}): {str(data)[:80]}",
+                           base_url(address) + "/lookup") from None
 
 
 def lookup_all(addresses: list[str], topic: str, timeout: float = 5.0

@@ -361,17 +361,24 @@ class _IterPublish:
         limit, max_msg, batch_size = cfg.max_body_size, cfg.max_msg_size, self.batch_size
         cur: list[bytes] = []
         size = 4
+        source_error: BaseException | None = None
+        it = iter(bodies)
         try:
-            for body in bodies:
+            while True:
+                try:
+                    body = next(it)
+                except StopIteration:
+                    break
+                except BaseException as e:  # the iterable failed: what came before still goes out
+                    source_error = e
+                    break
                 if not isinstance(body, (bytes, bytearray, memoryview)):
                     body = body.encode("utf-8") if isinstance(body, str) else body
                 n = len(body)
                 if n == 0 or n > max_msg:
-                    self._send(cur)
-                    cur, size = [], 4
-                    self._settle_all()
                     why = "is empty" if n == 0 else f"is {n} bytes, over the {max_msg}-byte max message size"
-                    raise LocalProtocolError(f"message {self.taken + 1} {why}")
+                    source_error = LocalProtocolError(f"message {self.taken + 1} {why}")
+                    break
                 if cur and (size + 4 + n > limit or (batch_size and len(cur) >= batch_size)):
                     self._send(cur)
                     cur, size = [], 4
@@ -382,6 +389,8 @@ class _IterPublish:
             self._settle_all()
         except BaseException as e:
             self._fail(e)
+        if source_error is not None:
+            self._fail(source_error)
         return PublishResult(self.done, self.batches, self.addresses)
 
     def _pace(self, n: int) -> None:

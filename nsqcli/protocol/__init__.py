@@ -6,12 +6,12 @@ from .commands import (
 )
 from .constants import FRAME_ERROR, FRAME_MESSAGE, FRAME_RESPONSE, HEARTBEAT, MAGIC_V2
 from .frames import NEED_DATA, Frame, FrameDecoder
-from .message import Message, decode_message
+from .message import Message, MessageData, decode_message
 from .names import validate_channel, validate_topic
 
 __all__ = [
     "MAGIC_V2", "HEARTBEAT", "FRAME_RESPONSE", "FRAME_ERROR", "FRAME_MESSAGE",
-    "Frame", "FrameDecoder", "NEED_DATA", "Message", "decode_message",
+    "Frame", "FrameDecoder", "NEED_DATA", "Message", "MessageData", "decode_message",
     "validate_topic", "validate_channel",
     "encode_identify", "encode_auth", "encode_sub", "encode_pub", "encode_mpub", "encode_dpub",
     "encode_rdy", "encode_fin", "encode_req", "encode_touch", "encode_cls", "encode_nop",

@@ -6,11 +6,25 @@
 from __future__ import annotations
 
 import struct
+from typing import NamedTuple
 
 from ..errors import RemoteProtocolError
 from .constants import MESSAGE_HEADER_SIZE
 
 MESSAGE_HEADER = struct.Struct(">qH16s")
+
+
+class MessageData(NamedTuple):
+    """A message as plain, picklable data (what crosses process boundaries, e.g. to Spark
+    executors): no connection, no responder. ``id`` + ``nsqd`` identify a delivery."""
+
+    id: str
+    body: bytes
+    timestamp: int      # ns since the epoch, set by nsqd when the message was published
+    attempts: int
+    nsqd: str | None
+    topic: str | None
+    channel: str | None
 
 
 class Message:
@@ -44,6 +58,15 @@ class Message:
     def __repr__(self) -> str:
         return (f"Message(id={self.id!r}, attempts={self.attempts}, timestamp={self.timestamp}, "
                 f"body={self.body[:40]!r}{'...' if len(self.body) > 40 else ''})")
+
+    def data(self) -> MessageData:
+        """The plain-data value of this message (the responder stays behind)."""
+        return MessageData(self.id.decode("ascii", "replace"), self.body, self.timestamp,
+                           self.attempts, self.nsqd, self.topic, self.channel)
+
+    def __reduce__(self):
+        # a Message pickles as its plain data: a connection cannot cross a process boundary
+        return (MessageData, tuple(self.data()))
 
     def encode(self) -> bytes:
         """The frame payload for this message (the inverse of :func:`decode_message`)."""

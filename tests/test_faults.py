@@ -1,0 +1,305 @@
+"""The fault table: misbehaving nsqd / nsqlookupd servers (tests/fakes.py) against the real
+`nsqcli tail` and `nsqcli pub` executables. For every fault: one clear error line on stderr,
+exit 1 (or 3 when the --timeout passed), no traceback, no hang past the deadline, bounded
+memory. A real nsqd plays everything it can do on cue elsewhere; these are the faults it cannot."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from fakes import (FRAME_ERROR, FRAME_MESSAGE, FRAME_RESPONSE, FakeLookupd, FakeNsqd, frame,
+                   http_answer, http_request, message)
+
+NSQCLI = [sys.executable, "-m", "nsqcli"]
+TIMEOUT = 2.0         # the --timeout given to every command
+MAX_RSS_MB = 250      # bounded memory: a decompression bomb must not get near its 1000x
+
+
+def good_features(**extra) -> dict:
+    return {"max_rdy_count": 2500, "version": "fake", "msg_timeout": 60000, **extra}
+
+
+def after_handshake(action):
+    """A script that behaves until SUB/PUB, then does ``action(peer, line)``."""
+    def script(peer):
+        line = peer.handshake()
+        action(peer, line)
+        peer.silence()
+    return script
+
+
+def at_identify(reply: bytes):
+    def script(peer):
+        peer.magic()
+        peer.until(b"IDENTIFY")
+        peer.respond(reply)
+        peer.silence()
+    return script
+
+
+def raw_after_identify(data: bytes):
+    def script(peer):
+        peer.magic()
+        peer.until(b"IDENTIFY")
+        peer.send(data)
+        peer.silence()
+    return script
+
+
+def trickle(data: bytes, every: float = 0.4):
+    def script(peer):
+        peer.magic()
+        peer.until(b"IDENTIFY")
+        for b in data:
+            peer.sock.sendall(bytes([b]))
+            if peer.server.stopped.wait(every):
+                return
+        peer.silence()
+    return script
+
+
+def deflate_then(payload_fn):
+    """Negotiate deflate (the client is run with --deflate), then send ``payload_fn()`` raw."""
+    def script(peer):
+        peer.magic()
+        peer.until(b"IDENTIFY")
+        peer.respond(json.dumps(good_features(deflate=True, deflate_level=6)).encode())
+        peer.sock.sendall(payload_fn())
+        peer.silence()
+    return script
+
+
+def deflate_bomb(first: bytes, total: int = 200 * 1024 * 1024) -> bytes:
+    """A raw deflate stream: compressed OK, then ``first`` and zeros up to ``total`` bytes
+    (over 1000x smaller on the wire than decompressed)."""
+    c = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
+    out = [c.compress(frame(FRAME_RESPONSE, b"OK")), c.compress(first)]
+    zeros = bytes(1 << 20)
+    for _ in range(total >> 20):
+        out.append(c.compress(zeros))
+    out.append(c.flush(zlib.Z_SYNC_FLUSH))
+    return b"".join(out)
+
+
+def snappy_garbage() -> bytes:
+    return b"\xff\x06\x00\x00sNaPpY" + b"\x00\x10\x00\x00garbage-garbage!"
+
+
+def close_now(peer):
+    peer.sock.close()
+
+
+def silent(peer):
+    peer.silence()
+
+
+def garbage_at_once(peer):
+    peer.sock.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+    peer.silence()
+
+
+def heartbeats_then_silence(peer):
+    peer.magic()
+    peer.until(b"IDENTIFY")
+    peer.respond(b"_heartbeat_")
+    peer.silence()
+
+
+def auth_then(reply_frame: bytes):
+    def script(peer):
+        peer.magic()
+        peer.until(b"IDENTIFY")
+        peer.respond(json.dumps(good_features(auth_required=True)).encode())
+        peer.until(b"AUTH")
+        peer.send(reply_frame)
+        peer.silence()
+    return script
+
+
+# name -> (nsqd script, extra flags, expected exit codes)
+NSQD_FAULTS = {
+    "closes-at-once": (close_now, [], {1}),
+    "http-server-on-tcp-port": (garbage_at_once, [], {1}),
+    "silent-after-connect": (silent, [], {3}),
+    "identify-not-json": (at_identify(b"{not json"), [], {1}),
+    "identify-json-list": (at_identify(b"[1, 2]"), [], {1}),
+    "identify-json-string": (at_identify(b'"hello"'), [], {1}),
+    "identify-msg-timeout-string": (at_identify(json.dumps(good_features(msg_timeout="x")).encode()), [], {1}),
+    "identify-max-rdy-string": (at_identify(json.dumps(good_features(max_rdy_count="abc")).encode()), [], {1}),
+    "identify-max-rdy-zero": (at_identify(json.dumps(good_features(max_rdy_count=0)).encode()), [], {1}),
+    "identify-max-rdy-negative": (at_identify(json.dumps(good_features(max_rdy_count=-5)).encode()), [], {1}),
+    "identify-tls-bool-as-string": (at_identify(json.dumps(good_features(tls_v1="yes")).encode()), [], {1}),
+    "identify-unasked-snappy": (at_identify(json.dumps(good_features(snappy=True)).encode()), [], {1}),
+    "identify-unasked-deflate": (at_identify(json.dumps(good_features(deflate=True)).encode()), [], {1}),
+    "identify-unasked-tls": (at_identify(json.dumps(good_features(tls_v1=True)).encode()), [], {1}),
+    "identify-auth-required-no-secret": (at_identify(json.dumps(good_features(auth_required=True)).encode()), [], {1}),
+    "identify-error-frame": (raw_after_identify(frame(FRAME_ERROR, b"E_INVALID bad IDENTIFY")), [], {1}),
+    "identify-empty-error-frame": (raw_after_identify(frame(FRAME_ERROR, b"")), [], {1}),
+    "identify-message-frame": (raw_after_identify(message(b"too early")), [], {1}),
+    "negative-frame-size": (raw_after_identify(b"\xff\xff\xff\xff\x00\x00\x00\x00"), [], {1}),
+    "huge-frame-size": (raw_after_identify(b"\x7f\xff\xff\xff\x00\x00\x00\x00"), [], {1}),
+    "unknown-frame-type": (raw_after_identify(b"\x00\x00\x00\x06\x00\x00\x00\x07OK"), [], {1}),
+    "short-message-frame": (raw_after_identify(b"\x00\x00\x00\x0a\x00\x00\x00\x02abcdef"), [], {1}),
+    "truncated-frame-then-close": (lambda p: (p.magic(), p.until(b"IDENTIFY"),
+                                              p.sock.sendall(b"\x00\x00\x00\x64\x00\x00\x00\x00OK")), [], {1}),
+    "identify-trickled": (trickle(frame(FRAME_RESPONSE, b"OK") * 3), [], {3}),
+    "heartbeat-then-silence": (heartbeats_then_silence, [], {3}),
+    "silent-after-sub-or-pub": (after_handshake(lambda p, line: None), [], {3}),
+    "close-wait-instead-of-ok": (after_handshake(lambda p, line: p.respond(b"CLOSE_WAIT")), [], {1, 3}),
+    "unknown-reply-instead-of-ok": (after_handshake(lambda p, line: p.respond(b"WHAT?")), [], {1, 3}),
+    "closes-after-sub-or-pub": (after_handshake(lambda p, line: p.sock.close()), [], {1, 3}),
+    "error-after-sub-or-pub": (after_handshake(lambda p, line: p.error(b"E_BAD_TOPIC nope")), [], {1, 3}),
+    "garbage-after-sub-or-pub": (after_handshake(lambda p, line: p.sock.sendall(b"\x00\x00\x00\x00garbage")), [], {1, 3}),
+    "auth-reply-not-json": (auth_then(frame(FRAME_RESPONSE, b"not json")), ["--auth-secret", "s"], {1}),
+    "auth-failed": (auth_then(frame(FRAME_ERROR, b"E_AUTH_FAILED AUTH failed")), ["--auth-secret", "s"], {1}),
+    "deflate-corrupt-stream": (deflate_then(lambda: b"\xff" * 64), ["--deflate"], {1}),
+    "deflate-bomb-of-zeros": (deflate_then(lambda: deflate_bomb(b"")), ["--deflate"], {1}),
+    "deflate-bomb-giant-frame": (deflate_then(lambda: deflate_bomb(b"\x05\x00\x00\x00\x00\x00\x00\x02")),
+                                 ["--deflate"], {1}),
+    "snappy-corrupt-stream": (lambda p: (p.magic(), p.until(b"IDENTIFY"),
+                                         p.respond(json.dumps(good_features(snappy=True)).encode()),
+                                         p.sock.sendall(snappy_garbage()), p.silence()), ["--snappy"], {1}),
+}
+
+
+def run_limited(args: list[str], timeout: float = 20.0) -> tuple[int, bytes, bytes, float, float]:
+    """Run nsqcli; returns (exit code, stdout, stderr, seconds, its own peak RSS in MB)."""
+    import threading
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NSQCLI_")}
+    t0 = time.monotonic()
+    p = subprocess.Popen(NSQCLI + args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, env=env)
+    chunks = {"out": b"", "err": b""}
+
+    def drain(name, f):
+        chunks[name] = f.read()
+
+    readers = [threading.Thread(target=drain, args=("out", p.stdout)),
+               threading.Thread(target=drain, args=("err", p.stderr))]
+    for t in readers:
+        t.start()
+    killer = threading.Timer(timeout, p.kill)
+    killer.start()
+    _, status, usage = os.wait4(p.pid, 0)  # this child's own rusage
+    hung = not killer.is_alive()
+    killer.cancel()
+    p.returncode = os.waitstatus_to_exitcode(status)
+    for t in readers:
+        t.join()
+    if hung:
+        raise AssertionError(f"nsqcli {' '.join(args)} hung past {timeout}s; stderr: {chunks['err'][-500:]!r}")
+    return p.returncode, chunks["out"], chunks["err"], time.monotonic() - t0, usage.ru_maxrss / 1024
+
+
+def check(args: list[str], expected: set[int]) -> None:
+    rc, out, err, secs, rss = run_limited(args)
+    text = err.decode(errors="replace")
+    lines = [line for line in text.splitlines() if line]
+    assert "Traceback" not in text and "Exception ignored" not in text, text
+    assert rc in expected, f"exit {rc}, expected {expected}: {text}"
+    assert lines and lines[-1].startswith("nsqcli: error: "), text
+    assert all(line.startswith("nsqcli: ") for line in lines), text
+    assert len(lines[-1]) < 400, lines[-1]
+    assert secs < TIMEOUT + 6, f"took {secs:.1f}s"
+    assert rss < MAX_RSS_MB, f"peak RSS {rss:.0f} MB"
+    assert out == b""
+
+
+@pytest.mark.parametrize("name", sorted(NSQD_FAULTS))
+def test_fault_table_tail_and_pub(name):
+    script, flags, expected = NSQD_FAULTS[name]
+    with FakeNsqd(script) as fake_tail, FakeNsqd(script) as fake_pub:
+        tail = ["tail", "-t", "t", "-n", "1", "--timeout", f"{TIMEOUT}s",
+                "--nsqd-tcp-address", fake_tail.address, *flags]
+        pub = ["pub", "-t", "t", "--timeout", f"{TIMEOUT}s", "--nsqd-tcp-address", fake_pub.address,
+               *flags, "hello"]
+        with ThreadPoolExecutor(2) as pool:
+            results = list(pool.map(lambda a: (a[0], _check_capture(a[1], expected)), [("tail", tail), ("pub", pub)]))
+    failures = [f"{cmd}: {err}" for cmd, err in results if err]
+    assert not failures, "\n".join(failures)
+
+
+def _check_capture(args, expected):
+    try:
+        check(args, expected)
+    except AssertionError as e:
+        return str(e)
+    return None
+
+
+def test_fault_table_has_at_least_30_misbehaviours():
+    assert len(NSQD_FAULTS) + len(LOOKUPD_FAULTS) >= 30
+
+
+# -- nsqlookupd ----------------------------------------------------------------------------------
+def lookupd_trickle(peer):
+    http_request(peer)
+    for b in b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n":
+        peer.sock.sendall(bytes([b]))
+        if peer.server.stopped.wait(1.0):
+            return
+
+
+def lookupd_answers(status: int, body: bytes):
+    def script(peer):
+        http_request(peer)
+        http_answer(peer, status, body)
+    return script
+
+
+def lookupd_silent(peer):
+    http_request(peer)
+    peer.silence()
+
+
+LOOKUPD_FAULTS = {
+    "lookupd-trickles": (lookupd_trickle, {1, 3}),
+    "lookupd-silent": (lookupd_silent, {1, 3}),
+    "lookupd-500": (lookupd_answers(500, b'{"message":"INTERNAL_ERROR"}'), {1}),
+    "lookupd-not-http": (lambda p: (http_request(p), p.sock.sendall(b"\x00\x00\x00\x06\x00\x00\x00\x00OK")), {1}),
+    "lookupd-json-list": (lookupd_answers(200, b"[1, 2, 3]"), {1}),
+    "lookupd-producers-wrong-types": (lookupd_answers(200, b'{"producers": [{"broadcast_address": 5}]}'), {1}),
+    "lookupd-producers-not-a-list": (lookupd_answers(200, b'{"producers": "x"}'), {1}),
+    "lookupd-dead-producer": (lookupd_answers(200, json.dumps({"producers": [
+        {"broadcast_address": "127.0.0.1", "tcp_port": 1, "http_port": 2}]}).encode()), {1, 3}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LOOKUPD_FAULTS))
+def test_lookupd_fault_table_tail_and_pub(name):
+    script, expected = LOOKUPD_FAULTS[name]
+    with FakeLookupd(script) as fake_tail, FakeLookupd(script) as fake_pub:
+        tail = ["tail", "-t", "t", "-n", "1", "--timeout", f"{TIMEOUT}s", "--lookupd-http-address", fake_tail.address]
+        pub = ["pub", "-t", "t", "--timeout", f"{TIMEOUT}s", "--lookupd-http-address", fake_pub.address, "hello"]
+        with ThreadPoolExecutor(2) as pool:
+            results = list(pool.map(lambda a: (a[0], _check_capture(a[1], expected)), [("tail", tail), ("pub", pub)]))
+    failures = [f"{cmd}: {err}" for cmd, err in results if err]
+    assert not failures, "\n".join(failures)
+
+
+def test_sigterm_stops_tail_during_a_trickling_lookupd():
+    """The first SIGTERM stops within a bounded time even while lookupd trickles its answer."""
+    with FakeLookupd(lookupd_trickle) as fake:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("NSQCLI_")}
+        p = subprocess.Popen(NSQCLI + ["tail", "-t", "t", "--lookupd-http-address", fake.address],
+                             stderr=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+        time.sleep(1.0)
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGTERM)
+        try:
+            _, err = p.communicate(timeout=8)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            raise AssertionError("tail ignored SIGTERM while lookupd trickled")
+        assert time.monotonic() - t0 < 6.5
+        assert b"Traceback" not in err
