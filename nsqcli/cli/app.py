@@ -31,6 +31,20 @@ class Interrupted(BaseException):
         self.message = message
 
 
+class StdoutClosed(Exception):
+    """stdout's reader went away (`| head`): a normal end, exit 0. (Not an OSError: click turns
+    an EPIPE OSError into a silent exit 1.)"""
+
+
+def write_stdout(text: str) -> None:
+    """Data on stdout, flushed; a closed pipe ends the command quietly with exit 0."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise StdoutClosed() from None
+
+
 class App:
     """Shared state of one nsqcli run: verbosity and the stderr console for people."""
 
@@ -151,7 +165,7 @@ def run(command: click.Command, args: list[str] | None = None) -> None:
         _fail(str(e), EXIT_DEADLINE)
     except NSQError as e:
         _fail(str(e), EXIT_RUNTIME)
-    except BrokenPipeError:
+    except (BrokenPipeError, StdoutClosed):
         _quiet_broken_pipe()
     except KeyboardInterrupt:
         print("nsqcli: interrupted", file=sys.stderr)

@@ -29,6 +29,7 @@ def lookup(app, topic, nodes, as_json, lookupds):
     Lookupds that fail are named in a warning; exit 0 when at least one answered, 1 when none did.
     """
     from ..errors import NSQError
+    from .app import write_stdout
     from ..client.http import cluster_view
 
     if topic and nodes:
@@ -41,11 +42,11 @@ def lookup(app, topic, nodes, as_json, lookupds):
         raise NSQError(f"no nsqlookupd answered ({', '.join(addresses)})")
     doc = _document(view, topic, nodes)
     if as_json:
-        sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        write_stdout(json.dumps(doc, indent=2, sort_keys=True) + "\n")
     elif sys.stdout.isatty():
         _rich(app, doc, topic, nodes)
     else:
-        sys.stdout.write(_plain(doc, topic, nodes))
+        write_stdout(_plain(doc, topic, nodes))
     return 0
 
 

@@ -19,8 +19,9 @@ def read_records(stream, delimiter: bytes):
     """Yield records split by one delimiter byte. A missing final delimiter keeps the last
     record whole (the official to_nsq drops its last byte). Empty records are yielded as b""."""
     rest = b""
+    read = getattr(stream, "read1", stream.read)  # what is there now: a slow pipe is not held back
     while True:
-        chunk = stream.read(CHUNK)
+        chunk = read(CHUNK)
         if not chunk:
             break
         parts = (rest + chunk).split(delimiter)

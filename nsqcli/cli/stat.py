@@ -123,15 +123,17 @@ def _plain(rows, n: int, single: bool) -> None:
             name = f"{r.topic}/{r.channel or '-'}" + (f"@{r.node}" if r.node != "*" else "")
             line = f"{name[:39]:39s} {line}"
         out.append(line)
-    sys.stdout.write("\n".join(out) + "\n")
-    sys.stdout.flush()
+    from .app import write_stdout
+
+    write_stdout("\n".join(out) + "\n")
 
 
 def _json(rows, sample, clients: bool) -> None:
     doc = {"time": time.time(), "nodes_up": sorted(sample.stats), "nodes_down": sample.down,
            "rows": [dict(r.to_json(), **({"clients": r.client_list} if clients else {})) for r in rows]}
-    sys.stdout.write(json.dumps(doc, sort_keys=True) + "\n")
-    sys.stdout.flush()
+    from .app import write_stdout
+
+    write_stdout(json.dumps(doc, sort_keys=True) + "\n")
 
 
 class _LiveView:
