@@ -48,6 +48,22 @@ def start(args, env=None, preexec=None):
     return p
 
 
+class StderrLog:
+    """Collects a running process's stderr as it comes (to wait on log lines, not on sleeps)."""
+
+    def __init__(self, p):
+        import threading
+
+        self.chunks: list[bytes] = []
+        self.thread = threading.Thread(target=lambda: self.chunks.extend(iter(p.stderr.readline, b"")),
+                                       daemon=True)
+        self.thread.start()
+
+    @property
+    def text(self) -> bytes:
+        return b"".join(self.chunks)
+
+
 def stop(p, sig=signal.SIGTERM, timeout=30):
     p.send_signal(sig)
     out, err = p.communicate(timeout=timeout)
@@ -274,6 +290,7 @@ def test_topic_pattern_discovers_later_topics_and_drops_deleted(nsqd, lookupd, t
     p = start(["--topic-pattern", f"^{topic}_", "--lookupd-http-address", lookupd.http_address,
                "--output-dir", str(out), "--topic-refresh", "0.5s", "--sync-interval", "0.2s",
                "--filename-format", "<TOPIC>.log", "--log-level", "info"])
+    log = StderrLog(p)
     try:
         wait_for(lambda: drained(nsqd, topic + "_a", total=1), what="first topic archived at start-up")
         http_post(nsqd.http_address, "/pub", b"later", topic=topic + "_b")
@@ -282,12 +299,17 @@ def test_topic_pattern_discovers_later_topics_and_drops_deleted(nsqd, lookupd, t
         http_post(nsqd.http_address, "/topic/delete", topic=topic + "_a")
         wait_for(lambda: not http_get_json(lookupd.http_address, "/lookup", topic=topic + "_a")["producers"],
                  what="no producer left for the deleted topic")
-        time.sleep(1.5)  # three --topic-refresh rounds
+        wait_for(lambda: f"topic {topic}_a disappeared".encode() in log.text, timeout=20,
+                 what="to-file dropping the deleted topic")
+        # and the consumer's reconnects did not re-create it on nsqd
+        assert all(t["topic_name"] != topic + "_a"
+                   for t in http_get_json(nsqd.http_address, "/stats", format="json")["topics"])
     finally:
-        rc, _, err = stop(p)
+        p.send_signal(signal.SIGTERM)
+        rc = p.wait(30)
+        log.thread.join(5)
     assert rc == 0
     assert (out / f"{topic}_a.log").read_bytes() == b"first\n"
-    assert f"topic {topic}_a disappeared".encode() in err
 
 
 def test_json_format_envelope(nsqd, topic, tmp_path):
