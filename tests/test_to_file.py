@@ -343,3 +343,53 @@ def test_usage_errors(args, words):
     p = start(args)
     _, err = p.communicate(timeout=20)
     assert p.returncode == 2 and words in err and err.count(b"\n") == 1
+
+
+def test_read_archive_reads_what_to_file_and_nsq_to_file_wrote(nsqd, topic, tmp_path):
+    """archive.reader on real archives: our gzip JSON (binary bodies too) and Go's gzip raw."""
+    from nsqcli.archive.reader import read_archive
+
+    bodies = numbered(300) + [b"utf8 \xe2\x9c\x93", b"bin\x00\xff\x01"]
+    http_post(nsqd.http_address, "/topic/create", topic=topic)
+    for ch in ("nsqcli_to_file", "go"):
+        http_post(nsqd.http_address, "/channel/create", topic=topic, channel=ch)
+    with __import__("nsqcli").Producer(nsqd.tcp_address) as prod:
+        prod.multi_publish(topic, bodies)
+    p = start(["-t", topic, "--nsqd-tcp-address", nsqd.tcp_address, "--output-dir", str(tmp_path / "ours"),
+               "--format", "json", "--gzip", "--sync-interval", "0.2s"])
+    go = subprocess.Popen([find_binary("nsq_to_file"), f"--topic={topic}", "--channel=go", "--gzip",
+                           "--sync-interval=0.5s",
+                           f"--nsqd-tcp-address={nsqd.tcp_address}", f"--output-dir={tmp_path / 'go'}"],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _started.append(go)
+    try:
+        wait_for(lambda: drained(nsqd, topic, total=len(bodies)) and drained(nsqd, topic, "go", total=len(bodies)),
+                 what="both drained")
+    finally:
+        go.send_signal(signal.SIGTERM)
+        go.wait(30)
+        assert stop(p)[0] == 0
+    ours = list(read_archive([tmp_path / "ours"]))
+    assert sorted(r.body for r in ours) == sorted(bodies)
+    assert {r.topic for r in ours} == {topic} and all(r.timestamp and r.id and r.attempts == 1 for r in ours)
+    theirs = list(read_archive([str(tmp_path / "go" / "*.gz")]))
+    assert sorted(r.body for r in theirs) == sorted(b for b in bodies if b"\n" not in b)
+    assert all(r.topic is None and r.file.endswith(".gz") for r in theirs)
+    with pytest.raises(FileNotFoundError):
+        list(read_archive([tmp_path / "nothing-*.log"]))
+
+
+def test_read_archive_stops_at_a_torn_gzip_member(tmp_path):
+    import gzip
+
+    from nsqcli.archive.reader import read_archive
+
+    whole = gzip.compress(b"a\nb\n") + gzip.compress(b"c\n")
+    (tmp_path / "x.log.gz").write_bytes(whole + gzip.compress(b"d\ne\n")[:-6])
+    errors = []
+    assert [r.body for r in read_archive([tmp_path], on_error=errors.append)] == [b"a", b"b", b"c"]
+    assert errors and "torn gzip member" in errors[0]
+    (tmp_path / "x.log.gz").write_bytes(whole + b"\x1f\x8b\x08garbage")
+    errors.clear()
+    assert [r.body for r in read_archive([tmp_path / "x.log.gz"], on_error=errors.append)] == [b"a", b"b", b"c"]
+    assert errors and "corrupt gzip data" in errors[0]
