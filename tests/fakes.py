@@ -177,6 +177,15 @@ def http_answer(peer: Peer, status: int, body: bytes, content_type: str = "appli
               % (status, content_type.encode(), len(body)) + body)
 
 
+def lookupd_trickle(peer: Peer) -> None:
+    """An HTTP server that sends its answer one byte a second."""
+    http_request(peer)
+    for b in b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n":
+        peer.sock.sendall(bytes([b]))
+        if peer.server.stopped.wait(1.0):
+            return
+
+
 class MemoryStream:
     """The stream interface of nsqcli.client.transport.Stream, fed by a test instead of a socket.
 

@@ -16,8 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from fakes import (FRAME_ERROR, FRAME_MESSAGE, FRAME_RESPONSE, FakeLookupd, FakeNsqd, frame,
-                   http_answer, http_request, message)
+from fakes import (FRAME_ERROR, FRAME_RESPONSE, FakeLookupd, FakeNsqd, frame, http_answer,
+                   http_request, lookupd_trickle, message)
 
 NSQCLI = [sys.executable, "-m", "nsqcli"]
 TIMEOUT = 2.0         # the --timeout given to every command
@@ -242,14 +242,6 @@ def test_fault_table_has_at_least_30_misbehaviours():
 
 
 # -- nsqlookupd ----------------------------------------------------------------------------------
-def lookupd_trickle(peer):
-    http_request(peer)
-    for b in b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n":
-        peer.sock.sendall(bytes([b]))
-        if peer.server.stopped.wait(1.0):
-            return
-
-
 def lookupd_answers(status: int, body: bytes):
     def script(peer):
         http_request(peer)

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from fakes import FRAME_RESPONSE, FakeLookupd, FakeNsqd, MemoryStream, frame, message
+from fakes import FRAME_RESPONSE, FakeLookupd, FakeNsqd, MemoryStream, frame, lookupd_trickle, message
 from helpers import channel_stats, http_get_json, http_post, topic_stats, wait_for
 from nsqcli import Config, Consumer, Producer
 from nsqcli.errors import PublishError
@@ -106,17 +106,8 @@ def test_messages_in_the_same_read_as_subs_ok_are_delivered_at_once():
 
 
 # 3 ------------------------------------------------------------------------------------------------
-def test_lookup_and_stat_respect_a_trickling_lookupd():
-    def trickle(peer):
-        from fakes import http_request
-
-        http_request(peer)
-        for b in b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n":
-            peer.sock.sendall(bytes([b]))
-            if peer.server.stopped.wait(1.0):
-                return
-
-    with FakeLookupd(trickle) as fake:
+def test_lookup_respects_a_trickling_lookupd():
+    with FakeLookupd(lookupd_trickle) as fake:
         t0 = time.monotonic()
         r = run(["lookup", "--lookupd-http-address", fake.address], timeout=30)
         assert time.monotonic() - t0 < 12
@@ -372,9 +363,13 @@ def test_mpub_nsqd_dying_between_batches_gives_the_right_resume_point(nsqd_facto
     m = re.search(r"nsqd acknowledged (\d+) records in this run; resume with --skip (\d+)", last)
     assert m, last
     server.start()
-    assert int(m.group(1)) == int(m.group(2)) == topic_stats(server, topic)["depth"] >= count_before
+    acked, skip = int(m.group(1)), int(m.group(2))
+    stored = topic_stats(server, topic)["depth"]
+    # every acknowledged record is stored; nsqd may also have stored a batch whose OK it could not
+    # send while shutting down (at most the 8 batches of 10 in flight): at-least-once on resume
+    assert acked == skip and count_before <= stored and acked <= stored <= acked + 80
     summary = err.decode().splitlines()[-2]
-    assert f"published {m.group(1)}," in summary and f"failed {3000 - int(m.group(1))}," not in summary or True
+    assert f"published {acked}," in summary and "input not read past record" in summary
 
 
 # 16 -----------------------------------------------------------------------------------------------
@@ -471,4 +466,6 @@ def test_publish_iter_streams_in_bounded_memory_and_counts_exactly(nsqd_factory,
     p.close(timeout=1)
     stopper.join()
     server.start()
-    assert e.value.published == topic_stats(server, topic + "_b")["depth"] > 0
+    stored = topic_stats(server, topic + "_b")["depth"]
+    # acknowledged = stored, except batches nsqd stored but could not answer while shutting down
+    assert 0 < e.value.published <= stored <= e.value.published + 4 * 100

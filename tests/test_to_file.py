@@ -95,26 +95,33 @@ def numbered(n, start=0):
     return [b"msg-%07d" % i for i in range(start, start + n)]
 
 
-def test_raw_output_is_byte_identical_to_nsq_to_file(nsqd, topic, tmp_path):
-    lines = numbered(500) + [b"utf8 \xe2\x9c\x93", b"tab\there"]
+def archive_with_both(nsqd, topic, tmp_path, bodies, ours_args, go_args):
+    """Archive ``bodies`` with nsqcli to-file (into tmp_path/ours) and Go's nsq_to_file (into
+    tmp_path/go), each on its own channel, until both drained; both stop cleanly."""
     http_post(nsqd.http_address, "/topic/create", topic=topic)
     for ch in ("nsqcli_to_file", "go"):
         http_post(nsqd.http_address, "/channel/create", topic=topic, channel=ch)
-    publish(nsqd, topic, lines)
-    fmt = ["--filename-format", "<TOPIC>.log", "--sync-interval", "1s"]
-    p = start(["-t", topic, "--nsqd-tcp-address", nsqd.tcp_address, "--output-dir", str(tmp_path / "ours"), *fmt])
+    publish(nsqd, topic, bodies)
+    p = start(["-t", topic, "--nsqd-tcp-address", nsqd.tcp_address, "--output-dir", str(tmp_path / "ours"),
+               *ours_args])
     go = subprocess.Popen([find_binary("nsq_to_file"), f"--topic={topic}", "--channel=go",
-                           f"--nsqd-tcp-address={nsqd.tcp_address}", f"--output-dir={tmp_path / 'go'}", *fmt],
+                           f"--nsqd-tcp-address={nsqd.tcp_address}", f"--output-dir={tmp_path / 'go'}", *go_args],
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _started.append(go)
     try:
-        wait_for(lambda: drained(nsqd, topic, total=len(lines)) and drained(nsqd, topic, "go", total=len(lines)),
+        wait_for(lambda: drained(nsqd, topic, total=len(bodies)) and drained(nsqd, topic, "go", total=len(bodies)),
                  what="both drained")
     finally:
         go.send_signal(signal.SIGTERM)
         go.wait(30)
         rc, _, err = stop(p)
     assert rc == 0, err
+
+
+def test_raw_output_is_byte_identical_to_nsq_to_file(nsqd, topic, tmp_path):
+    lines = numbered(500) + [b"utf8 \xe2\x9c\x93", b"tab\there"]
+    fmt = ["--filename-format", "<TOPIC>.log", "--sync-interval", "1s"]
+    archive_with_both(nsqd, topic, tmp_path, lines, fmt, fmt)
     ours, theirs = (tmp_path / "ours" / f"{topic}.log").read_bytes(), (tmp_path / "go" / f"{topic}.log").read_bytes()
     assert ours == theirs and ours == b"\n".join(lines) + b"\n"
 
@@ -350,25 +357,8 @@ def test_read_archive_reads_what_to_file_and_nsq_to_file_wrote(nsqd, topic, tmp_
     from nsqcli.archive.reader import read_archive
 
     bodies = numbered(300) + [b"utf8 \xe2\x9c\x93", b"bin\x00\xff\x01"]
-    http_post(nsqd.http_address, "/topic/create", topic=topic)
-    for ch in ("nsqcli_to_file", "go"):
-        http_post(nsqd.http_address, "/channel/create", topic=topic, channel=ch)
-    with __import__("nsqcli").Producer(nsqd.tcp_address) as prod:
-        prod.multi_publish(topic, bodies)
-    p = start(["-t", topic, "--nsqd-tcp-address", nsqd.tcp_address, "--output-dir", str(tmp_path / "ours"),
-               "--format", "json", "--gzip", "--sync-interval", "0.2s"])
-    go = subprocess.Popen([find_binary("nsq_to_file"), f"--topic={topic}", "--channel=go", "--gzip",
-                           "--sync-interval=0.5s",
-                           f"--nsqd-tcp-address={nsqd.tcp_address}", f"--output-dir={tmp_path / 'go'}"],
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _started.append(go)
-    try:
-        wait_for(lambda: drained(nsqd, topic, total=len(bodies)) and drained(nsqd, topic, "go", total=len(bodies)),
-                 what="both drained")
-    finally:
-        go.send_signal(signal.SIGTERM)
-        go.wait(30)
-        assert stop(p)[0] == 0
+    archive_with_both(nsqd, topic, tmp_path, bodies, ["--format", "json", "--gzip", "--sync-interval", "0.2s"],
+                      ["--gzip", "--sync-interval=0.5s"])
     ours = list(read_archive([tmp_path / "ours"]))
     assert sorted(r.body for r in ours) == sorted(bodies)
     assert {r.topic for r in ours} == {topic} and all(r.timestamp and r.id and r.attempts == 1 for r in ours)

@@ -16,7 +16,6 @@ every complete record before the tear, then reports the file through ``on_error`
 from __future__ import annotations
 
 import glob
-import gzip
 import json
 import os
 import zlib

@@ -37,10 +37,13 @@ class Stats:
         self.handled = 0  # records from the start of the input that are published or skipped
         self.start = time.monotonic()
 
-    def summary(self, failed: int) -> str:
+    def summary(self, failed: int, stopped: bool = False) -> str:
+        """``failed``: records read and not acknowledged; after a stop, the input past the last
+        record read was not read at all (and is not counted)."""
         dt = max(time.monotonic() - self.start, 1e-9)
+        rest = f" (input not read past record {self.records})" if stopped else ""
         return (f"published {self.published}, skipped {self.skipped_empty} empty"
-                f"{f' + {self.skipped_invalid} invalid' if self.skipped_invalid else ''}, failed {failed}, "
+                f"{f' + {self.skipped_invalid} invalid' if self.skipped_invalid else ''}, failed {failed}{rest}, "
                 f"{dt:.2f}s, {self.published / dt:,.0f} msg/s")
 
 
@@ -196,8 +199,8 @@ def mpub(app, topic, files, delimiter, null, fmt, batch_size, rate, defer, skip_
             progress.stop()
             progress = None
         cause = e.cause if isinstance(e, PublishError) and e.cause is not None else e
-        failed = len(records.unacked)
-        app.info(stats.summary(failed))
+        failed = len(records.unacked) + (1 if getattr(cause, "record", None) else 0)
+        app.info(stats.summary(failed, stopped=True))
         where = (f"nsqd acknowledged {stats.published} records in this run; resume with "
                  f"--skip {records.resume_at}")
         if isinstance(cause, Interrupted):

@@ -16,7 +16,6 @@ The delegate (Producer or Consumer) receives, on the I/O thread:
 
 from __future__ import annotations
 
-import json
 import os
 import selectors
 import threading

@@ -283,10 +283,10 @@ class Producer:
                 self._sync_fanout(encode_mpub(topic, b), len(b), timeout)
             return PublishResult(len(bodies), len(batches), list(self.addresses))
         max_msg = self.config.max_msg_size
-        for i, body in enumerate(bodies):
-            if len(body) > max_msg:
-                raise LocalProtocolError(f"message {i + 1} is {len(body)} bytes, over the "
-                                         f"{max_msg}-byte max message size")
+        if max(map(len, bodies)) > max_msg:
+            i, body = next((i, b) for i, b in enumerate(bodies) if len(b) > max_msg)
+            raise LocalProtocolError(f"message {i + 1} is {len(body)} bytes, over the "
+                                     f"{max_msg}-byte max message size")
         return self.publish_iter(topic, bodies, batch_size=batch_size, timeout=timeout, window=window)
 
     def publish_iter(self, topic: str, bodies: Iterable[bytes], *, batch_size: int = 0,
@@ -332,6 +332,15 @@ class Producer:
             self._links = {}
 
 
+class _SendFailed(Exception):
+    """Carries an error of sending/settling out of publish_iter's loop over the caller's iterable
+    (an error of the iterable itself is handled differently: what came before still goes out)."""
+
+    def __init__(self, error: BaseException):
+        super().__init__(str(error))
+        self.error = error
+
+
 class _IterPublish:
     """The state of one publish_iter call (see Producer.publish_iter)."""
 
@@ -358,36 +367,45 @@ class _IterPublish:
 
     def run(self, bodies: Iterable[bytes]) -> PublishResult:
         cfg = self.p.config
-        limit, max_msg, batch_size = cfg.max_body_size, cfg.max_msg_size, self.batch_size
+        limit, max_msg, batch_size = cfg.max_body_size, cfg.max_msg_size, self.batch_size or (1 << 62)
         cur: list[bytes] = []
+        append = cur.append
         size = 4
+        taken = 0
         source_error: BaseException | None = None
-        it = iter(bodies)
         try:
-            while True:
-                try:
-                    body = next(it)
-                except StopIteration:
-                    break
-                except BaseException as e:  # the iterable failed: what came before still goes out
-                    source_error = e
-                    break
-                if not isinstance(body, (bytes, bytearray, memoryview)):
-                    body = body.encode("utf-8") if isinstance(body, str) else body
-                n = len(body)
-                if n == 0 or n > max_msg:
-                    why = "is empty" if n == 0 else f"is {n} bytes, over the {max_msg}-byte max message size"
-                    source_error = LocalProtocolError(f"message {self.taken + 1} {why}")
-                    break
-                if cur and (size + 4 + n > limit or (batch_size and len(cur) >= batch_size)):
-                    self._send(cur)
-                    cur, size = [], 4
-                cur.append(body)
-                size += 4 + n
-                self.taken += 1
-            self._send(cur)
+            try:
+                for body in bodies:  # hot loop: locals only
+                    if type(body) is not bytes:
+                        body = body.encode("utf-8") if isinstance(body, str) else bytes(body)
+                    n = len(body)
+                    if n == 0 or n > max_msg:
+                        why = "is empty" if n == 0 else f"is {n} bytes, over the {max_msg}-byte max message size"
+                        raise LocalProtocolError(f"message {taken + 1} {why}")
+                    if size + 4 + n > limit or len(cur) >= batch_size:
+                        self.taken = taken
+                        try:
+                            self._send(cur)
+                        except BaseException as e:
+                            raise _SendFailed(e) from e
+                        cur = []
+                        append = cur.append
+                        size = 4
+                    append(body)
+                    size += 4 + n
+                    taken += 1
+            except _SendFailed:
+                raise
+            except BaseException as e:  # the iterable failed (or a signal): what came before still goes out
+                source_error = e
+            self.taken = taken
+            if cur:
+                self._send(cur)
             self._settle_all()
+        except _SendFailed as e:
+            self._fail(e.error)
         except BaseException as e:
+            self.taken = taken
             self._fail(e)
         if source_error is not None:
             self._fail(source_error)
