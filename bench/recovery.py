@@ -12,7 +12,7 @@ import gzip
 import os
 import time
 
-from nsqcli.archive.writer import valid_gzip_prefix
+from nsqcli.archive.recovery import valid_gzip_prefix
 
 
 def main() -> None:

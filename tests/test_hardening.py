@@ -261,7 +261,7 @@ def test_backoff_timer_runs_while_lookupd_hangs(nsqd, topic):
 
 # 13 -----------------------------------------------------------------------------------------------
 def test_gzip_recovery_trims_torn_member_among_many(tmp_path):
-    from nsqcli.archive.writer import recover, valid_gzip_prefix
+    from nsqcli.archive.recovery import recover, valid_gzip_prefix
 
     members = [gzip.compress(b"record %d\n" % i) for i in range(20000)]
     whole = b"".join(members)

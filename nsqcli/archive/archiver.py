@@ -25,7 +25,8 @@ from ..client.config import Config
 from ..client.consumer import Consumer
 from ..errors import LookupdError, NSQError
 from ..client.http import http_json, lookup_all
-from .writer import ArchiveFile, FileOptions, recover
+from .recovery import recover
+from .writer import ArchiveFile, FileOptions
 
 log = logging.getLogger("nsqcli.archive.archiver")
 

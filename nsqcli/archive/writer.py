@@ -8,7 +8,7 @@ Durability contract (what makes "FIN only what is on disk" possible):
   decompress it to the end at any moment after a sync.
 - Files are written in ``work_dir`` and, when closed, linked into ``output_dir`` (link + unlink:
   never overwrites; a taken name bumps <REV>) and both directories are fsync'ed.
-- A crash can leave a file in ``work_dir`` whose tail was being written: :func:`recover` trims it
+- A crash can leave a file in ``work_dir`` whose tail was being written: recovery.recover trims it
   back to the last complete record / gzip member and moves it out. Everything it trims was never
   FINed, so nsqd delivers it again (at-least-once).
 
@@ -25,7 +25,6 @@ import gzip
 import os
 import socket
 import time
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -245,55 +244,3 @@ def move_into(path: Path, output_dir: Path, name: str) -> Path:
     _fsync_dir(dest.parent)
     _fsync_dir(path.parent)
     return dest
-
-
-# -- crash recovery -------------------------------------------------------------------------------
-def valid_gzip_prefix(data: bytes, chunk: int = 64 * 1024) -> int:
-    """Length of the longest prefix of ``data`` made of complete gzip members.
-
-    Linear in len(data) whatever the number of members: input is fed in ``chunk``-sized
-    memoryview slices (never the whole rest of the file per member) and output is bounded
-    per call and thrown away."""
-    view = memoryview(data)
-    n = len(data)
-    good = pos = 0
-    while pos < n:
-        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        while pos < n and not d.eof:
-            piece = view[pos:pos + chunk]
-            try:
-                buf = piece
-                while True:
-                    d.decompress(buf, 1 << 20)
-                    buf = d.unconsumed_tail
-                    if d.eof or not buf:
-                        break
-            except zlib.error:
-                return good
-            pos += len(piece) - (len(d.unused_data) if d.eof else 0)
-        if not d.eof:
-            return good
-        good = pos
-    return good
-
-
-def recover(work_dir: Path, output_dir: Path) -> list[Path]:
-    """Trim leftover work files (from a crash) to their last complete record or gzip member and
-    move them into output_dir. Only used when work_dir != output_dir."""
-    moved = []
-    if not work_dir.is_dir() or work_dir.resolve() == output_dir.resolve():
-        return moved
-    for path in sorted(p for p in work_dir.rglob("*") if p.is_file()):
-        name = str(path.relative_to(work_dir))
-        data = path.read_bytes()
-        keep = valid_gzip_prefix(data) if name.endswith(".gz") else data.rfind(b"\n") + 1
-        if keep != len(data):
-            with open(path, "r+b") as f:
-                f.truncate(keep)
-                f.flush()
-                os.fsync(f.fileno())
-        if keep == 0:
-            path.unlink()
-            continue
-        moved.append(move_into(path, output_dir, name))
-    return moved
