@@ -188,17 +188,35 @@ def run_limited(args: list[str], timeout: float = 20.0) -> tuple[int, bytes, byt
                threading.Thread(target=drain, args=("err", p.stderr))]
     for t in readers:
         t.start()
-    killer = threading.Timer(timeout, p.kill)
-    killer.start()
-    _, status, usage = os.wait4(p.pid, 0)  # this child's own rusage
-    hung = not killer.is_alive()
-    killer.cancel()
-    p.returncode = os.waitstatus_to_exitcode(status)
+    peak = [0.0]
+
+    def watch_rss():
+        # VmHWM: the high-water mark of the process's own memory since exec (ru_maxrss would
+        # also count the pytest process it was forked from)
+        while p.poll() is None:
+            try:
+                with open(f"/proc/{p.pid}/status") as f:
+                    for line in f:
+                        if line.startswith("VmHWM:"):
+                            peak[0] = max(peak[0], int(line.split()[1]) / 1024)
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.01)
+
+    readers.append(threading.Thread(target=watch_rss))
+    readers[-1].start()
+    try:
+        p.wait(timeout)
+        hung = False
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+        hung = True
     for t in readers:
         t.join()
     if hung:
         raise AssertionError(f"nsqcli {' '.join(args)} hung past {timeout}s; stderr: {chunks['err'][-500:]!r}")
-    return p.returncode, chunks["out"], chunks["err"], time.monotonic() - t0, usage.ru_maxrss / 1024
+    return p.returncode, chunks["out"], chunks["err"], time.monotonic() - t0, peak[0]
 
 
 def check(args: list[str], expected: set[int]) -> None:

@@ -15,7 +15,8 @@ import time
 
 import pytest
 
-from fakes import FRAME_RESPONSE, FakeLookupd, FakeNsqd, MemoryStream, frame, lookupd_trickle, message
+from fakes import (FRAME_RESPONSE, FakeLookupd, FakeNsqd, MemoryStream, frame, http_answer, lookupd_trickle,
+                   message)
 from helpers import channel_stats, http_get_json, http_post, topic_stats, wait_for
 from nsqcli import Config, Consumer, Producer
 from nsqcli.errors import PublishError
@@ -469,3 +470,46 @@ def test_publish_iter_streams_in_bounded_memory_and_counts_exactly(nsqd_factory,
     stored = topic_stats(server, topic + "_b")["depth"]
     # acknowledged = stored, except batches nsqd stored but could not answer while shutting down
     assert 0 < e.value.published <= stored <= e.value.published + 4 * 100
+
+
+def test_to_file_syncs_on_time_while_lookupd_hangs(nsqd, topic, tmp_path):
+    """to-file's sync timer must not wait for topic discovery: the lookupd answers for a moment,
+    then hangs every request for 5 s; messages published meanwhile are still synced and FINed
+    within the --sync-interval (the timer thread used to run the lookupd polls itself)."""
+    from fakes import http_request
+
+    t_start = time.monotonic()
+
+    def script(peer):
+        line = http_request(peer)
+        if time.monotonic() - t_start > 1.5:
+            peer.silence(30)
+            return
+        if b"/topics" in line:
+            body = {"topics": [topic]}
+        else:
+            host, port = nsqd.tcp_address.rsplit(":", 1)
+            body = {"producers": [{"broadcast_address": host, "tcp_port": int(port), "http_port": 1}]}
+        http_answer(peer, 200, json.dumps(body).encode())
+
+    http_post(nsqd.http_address, "/topic/create", topic=topic)
+    with FakeLookupd(script) as fake:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("NSQCLI_")}
+        p = subprocess.Popen(NSQCLI + ["to-file", "--topic-pattern", f"^{topic}$", "--lookupd-http-address",
+                                       fake.address, "--output-dir", str(tmp_path), "--topic-refresh", "0.2s",
+                                       "--sync-interval", "0.3s", "--max-in-flight", "1000"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+        try:
+            wait_for(lambda: channel_stats(nsqd, topic, "nsqcli_to_file") is not None, timeout=10, what="subscribed")
+            while time.monotonic() - t_start < 2.5:  # the lookupd hangs from now on
+                time.sleep(0.05)
+            for round_ in range(3):
+                http_post(nsqd.http_address, "/pub", b"m%d" % round_, topic=topic)
+                t0 = time.monotonic()
+                wait_for(lambda: (lambda ch: ch["message_count"] == round_ + 1 and ch["depth"] == 0
+                                  and ch["in_flight_count"] == 0)(channel_stats(nsqd, topic, "nsqcli_to_file")),
+                         timeout=10, what="synced and FINed")
+                assert time.monotonic() - t0 < 2.5, "the sync waited for the hanging lookupd"
+        finally:
+            p.send_signal(signal.SIGTERM)
+            p.communicate(timeout=30)
