@@ -225,35 +225,53 @@ class ClusterView:
         return [n for n in self.nodes.values() if topic in n.topics]
 
 
+def _lookupd_view(address: str, topic: str | None, timeout: float) -> tuple[list, dict[str, list[str]]]:
+    """One lookupd's nodes [(Producer, [(topic, tombstoned)])] and channels {topic: [channel]}.
+    An answer of the wrong shape is a LookupdError, like an unreachable lookupd."""
+    def get(path, params=None):
+        data = http_json(address, path, params, timeout)
+        if data is not None and not isinstance(data, dict):
+            raise TypeError(f"{path} answered {str(data)[:60]!r}, not a JSON object")
+        return data or {}
+
+    try:
+        nodes = []
+        for p in get("/nodes").get("producers") or []:
+            tombs = p.get("tombstones") or []
+            topics = [(str(t), bool(i < len(tombs) and tombs[i])) for i, t in enumerate(p.get("topics") or [])]
+            nodes.append((Producer.from_json(p), topics))
+        topics = [topic] if topic else [str(t) for t in get("/topics").get("topics") or []]
+        channels = {}
+        for t in topics:
+            try:
+                channels[t] = [str(c) for c in get("/channels", {"topic": t}).get("channels") or []]
+            except LookupdError as e:
+                if e.status != 404:
+                    raise
+                channels[t] = []
+    except (AttributeError, KeyError, TypeError, ValueError) as e:
+        raise LookupdError(f"unexpected answer ({type(e).__name__}: {e})", base_url(address)) from None
+    return nodes, channels
+
+
 def cluster_view(addresses: list[str], topic: str | None = None, timeout: float = 5.0) -> ClusterView:
     """Ask every lookupd for /nodes and /topics (or just ``topic``) and the channels; union."""
     view = ClusterView({}, {}, [], [])
     for address in addresses:
         try:
-            nodes = (http_json(address, "/nodes", timeout=timeout) or {}).get("producers") or []
-            topics = [topic] if topic else (http_json(address, "/topics", timeout=timeout) or {}).get("topics") or []
-            channels = {}
-            for t in topics:
-                try:
-                    channels[t] = (http_json(address, "/channels", {"topic": t}, timeout) or {}).get("channels") or []
-                except LookupdError as e:
-                    if e.status != 404:
-                        raise
-                    channels[t] = []
+            nodes, channels = _lookupd_view(address, topic, timeout)
         except LookupdError as e:
             view.errors.append(e)
             continue
         view.answered.append(address)
         for t, chans in channels.items():
             view.topics.setdefault(t, set()).update(chans)
-        for p in nodes:
-            prod = Producer.from_json(p)
+        for prod, topics in nodes:
             node = view.nodes.setdefault(prod.tcp_address, Node(
                 prod.broadcast_address, prod.tcp_port, prod.http_port, prod.hostname, prod.version, {}, []))
             node.lookupds.append(address)
-            tombs = p.get("tombstones") or []
-            for i, t in enumerate(p.get("topics") or []):
+            for t, tombstoned in topics:
                 if topic is None or t == topic:
-                    node.topics[t] = node.topics.get(t, False) or bool(i < len(tombs) and tombs[i])
+                    node.topics[t] = node.topics.get(t, False) or tombstoned
                     view.topics.setdefault(t, set())
     return view
