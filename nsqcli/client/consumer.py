@@ -3,8 +3,10 @@ nsqlookupd, with RDY distribution and backoff (nsqcli.client.flow) and handler t
 
 Threads: one I/O thread per connection (nsqcli.client.conn), ``concurrency`` handler threads fed with
 per-recv batches through a SimpleQueue (the I/O thread never blocks on handlers, so heartbeats
-are always answered), and one control thread for timers: RDY redistribution, backoff expiry,
-lookupd polls, reconnects. Errors in any thread go to ``on_error``; nothing vanishes silently.
+are always answered), one control thread for timers only (RDY redistribution, backoff expiry,
+TOUCH of held messages), and the discovery thread (nsqcli.client.discovery: lookupd polls,
+reconnects - every blocking network call). Errors in any thread go to ``on_error``; nothing
+vanishes silently.
 
     c = Consumer("topic", "channel", handler, lookupd_http_addresses=["127.0.0.1:4161"],
                  config=Config(max_in_flight=200))
@@ -28,7 +30,7 @@ from .config import Config
 from .conn import CLOSED, Connection, ConnStats
 from ..errors import NSQError, ServerError, TransportError
 from .flow import Flow
-from .http import lookup_all
+from .discovery import Discovery
 from ..protocol import encode_rdy, encode_req, encode_touch, validate_channel, validate_topic
 
 log = logging.getLogger("nsqcli.client.consumer")
@@ -115,17 +117,12 @@ class Consumer:
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._workers: list[threading.Thread] = []
         self._control: threading.Thread | None = None
-        self._discovery: threading.Thread | None = None
         self._wake = threading.Event()           # control thread: timers only, never blocks on I/O
-        self._discover_wake = threading.Event()  # discovery thread: lookupd polls and (re)connects
         self._stopping = False     # no new connections (drain() or stop() began)
         self._stop_called = False
         self._stopped = threading.Event()
-        self._reconnect: dict[str, tuple[int, float]] = {}  # address -> (failures, next try)
         self._pending_up: dict[Connection, tuple[int, float]] = {}  # delayed RDY raises
-        self._next_poll = 0.0
-        self._lost: dict[str, float] = {}   # lookupd-found address -> when it was lost
-        self._fast_polls = 0                # consecutive quick re-polls since a loss
+        self.discovery = Discovery(self)  # lookupd polls and (re)connects, on their own thread
         self._pulled: list = []             # pull mode: the rest of a recv batch poll() split
         self._held: dict[int, object] = {}  # pull mode: id(message) -> message not yet answered
         self._next_touch = 0.0
@@ -148,7 +145,7 @@ class Consumer:
             if err:
                 errors.append(err)
         if self.lookupd_addresses:
-            errors += self._poll_lookupd(report=False, deadline=deadline)
+            errors += self.discovery.poll_lookupd(report=False, deadline=deadline)
         if fail_fast and not self._handles and errors and not (
                 self.lookupd_addresses and len(errors) < len(self.lookupd_addresses)):
             self._shutdown_threads()
@@ -162,9 +159,7 @@ class Consumer:
                 self._workers.append(t)
         self._control = threading.Thread(target=self._control_loop, name="nsqcli-control", daemon=True)
         self._control.start()
-        self._discovery = threading.Thread(target=self._discovery_loop, name="nsqcli-discovery",
-                                           daemon=True)
-        self._discovery.start()
+        self.discovery.start()
         return self
 
     def stop(self, timeout: float = 30.0) -> None:
@@ -243,10 +238,9 @@ class Consumer:
             if t is not threading.current_thread():
                 t.join(5)
         self._wake.set()
-        self._discover_wake.set()
-        for t in (self._control, self._discovery):
-            if t is not None and t is not threading.current_thread():
-                t.join(5)
+        if self._control is not None and self._control is not threading.current_thread():
+            self._control.join(5)
+        self.discovery.join(5)
 
     def join(self, timeout: float | None = None) -> bool:
         return self._stopped.wait(timeout)
@@ -312,7 +306,7 @@ class Consumer:
         except (NSQError, ValueError) as e:
             err = e if isinstance(e, NSQError) else TransportError(str(e), address)
             if direct:
-                self._schedule_reconnect(address)
+                self.discovery.schedule_reconnect(address)
             if report:
                 self._report(err)
             return err
@@ -328,20 +322,10 @@ class Consumer:
                 conn.close(0)
                 return None
             self._handles[address] = handle
-            self._reconnect.pop(address, None)
-            self._lost.pop(address, None)
+            self.discovery.connected(address)
             self._send_rdy(self.flow.add(conn, max_rdy, time.monotonic()))
             conn.start_io()  # under the lock: on_close cannot run before the handle is known
         return None
-
-    def _schedule_reconnect(self, address: str) -> None:
-        with self._lock:
-            failures, _ = self._reconnect.get(address, (0, 0.0))
-            cfg = self.config
-            delay = min(cfg.reconnect_max_delay, cfg.reconnect_min_delay * 2 ** failures)
-            delay *= 0.5 + self.rng.random() * 0.5  # jitter: 50-100 %
-            self._reconnect[address] = (failures + 1, time.monotonic() + delay)
-        self._discover_wake.set()
 
     def _send_rdy(self, changes: list) -> None:
         """Write RDY changes (called with the lock held).
@@ -416,28 +400,14 @@ class Consumer:
                 self._timed_out_closed += conn.timed_out
                 self._send_rdy(self.flow.remove(conn, time.monotonic()))
                 lookupd_found = conn.address not in self.nsqd_addresses
-                if lookupd_found and not self._stopping:
-                    self._lost[conn.address] = time.monotonic()
         if self._stopping:
             return
         if error is not None:
             self._report(error if isinstance(error, NSQError) else TransportError(str(error), conn.address))
         if conn.address in self.nsqd_addresses:
-            self._schedule_reconnect(conn.address)
+            self.discovery.schedule_reconnect(conn.address)
         if lookupd_found and self.lookupd_addresses:
-            self._schedule_rediscovery()
-
-    def _schedule_rediscovery(self) -> None:
-        """A lookupd-found nsqd was lost: ask lookupd again soon, and again with backoff
-        (reconnect_min_delay x 2^k, jittered, up to the poll interval), not at once - an
-        immediate SUB would re-create a topic that was just deleted - and not only at the next
-        regular poll, a minute away."""
-        cfg = self.config
-        delay = min(cfg.lookupd_poll_interval, cfg.reconnect_min_delay * 2 ** self._fast_polls)
-        delay *= 0.5 + self.rng.random() * 0.5
-        with self._lock:
-            self._next_poll = min(self._next_poll, time.monotonic() + delay)
-        self._discover_wake.set()
+            self.discovery.lost_lookupd_producer(conn.address)
 
     # -- responses (any thread) --------------------------------------------------------------
     def _respond(self, handle: _Handle, command: bytes, n: int, kind: str) -> bool:
@@ -523,7 +493,8 @@ class Consumer:
         """Up to ``max_messages`` messages, waiting up to ``timeout`` seconds for the first one
         (None: forever, 0: don't wait). They stay in flight (un-FINed) until answered with
         finish_many / requeue_many; held messages are TOUCHed every ``touch_interval`` when the
-        config sets one. Memory is bounded by max_in_flight: nsqd sends no more than that."""
+        config sets one. Memory is bounded by max_in_flight: nsqd sends no more than that.
+        Call poll() from one thread at a time; answers may come from any thread."""
         if not self.pull:
             raise RuntimeError("poll() needs Consumer(..., pull=True)")
         out = self._pulled[:max_messages]
@@ -672,71 +643,3 @@ class Consumer:
         if self.pull and self.config.touch_interval:
             t = min(t, max(0.0, self._next_touch - now))
         return max(0.005, min(t, 1.0))
-
-    # -- the discovery thread: blocking network calls (lookupd, dialing) ----------------------
-    def _discovery_loop(self) -> None:
-        while not self._stopping:
-            try:
-                self._discovery_step()
-            except Exception as e:  # report, keep going
-                self._report(e)
-            self._discover_wake.wait(self._discovery_timeout())
-            self._discover_wake.clear()
-
-    def _discovery_timeout(self) -> float:
-        now = time.monotonic()
-        t = 5.0
-        if self.lookupd_addresses:
-            t = min(t, self._next_poll - now)
-        with self._lock:
-            whens = [when for _, when in self._reconnect.values()]
-        for when in whens:
-            t = min(t, when - now)
-        return max(0.005, t)
-
-    def _discovery_step(self) -> None:
-        now = time.monotonic()
-        with self._lock:
-            due = [a for a, (_, when) in self._reconnect.items() if now >= when]
-        for address in due:
-            if not self._stopping:
-                self._try_connect(address, direct=True)
-        if self.lookupd_addresses and now >= self._next_poll and not self._stopping:
-            self._poll_lookupd(report=True)
-
-    def _poll_lookupd(self, report: bool, deadline: float | None = None) -> list[NSQError]:
-        cfg = self.config
-        timeout = cfg.lookupd_poll_timeout
-        if deadline is not None:
-            timeout = max(0.001, min(timeout, deadline - time.monotonic()))
-        producers, errors = lookup_all(self.lookupd_addresses, self.topic, timeout)
-        if report:
-            for e in errors:
-                self._report(e)
-        for p in producers:
-            if p.tcp_address not in self._handles and p.tcp_address not in self._reconnect:
-                err = self._try_connect(p.tcp_address, direct=p.tcp_address in self.nsqd_addresses,
-                                        report=report, deadline=deadline)
-                if err is not None and not report:
-                    errors.append(err)
-        self._plan_next_poll()
-        return list(errors)
-
-    def _plan_next_poll(self) -> None:
-        """Regular polls every lookupd_poll_interval (jittered); quick ones with backoff while
-        a lost nsqd has not come back (for at most one poll interval after the loss)."""
-        cfg = self.config
-        now = time.monotonic()
-        jitter = 1 + cfg.lookupd_poll_jitter * (self.rng.random() - 0.5)
-        nxt = now + cfg.lookupd_poll_interval * jitter
-        with self._lock:
-            for address, lost_at in list(self._lost.items()):
-                if address in self._handles or now - lost_at > cfg.lookupd_poll_interval:
-                    del self._lost[address]
-            if self._lost:
-                self._fast_polls += 1
-                delay = min(cfg.lookupd_poll_interval, cfg.reconnect_min_delay * 2 ** self._fast_polls)
-                nxt = min(nxt, now + delay * (0.5 + self.rng.random() * 0.5))
-            else:
-                self._fast_polls = 0
-            self._next_poll = nxt

@@ -1,0 +1,143 @@
+"""Where a Consumer's nsqd come from, on a thread of its own (all the blocking network calls).
+
+- Direct addresses (``--nsqd-tcp-address``): reconnected after a loss with exponential backoff
+  and jitter (reconnect_min_delay x 2^n, 50-100 %, up to reconnect_max_delay).
+- nsqlookupd: every lookupd is asked every lookupd_poll_interval (jittered); each producer not
+  connected yet is dialed. When a lookupd-found nsqd is lost, the lookupds are asked again after
+  ~1 s, 2 s, 4 s ... (for at most one poll interval): not at once - an immediate SUB would
+  re-create a topic that was just deleted - and not only at the next regular poll, a minute away.
+
+The consumer's timer thread never waits for any of this.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from ..errors import NSQError
+from .http import lookup_all
+
+
+class Discovery:
+    def __init__(self, consumer):
+        self.consumer = consumer
+        self.config = consumer.config
+        self.rng = consumer.rng
+        self.lock = consumer._lock  # one lock for the consumer's connection state
+        self.wake = threading.Event()
+        self.thread: threading.Thread | None = None
+        self.reconnect: dict[str, tuple[int, float]] = {}  # direct address -> (failures, next try)
+        self.lost: dict[str, float] = {}  # lookupd-found address -> when it was lost
+        self.fast_polls = 0               # consecutive quick re-polls since a loss
+        self.next_poll = 0.0
+
+    @property
+    def lookupds(self) -> list[str]:
+        return self.consumer.lookupd_addresses
+
+    def start(self) -> None:
+        self.thread = threading.Thread(target=self._loop, name="nsqcli-discovery", daemon=True)
+        self.thread.start()
+
+    def join(self, timeout: float) -> None:
+        self.wake.set()
+        if self.thread is not None and self.thread is not threading.current_thread():
+            self.thread.join(timeout)
+
+    # -- events from the consumer ---------------------------------------------------------------
+    def connected(self, address: str) -> None:
+        """(with the lock held)"""
+        self.reconnect.pop(address, None)
+        self.lost.pop(address, None)
+
+    def schedule_reconnect(self, address: str) -> None:
+        cfg = self.config
+        with self.lock:
+            failures, _ = self.reconnect.get(address, (0, 0.0))
+            delay = min(cfg.reconnect_max_delay, cfg.reconnect_min_delay * 2 ** failures)
+            delay *= 0.5 + self.rng.random() * 0.5  # jitter: 50-100 %
+            self.reconnect[address] = (failures + 1, time.monotonic() + delay)
+        self.wake.set()
+
+    def lost_lookupd_producer(self, address: str) -> None:
+        """A lookupd-found nsqd went away: look for it again soon (see the module doc)."""
+        cfg = self.config
+        delay = min(cfg.lookupd_poll_interval, cfg.reconnect_min_delay * 2 ** self.fast_polls)
+        delay *= 0.5 + self.rng.random() * 0.5
+        with self.lock:
+            self.lost[address] = time.monotonic()
+            self.next_poll = min(self.next_poll, time.monotonic() + delay)
+        self.wake.set()
+
+    # -- the thread ---------------------------------------------------------------------------------
+    def _loop(self) -> None:
+        c = self.consumer
+        while not c._stopping:
+            try:
+                self._step()
+            except Exception as e:  # report, keep going
+                c._report(e)
+            self.wake.wait(self._timeout())
+            self.wake.clear()
+
+    def _timeout(self) -> float:
+        now = time.monotonic()
+        t = 5.0
+        if self.lookupds:
+            t = min(t, self.next_poll - now)
+        with self.lock:
+            whens = [when for _, when in self.reconnect.values()]
+        for when in whens:
+            t = min(t, when - now)
+        return max(0.005, t)
+
+    def _step(self) -> None:
+        c = self.consumer
+        now = time.monotonic()
+        with self.lock:
+            due = [a for a, (_, when) in self.reconnect.items() if now >= when]
+        for address in due:
+            if not c._stopping:
+                c._try_connect(address, direct=True)
+        if self.lookupds and now >= self.next_poll and not c._stopping:
+            self.poll_lookupd(report=True)
+
+    def poll_lookupd(self, report: bool, deadline: float | None = None) -> list[NSQError]:
+        """Ask every lookupd; connect to the producers not connected yet. Returns the errors
+        (reported through the consumer's on_error too when ``report``)."""
+        c = self.consumer
+        timeout = self.config.lookupd_poll_timeout
+        if deadline is not None:
+            timeout = max(0.001, min(timeout, deadline - time.monotonic()))
+        producers, errors = lookup_all(self.lookupds, c.topic, timeout)
+        if report:
+            for e in errors:
+                c._report(e)
+        for p in producers:
+            address = p.tcp_address
+            if address not in c._handles and address not in self.reconnect:
+                err = c._try_connect(address, direct=address in c.nsqd_addresses, report=report,
+                                     deadline=deadline)
+                if err is not None and not report:
+                    errors.append(err)
+        self._plan_next_poll()
+        return list(errors)
+
+    def _plan_next_poll(self) -> None:
+        """Regular polls every lookupd_poll_interval (jittered); quick ones with backoff while a
+        lost nsqd has not come back (for at most one poll interval after the loss)."""
+        cfg = self.config
+        now = time.monotonic()
+        nxt = now + cfg.lookupd_poll_interval * (1 + cfg.lookupd_poll_jitter * (self.rng.random() - 0.5))
+        with self.lock:
+            for address, lost_at in list(self.lost.items()):
+                if address in self.consumer._handles or now - lost_at > cfg.lookupd_poll_interval:
+                    del self.lost[address]
+            if self.lost:
+                self.fast_polls += 1
+                delay = min(cfg.lookupd_poll_interval, cfg.reconnect_min_delay * 2 ** self.fast_polls)
+                nxt = min(nxt, now + delay * (0.5 + self.rng.random() * 0.5))
+            else:
+                self.fast_polls = 0
+            self.next_poll = nxt
