@@ -17,7 +17,7 @@ def __getattr__(name: str):
         from .client.producer import Producer
         return Producer
     if name == "Message":
-        from .protocol.message import Message
+        from .client.message import Message
         return Message
     if name == "Config":
         from .client.config import Config

@@ -25,10 +25,11 @@ from dataclasses import dataclass, field
 from .config import Config
 from ..errors import (LocalProtocolError, NSQError, ReadError, RemoteProtocolError, Timeout,
                       TransportError, server_error)
-from ..protocol import FRAME_ERROR, NEED_DATA, FrameDecoder, Message
+from ..protocol import FRAME_ERROR, NEED_DATA, FrameDecoder
 from ..protocol.commands import CLS, NOP
 from ..protocol.constants import CLOSE_WAIT, HEARTBEAT
 from ..protocol.session import Handshake, Negotiated, Upgrade
+from .message import Message
 from .transport import Stream
 
 
@@ -224,7 +225,7 @@ class Connection:
         last_read = time.monotonic()
         try:
             self._flush()
-            items = decoder.decode_all(self.responder)  # frames read with the handshake's reply
+            items = decoder.decode_all(self.responder, Message)  # frames read with the handshake's reply
             if items:
                 self._dispatch(items, delegate)
             while not self._closing or self._wbuf:
@@ -249,7 +250,7 @@ class Connection:
                         raise ReadError("connection closed by nsqd", self.address)
                     last_read = time.monotonic()
                     decoder.receive_data(data)
-                    items = decoder.decode_all(self.responder)
+                    items = decoder.decode_all(self.responder, Message)
                     if items:
                         self._dispatch(items, delegate)
                 if time.monotonic() - last_read > stale_after:
@@ -280,7 +281,7 @@ class Connection:
                 return
             self._decoder.receive_data(data)
             try:
-                self.late_messages += sum(type(x) is Message for x in self._decoder.decode_all())
+                self.late_messages += sum(type(x) is Message for x in self._decoder.decode_all(None, Message))
             except RemoteProtocolError:
                 return
 

@@ -16,7 +16,7 @@ from typing import NamedTuple
 from ..errors import RemoteProtocolError
 from .constants import (DEFAULT_MAX_FRAME_SIZE, FRAME_ERROR, FRAME_MESSAGE, FRAME_RESPONSE,
                         MESSAGE_HEADER_SIZE)
-from .message import Message
+from .message import plain_message
 
 _HEADER = struct.Struct(">lL")
 _MSG = struct.Struct(">lLqH16s")
@@ -94,10 +94,12 @@ class FrameDecoder:
         del buf[:end]
         return Frame(ftype, data)
 
-    def decode_all(self, responder=None) -> list:
-        """Every complete frame buffered: ``Message`` objects for message frames (with
-        ``responder`` attached), ``Frame`` for responses and errors. The buffer is compacted
-        once at the end (hot path: one struct unpack per message)."""
+    def decode_all(self, responder=None, message=plain_message) -> list:
+        """Every complete frame buffered: messages for message frames, built by
+        ``message(id, body, timestamp, attempts, responder)`` (default: the plain protocol
+        Message; the client passes its own class, which keeps ``responder`` beside the data),
+        ``Frame`` for responses and errors. The buffer is compacted once at the end (hot path:
+        one struct unpack per message)."""
         if self._error is not None:
             raise self._error
         buf = self._buf
@@ -121,7 +123,7 @@ class FrameDecoder:
                         break
                     if n - off < 34:  # pragma: no cover - a complete message is >= 34 bytes
                         break
-                    append(Message(msg_id, bytes(buf[off + 34:end]), ts, attempts, responder))
+                    append(message(msg_id, bytes(buf[off + 34:end]), ts, attempts, responder))
                 else:
                     self._check(size, ftype, off)
                     if end > n:
