@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 import urllib.parse
 import urllib.request
@@ -48,3 +51,19 @@ def wait_for(predicate, timeout: float = 10.0, interval: float = 0.05, what: str
             return last
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what} (last value {last!r})")
+
+
+NSQCLI = [sys.executable, "-m", "nsqcli"]
+
+
+def clean_env(extra: dict | None = None) -> dict:
+    """This process's environment without NSQCLI_* (a developer's settings must not leak in)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NSQCLI_")}
+    env.update(extra or {})
+    return env
+
+
+def run_nsqcli(args, env_addr=None, input=None, timeout=30, **kw):
+    """Run the real nsqcli executable to completion; stdout and stderr captured."""
+    return subprocess.run(NSQCLI + list(args), input=input, capture_output=True, timeout=timeout,
+                          env=clean_env(env_addr), **kw)

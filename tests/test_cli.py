@@ -11,19 +11,8 @@ import time
 
 import pytest
 
-from helpers import channel_stats, http_get_json, http_post, topic_stats, wait_for
-
-NSQCLI = [sys.executable, "-m", "nsqcli"]
-
-
-def run(args, env_addr=None, input=None, timeout=30, **kw):
-    env = dict(os.environ)
-    for k in list(env):
-        if k.startswith("NSQCLI_"):
-            del env[k]
-    if env_addr:
-        env.update(env_addr)
-    return subprocess.run(NSQCLI + args, input=input, capture_output=True, timeout=timeout, env=env, **kw)
+from helpers import NSQCLI, channel_stats, http_get_json, http_post, topic_stats, wait_for
+from helpers import run_nsqcli as run
 
 
 @pytest.fixture
@@ -169,7 +158,9 @@ def test_tail_default_channel_is_ephemeral(nsqd, env, topic):
         chans = wait_for(lambda: topic_stats(nsqd, topic)["channels"], what="channel created")
         assert chans[0]["channel_name"].startswith("nsqcli_tail") and chans[0]["channel_name"].endswith("#ephemeral")
         http_post(nsqd.http_address, "/pub", b"live!", topic=topic)
-        wait_for(lambda: topic_stats(nsqd, topic)["channels"][0]["message_count"] == 1, what="delivered")
+        # message_count counts what reached the channel, not the client: wait for tail's FIN
+        wait_for(lambda: (lambda ch: ch["message_count"] == 1 and ch["depth"] == 0 and ch["in_flight_count"] == 0)(
+            topic_stats(nsqd, topic)["channels"][0]), what="delivered and FINed")
         p.send_signal(signal.SIGTERM)
         out, err = p.communicate(timeout=15)
     finally:

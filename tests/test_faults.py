@@ -6,20 +6,18 @@ memory. A real nsqd plays everything it can do on cue elsewhere; these are the f
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from helpers import NSQCLI, clean_env
 from fakes import (FRAME_ERROR, FRAME_RESPONSE, FakeLookupd, FakeNsqd, frame, http_answer,
                    http_request, lookupd_trickle, message)
 
-NSQCLI = [sys.executable, "-m", "nsqcli"]
 TIMEOUT = 2.0         # the --timeout given to every command
 MAX_RSS_MB = 250      # bounded memory: a decompression bomb must not get near its 1000x
 
@@ -37,15 +35,6 @@ def after_handshake(action):
     return script
 
 
-def at_identify(reply: bytes):
-    def script(peer):
-        peer.magic()
-        peer.until(b"IDENTIFY")
-        peer.respond(reply)
-        peer.silence()
-    return script
-
-
 def raw_after_identify(data: bytes):
     def script(peer):
         peer.magic()
@@ -53,6 +42,11 @@ def raw_after_identify(data: bytes):
         peer.send(data)
         peer.silence()
     return script
+
+
+def at_identify(reply: bytes):
+    """Answer IDENTIFY with this response frame, then stay silent."""
+    return raw_after_identify(frame(FRAME_RESPONSE, reply))
 
 
 def trickle(data: bytes, every: float = 0.4):
@@ -175,7 +169,7 @@ def run_limited(args: list[str], timeout: float = 20.0) -> tuple[int, bytes, byt
     """Run nsqcli; returns (exit code, stdout, stderr, seconds, its own peak RSS in MB)."""
     import threading
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NSQCLI_")}
+    env = clean_env()
     t0 = time.monotonic()
     p = subprocess.Popen(NSQCLI + args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, env=env)
@@ -307,7 +301,7 @@ def test_lookupd_fault_table_tail_pub_lookup_stat(name):
 def test_sigterm_stops_tail_during_a_trickling_lookupd():
     """The first SIGTERM stops within a bounded time even while lookupd trickles its answer."""
     with FakeLookupd(lookupd_trickle) as fake:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("NSQCLI_")}
+        env = clean_env()
         p = subprocess.Popen(NSQCLI + ["tail", "-t", "t", "--lookupd-http-address", fake.address],
                              stderr=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
         time.sleep(1.0)

@@ -298,5 +298,5 @@ class Archiver:
                          "finished": a.finished, "pending": len(a.pending), "syncs": f.syncs,
                          "last_sync": f.last_sync, "closed": len(f.closed_files),
                          "timed_out": t["timed_out"], "lost_responses": t["lost_responses"],
-                         "late_messages": t["late_messages"], "errors": t["errors"]})
+                         "late_messages": t["late_messages"]})
         return rows

@@ -7,6 +7,18 @@ import datetime as _dt
 import json
 
 
+def split_records(chunks, delimiter: bytes = b"\n"):
+    """Records from a stream of byte chunks split anywhere: separated by ``delimiter``; a last
+    record without one is kept whole; empty records are yielded as b""."""
+    rest = b""
+    for chunk in chunks:
+        parts = (rest + chunk).split(delimiter)
+        rest = parts.pop()
+        yield from parts
+    if rest:
+        yield rest
+
+
 def rfc3339(ns: int) -> str:
     secs, frac = divmod(ns, 1_000_000_000)
     t = _dt.datetime.fromtimestamp(secs, _dt.timezone.utc)

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from .formats import envelope_body
+from .formats import envelope_body, split_records
 
 GZIP_MAGIC = b"\x1f\x8b"
 CHUNK = 1 << 20
@@ -71,17 +71,7 @@ def _lines(path: Path, on_error: Callable[[str], None]) -> Iterator[bytes]:
         gz = f.read(2) == GZIP_MAGIC
         f.seek(0)
         chunks = iter(lambda: f.read(CHUNK), b"")
-        yield from _split(_gunzip(chunks, path, on_error) if gz else chunks)
-
-
-def _split(pieces: Iterable[bytes]) -> Iterator[bytes]:
-    rest = b""
-    for piece in pieces:
-        parts = (rest + piece).split(b"\n")
-        rest = parts.pop()
-        yield from parts
-    if rest:
-        yield rest
+        yield from split_records(_gunzip(chunks, path, on_error) if gz else chunks)
 
 
 def _gunzip(chunks: Iterator[bytes], path: Path, on_error: Callable[[str], None]) -> Iterator[bytes]:

@@ -18,17 +18,10 @@ CHUNK = 1 << 20
 def read_records(stream, delimiter: bytes):
     """Yield records split by one delimiter byte. A missing final delimiter keeps the last
     record whole (the official to_nsq drops its last byte). Empty records are yielded as b""."""
-    rest = b""
+    from ..archive.formats import split_records
+
     read = getattr(stream, "read1", stream.read)  # what is there now: a slow pipe is not held back
-    while True:
-        chunk = read(CHUNK)
-        if not chunk:
-            break
-        parts = (rest + chunk).split(delimiter)
-        rest = parts.pop()
-        yield from parts
-    if rest:
-        yield rest
+    return split_records(iter(lambda: read(CHUNK), b""), delimiter)
 
 
 class Stats:
@@ -125,15 +118,14 @@ class Records:
 
 def _publish_deferred(producer, topic, records, defer, rate, timeout=10.0):
     """DPUB one by one (nsqd has no deferred MPUB), paced like publish_iter."""
+    from ..client.producer import Pacer
     from ..errors import PublishError
 
-    t0, done = time.monotonic(), 0
+    pacer, done = Pacer(rate) if rate else None, 0
     try:
         for body in records:
-            if rate:
-                delay = t0 + (done + 1) / rate - time.monotonic()
-                if delay > 0:
-                    time.sleep(delay)
+            if pacer is not None:
+                pacer.wait(1)
             producer.publish(topic, body, defer=defer, timeout=timeout)
             done += 1
             records.on_progress(done)

@@ -11,14 +11,14 @@ def connections_table(consumers):
 
     table = Table(title="nsqcli connections", expand=False)
     for col in ("topic", "nsqd", "state", "RDY", "in-flight", "received", "finished", "requeued",
-                "timed out", "errors", "lost acks", "late", "backoff", "last msg"):
+                "timed out", "lost acks", "late", "backoff", "last msg"):
         table.add_column(col, justify="right" if col not in ("topic", "nsqd", "state", "backoff") else "left")
     now = time.time()
     for c in consumers:
         for s in c.stats():
             age = f"{now - s.last_message:.1f}s" if s.last_message else "-"
             table.add_row(c.topic, s.address, s.state, str(s.rdy), str(s.in_flight), str(s.received),
-                          str(s.finished), str(s.requeued), str(s.timed_out), str(s.errors), str(s.lost),
+                          str(s.finished), str(s.requeued), str(s.timed_out), str(s.lost),
                           str(s.late), s.backoff or "-", age)
     return table
 

@@ -53,7 +53,6 @@ class ConnStats:
     connected_at: float | None = None
     features: dict = field(default_factory=dict)
     backoff: str = ""
-    errors: int = 0          # non-fatal error frames
     lost: int = 0            # FIN/REQ not delivered (connection gone)
     late: int = 0            # messages that arrived after CLS, left for nsqd to redeliver
 
@@ -85,7 +84,6 @@ class Connection:
         self.finished = 0
         self.requeued = 0
         self.timed_out = 0
-        self.errors = 0          # non-fatal error frames (E_FIN_FAILED, E_REQ_FAILED, E_TOUCH_FAILED)
         self.lost = 0            # FIN/REQ that could not be written: the connection was gone
         self.heartbeats = 0
         self.late_messages = 0
@@ -395,5 +393,5 @@ class Connection:
         """In-flight counts live in the consumer's flow control, which passes them in."""
         return ConnStats(self.address, self.state, self.rdy, in_flight, self.received,
                          self.finished, self.requeued, self.timed_out, self.last_message,
-                         self.connected_at, dict(self.features), backoff, self.errors, self.lost,
+                         self.connected_at, dict(self.features), backoff, self.lost,
                          self.late_messages)

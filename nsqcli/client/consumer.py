@@ -128,7 +128,6 @@ class Consumer:
         self._next_touch = 0.0
         self.given_up = 0
         self.lost_responses = 0   # FIN/REQ/TOUCH that could not be delivered: nsqd redelivers
-        self.errors = 0           # non-fatal error frames (E_FIN_FAILED ...)
         self._late_closed = 0     # late_messages / timed_out of connections already closed
         self._timed_out_closed = 0
 
@@ -285,7 +284,7 @@ class Consumer:
         """Counts over the consumer's life, for JSON status and summaries."""
         with self._lock:
             conns = [h.conn for h in self._handles.values()]
-            return {"connections": len(conns), "given_up": self.given_up, "errors": self.errors,
+            return {"connections": len(conns), "given_up": self.given_up,
                     "lost_responses": self.lost_responses, "late_messages": self.late_messages,
                     "timed_out": self._timed_out_closed + sum(c.timed_out for c in conns)}
 
@@ -381,12 +380,9 @@ class Consumer:
     def on_server_error(self, conn: Connection, err: ServerError) -> None:
         """An error frame. The non-fatal ones (a FIN/REQ/TOUCH for a message that had already
         timed out on nsqd) leave the connection open: counted and reported."""
-        if not err.fatal:
+        if not err.fatal:  # only E_FIN_FAILED, E_REQ_FAILED, E_TOUCH_FAILED: answered too late
             with self._lock:
-                conn.errors += 1
-                self.errors += 1
-                if err.code in ("E_FIN_FAILED", "E_REQ_FAILED", "E_TOUCH_FAILED"):
-                    conn.timed_out += 1  # the message timed out on nsqd before our answer
+                conn.timed_out += 1
         self._report(err)
 
     def on_close(self, conn: Connection, error: BaseException | None) -> None:
@@ -413,15 +409,20 @@ class Consumer:
     def _respond(self, handle: _Handle, command: bytes, n: int, kind: str) -> bool:
         """Write a FIN/REQ for ``n`` messages; False (and counted in lost_responses) when the
         connection is gone: nsqd will redeliver those messages."""
-        conn = handle.conn
-        ok = conn.state != CLOSED
-        if ok:
-            try:
-                conn.write(command)
-            except TransportError:
-                ok = False
+        ok = self._write(handle.conn, command)
         self._settle(handle, n, kind if ok else "lost")
         return ok
+
+    @staticmethod
+    def _write(conn: Connection, command: bytes) -> bool:
+        """Queue a command on its connection; False when the connection is gone."""
+        if conn.state == CLOSED:
+            return False
+        try:
+            conn.write(command)
+        except TransportError:
+            return False
+        return True
 
     def _settle(self, handle: _Handle, n: int, kind: str) -> None:
         conn = handle.conn
@@ -442,12 +443,14 @@ class Consumer:
         if flow.backoff_until is not None:
             self._wake.set()
 
-    def _by_handle(self, msgs: list) -> dict:
+    def _by_handle(self, msgs: list, claim: bool = True) -> dict:
+        """Un-answered messages grouped by connection; ``claim`` marks them answered."""
         by_handle: dict[_Handle, list] = {}
         for m in msgs:
             if not m.responded:
-                m.responded = True
-                self._held.pop(id(m), None)
+                if claim:
+                    m.responded = True
+                    self._held.pop(id(m), None)
                 by_handle.setdefault(m.responder, []).append(m)
         return by_handle
 
@@ -474,17 +477,9 @@ class Consumer:
     def touch_many(self, msgs: list) -> list:
         """TOUCH many un-answered messages (resets nsqd's timeout); returns those whose
         connection is gone."""
-        by_handle: dict[_Handle, list] = {}
-        for m in msgs:
-            if not m.responded:
-                by_handle.setdefault(m.responder, []).append(m)
         lost = []
-        for handle, ms in by_handle.items():
-            try:
-                if handle.conn.state == CLOSED:
-                    raise TransportError("closed", handle.address)
-                handle.conn.write(b"".join([encode_touch(m.id) for m in ms]))
-            except TransportError:
+        for handle, ms in self._by_handle(msgs, claim=False).items():
+            if not self._write(handle.conn, b"".join([encode_touch(m.id) for m in ms])):
                 lost += ms
         return lost
 

@@ -332,6 +332,22 @@ class Producer:
             self._links = {}
 
 
+class Pacer:
+    """Paces work at ``rate`` items per second from its creation: ``wait(n)`` returns when the
+    n items' turn has come, so no second sees more than the rate plus one call's worth."""
+
+    def __init__(self, rate: float):
+        self.rate = rate
+        self.t0 = time.monotonic()
+        self.sent = 0
+
+    def wait(self, n: int) -> None:
+        self.sent += n
+        delay = self.t0 + self.sent / self.rate - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+
+
 class _SendFailed(Exception):
     """Carries an error of sending/settling out of publish_iter's loop over the caller's iterable
     (an error of the iterable itself is handled differently: what came before still goes out)."""
@@ -362,8 +378,7 @@ class _IterPublish:
         self.taken = 0
         self.failovers = 0
         self.addresses: list[str] = []
-        self._t0 = time.monotonic()
-        self._paced = 0
+        self.pacer = Pacer(rate) if rate else None
 
     def run(self, bodies: Iterable[bytes]) -> PublishResult:
         cfg = self.p.config
@@ -383,7 +398,6 @@ class _IterPublish:
                         why = "is empty" if n == 0 else f"is {n} bytes, over the {max_msg}-byte max message size"
                         raise LocalProtocolError(f"message {taken + 1} {why}")
                     if size + 4 + n > limit or len(cur) >= batch_size:
-                        self.taken = taken
                         try:
                             self._send(cur)
                         except BaseException as e:
@@ -398,38 +412,36 @@ class _IterPublish:
                 raise
             except BaseException as e:  # the iterable failed (or a signal): what came before still goes out
                 source_error = e
-            self.taken = taken
+            finally:
+                self.taken = taken
             if cur:
                 self._send(cur)
             self._settle_all()
         except _SendFailed as e:
             self._fail(e.error)
         except BaseException as e:
-            self.taken = taken
             self._fail(e)
         if source_error is not None:
             self._fail(source_error)
         return PublishResult(self.done, self.batches, self.addresses)
 
-    def _pace(self, n: int) -> None:
-        if self.rate:
-            self._paced += n
-            delay = self._t0 + self._paced / self.rate - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-
     def _send(self, batch: list[bytes]) -> None:
+        """Pace, MPUB, and keep at most ``window`` batches waiting for their OK."""
         if not batch:
             return
-        self._pace(len(batch))
+        if self.pacer is not None:
+            self.pacer.wait(len(batch))
+        self._enqueue(batch)
+        self.batches += 1
+        while len(self.inflight) >= self.window:
+            self._settle_one()
+
+    def _enqueue(self, batch: list[bytes]) -> None:
         link = self.p._active_link()
         address = link.conn.address
         if address not in self.addresses:
             self.addresses.append(address)
         self.inflight.append((batch, self.p._send(link, encode_mpub(self.topic, batch)), address))
-        self.batches += 1
-        while len(self.inflight) >= self.window:
-            self._settle_one()
 
     def _settle_all(self) -> None:
         while self.inflight:
@@ -453,8 +465,7 @@ class _IterPublish:
             again = [b for b, _, _ in self.inflight]
             self.inflight.clear()
             for b in again:  # not acknowledged: send again, in order, on the next nsqd
-                link = self.p._active_link()
-                self.inflight.append((b, self.p._send(link, encode_mpub(self.topic, b)), link.conn.address))
+                self._enqueue(b)
             return
         self.inflight.popleft()
         self._acked(len(batch))

@@ -77,12 +77,7 @@ def parse_identify_reply(reply: bytes, requested: dict) -> Negotiated:
     type, or an upgrade the client did not ask for."""
     if reply == OK:
         return Negotiated()
-    try:
-        f = json.loads(reply)
-    except ValueError:
-        raise RemoteProtocolError(f"IDENTIFY reply is not JSON: {reply[:60]!r}") from None
-    if not isinstance(f, dict):
-        raise RemoteProtocolError(f"IDENTIFY reply is not a JSON object: {reply[:60]!r}")
+    f = _json_object(reply, "IDENTIFY")
     for key in _INT_FEATURES:
         v = f.get(key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
@@ -116,13 +111,17 @@ def parse_identify_reply(reply: bytes, requested: dict) -> Negotiated:
 
 
 def parse_auth_reply(reply: bytes) -> dict:
+    return _json_object(reply, "AUTH")
+
+
+def _json_object(reply: bytes, what: str) -> dict:
     try:
-        info = json.loads(reply)
+        value = json.loads(reply)
     except ValueError:
-        raise RemoteProtocolError(f"AUTH reply is not JSON: {reply[:60]!r}") from None
-    if not isinstance(info, dict):
-        raise RemoteProtocolError(f"AUTH reply is not a JSON object: {reply[:60]!r}")
-    return info
+        raise RemoteProtocolError(f"{what} reply is not JSON: {reply[:60]!r}") from None
+    if not isinstance(value, dict):
+        raise RemoteProtocolError(f"{what} reply is not a JSON object: {reply[:60]!r}")
+    return value
 
 
 def check_ok(reply: bytes, what: str) -> None:
