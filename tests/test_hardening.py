@@ -217,6 +217,8 @@ def test_rediscovery_after_nsqd_restart_takes_seconds_not_a_minute(sandbox, look
 def test_lookupd_poll_interval_option():
     r = run(["tail", "--help"])
     assert b"--lookupd-poll-interval" in r.stdout and b"NSQCLI_LOOKUPD_POLL_INTERVAL" in r.stdout
+    r = run(["tail", "-t", "t", "--lookupd-poll-interval", "soon"])
+    assert r.returncode == 2 and r.stderr.count(b"\n") == 1 and b"is not a duration" in r.stderr
 
 
 # 12 -----------------------------------------------------------------------------------------------
