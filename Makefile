@@ -11,7 +11,7 @@ setup: $(VENV)/.installed nsq
 $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[test,spark]'
 	touch $@
 
 nsq:

@@ -77,6 +77,33 @@ def nsqd_factory(tmp_path):
         sb.stop()
 
 
+@pytest.fixture(scope="session")
+def spark():
+    """One real SparkSession for the session: local[2,3] (2 cores, a failed task is retried up
+    to 3 times, as on a cluster). Missing Java or pyspark FAILS with one line, never skips."""
+    import os
+    import shutil
+
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.fail("Java is missing: the Spark tests need a JDK 17 on PATH (or JAVA_HOME)", pytrace=False)
+    try:
+        from pyspark.sql import SparkSession
+        import pyarrow  # noqa: F401
+    except ImportError as e:
+        pytest.fail(f"the Spark tests need the spark extra: pip install -e '.[spark]' ({e})", pytrace=False)
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    session = (SparkSession.builder.master("local[2,3]").appName("nsqcli-tests")
+               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "2").config("spark.driver.memory", "1g")
+               .config("spark.driver.host", "127.0.0.1").getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    from nsqcli.spark import register
+    register(session)
+    yield session
+    session.stop()
+
+
 def pytest_sessionfinish(session, exitstatus):
     """Under CI a skipped test is a failure: integration tests must really run."""
     import os

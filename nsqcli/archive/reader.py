@@ -140,3 +140,12 @@ def read_archive(paths: Iterable[str | os.PathLike], fmt: str = "auto",
                              d.get("timestamp"), d.get("attempts"), str(path))
             except (ValueError, KeyError, TypeError, AttributeError) as e:
                 raise ValueError(f"{path}:{n}: not a JSON envelope ({e})") from None
+
+
+def detect_format(paths: Iterable[str | os.PathLike]) -> str | None:
+    """"json" or "raw" from the first record of the first non-empty file (None: no record yet)."""
+    for path in archive_files(paths):
+        for line in _lines(path, lambda text: None):
+            if line:
+                return "json" if _is_envelope(line) else "raw"
+    return None

@@ -372,6 +372,10 @@ class Consumer:
             changes = self.flow.received(conn, len(msgs), time.monotonic())
             if changes:
                 self._send_rdy(changes)
+            if self.pull:  # held from arrival: TOUCHed even before poll() takes them
+                held = self._held
+                for m in msgs:
+                    held[id(m)] = m
         self._queue.put((handle, msgs))
 
     def on_response(self, conn: Connection, data: bytes) -> None:
@@ -396,6 +400,10 @@ class Consumer:
                 self._timed_out_closed += conn.timed_out
                 self._send_rdy(self.flow.remove(conn, time.monotonic()))
                 lookupd_found = conn.address not in self.nsqd_addresses
+                if self.pull and self._held:  # nsqd delivers them again: nothing to keep alive
+                    for key, m in list(self._held.items()):
+                        if m.responder.conn is conn:
+                            del self._held[key]
         if self._stopping:
             return
         if error is not None:
@@ -487,7 +495,8 @@ class Consumer:
     def poll(self, max_messages: int, timeout: float | None = None) -> list:
         """Up to ``max_messages`` messages, waiting up to ``timeout`` seconds for the first one
         (None: forever, 0: don't wait). They stay in flight (un-FINed) until answered with
-        finish_many / requeue_many; held messages are TOUCHed every ``touch_interval`` when the
+        finish_many / requeue_many; held messages - from their arrival, polled or not - are
+        TOUCHed every ``touch_interval`` (at most half the negotiated msg_timeout) when the
         config sets one. Memory is bounded by max_in_flight: nsqd sends no more than that.
         Call poll() from one thread at a time; answers may come from any thread."""
         if not self.pull:
@@ -509,23 +518,26 @@ class Consumer:
             room = max_messages - len(out)
             out += msgs[:room]
             self._pulled += msgs[room:]
-        with self._lock:
-            for m in out:
-                self._held[id(m)] = m
         return out
 
     @property
     def held(self) -> int:
-        """Messages handed out by poll() and not answered yet."""
+        """Messages received and not answered yet (taken by poll() or waiting for it)."""
         return len(self._held)
 
     def _touch_held(self, now: float) -> None:
         interval = self.config.touch_interval
         if not interval or now < self._next_touch:
             return
-        self._next_touch = now + interval
         with self._lock:
             held = list(self._held.values())
+            # never slower than half the msg_timeout nsqd negotiated (it may be shorter than
+            # the configured interval assumed)
+            timeouts = [h.conn.negotiated.msg_timeout for h in self._handles.values()
+                        if h.conn.negotiated is not None and h.conn.negotiated.msg_timeout]
+        if timeouts:
+            interval = min(interval, min(timeouts) / 2)
+        self._next_touch = now + interval
         if held:
             self.touch_many(held)
             limit = min((m.responder.conn.negotiated.max_msg_timeout or 0) for m in held)

@@ -24,7 +24,7 @@ from .config import Config
 from .conn import Connection
 from ..errors import (LocalProtocolError, NSQError, PublishError, RemoteProtocolError, ServerError,
                       Timeout, TransportError)
-from ..protocol import encode_dpub, encode_mpub, encode_pub, validate_topic
+from ..protocol import encode_dpub, encode_mpub, encode_mpub_framed, encode_pub, split_framed, validate_topic
 from ..protocol.session import check_ok
 
 
@@ -66,6 +66,35 @@ class PublishResult:
     published: int
     batches: int
     nsqd: list[str]
+
+
+class Framed:
+    """A batch encoded before it reaches the producer (by a columnar writer, with no Python
+    object per message): ``count`` messages for ``topic`` whose ``payload`` is
+    ``([size][body])*``, sent as one MPUB; or, with ``defer_ms``, one message sent as DPUB."""
+
+    __slots__ = ("topic", "payload", "count", "defer_ms")
+
+    def __init__(self, topic: str, payload, count: int, defer_ms: int | None = None):
+        self.topic = topic
+        self.payload = payload
+        self.count = count
+        self.defer_ms = defer_ms
+
+    def __len__(self) -> int:
+        return self.count
+
+    def command(self) -> bytes:
+        if self.defer_ms is not None:
+            return encode_dpub(self.topic, self.defer_ms, bytes(self.payload)[4:])
+        return encode_mpub_framed(self.topic, self.count, self.payload)
+
+    def bodies(self) -> list[bytes]:
+        return split_framed(self.payload)
+
+
+#: nsqd errors after which the same batch may succeed later or elsewhere (nsqd exiting, disk)
+RETRIABLE = ("E_PUB_FAILED", "E_MPUB_FAILED", "E_DPUB_FAILED")
 
 
 class _Link:
@@ -291,7 +320,8 @@ class Producer:
 
     def publish_iter(self, topic: str, bodies: Iterable[bytes], *, batch_size: int = 0,
                      window: int = 8, timeout: float = 30.0, rate: float | None = None,
-                     on_progress: Callable[[int], None] | None = None) -> PublishResult:
+                     on_progress: Callable[[int], None] | None = None,
+                     retries: int = 0, retry_backoff: float = 1.0) -> PublishResult:
         """Publish an iterable of any length in bounded memory: MPUB batches under
         max_body_size (and ``batch_size``), up to ``window`` in flight, each OK awaited in order.
 
@@ -301,9 +331,22 @@ class Producer:
         A batch nsqd refuses as a whole (E_BAD_MESSAGE) is retried message by message so the
         ones before the bad one are published. On any failure - including KeyboardInterrupt or
         an exception raised by the iterable - PublishError says exactly how many messages nsqd
-        acknowledged: the first ``published`` messages, in order."""
+        acknowledged: the first ``published`` messages, in order.
+
+        ``retries``: when every nsqd address failed (unreachable, connection lost, or nsqd
+        answered E_PUB_FAILED/E_MPUB_FAILED), wait ``retry_backoff`` seconds (doubling, at most
+        30) and go round the addresses again, this many times, before giving up."""
         validate_topic(topic)
-        return _IterPublish(self, topic, batch_size, window, timeout, rate, on_progress).run(bodies)
+        return _IterPublish(self, topic, batch_size, window, timeout, rate, on_progress,
+                            retries, retry_backoff).run(bodies)
+
+    def publish_framed(self, frames: Iterable[Framed], *, window: int = 8, timeout: float = 30.0,
+                       rate: float | None = None, on_progress: Callable[[int], None] | None = None,
+                       retries: int = 0, retry_backoff: float = 1.0) -> PublishResult:
+        """publish_iter for batches already encoded (:class:`Framed`, any topics): the same
+        window, pacing, failover, retries and exact acknowledged count."""
+        return _IterPublish(self, "", 0, window, timeout, rate, on_progress,
+                            retries, retry_backoff).run_framed(frames)
 
     def close(self, timeout: float = 10.0) -> None:
         """Wait (up to ``timeout``) for nsqd's answer to every command sent, then close. Every
@@ -361,7 +404,8 @@ class _IterPublish:
     """The state of one publish_iter call (see Producer.publish_iter)."""
 
     def __init__(self, producer: Producer, topic: str, batch_size: int, window: int,
-                 timeout: float, rate: float | None, on_progress):
+                 timeout: float, rate: float | None, on_progress, retries: int = 0,
+                 retry_backoff: float = 1.0):
         self.p = producer
         self.topic = topic
         if rate:
@@ -379,6 +423,9 @@ class _IterPublish:
         self.failovers = 0
         self.addresses: list[str] = []
         self.pacer = Pacer(rate) if rate else None
+        self.retries_left = max(0, retries)
+        self.retry_backoff = retry_backoff
+        self.retried = 0
 
     def run(self, bodies: Iterable[bytes]) -> PublishResult:
         cfg = self.p.config
@@ -425,6 +472,45 @@ class _IterPublish:
             self._fail(source_error)
         return PublishResult(self.done, self.batches, self.addresses)
 
+    def run_framed(self, frames: Iterable[Framed]) -> PublishResult:
+        source_error: BaseException | None = None
+        try:
+            try:
+                for frame in frames:
+                    self.taken += frame.count
+                    try:
+                        self._send(frame)
+                    except BaseException as e:
+                        raise _SendFailed(e) from e
+            except _SendFailed:
+                raise
+            except BaseException as e:  # building the frames failed: what came before still goes out
+                source_error = e
+            self._settle_all()
+        except _SendFailed as e:
+            self._fail(e.error)
+        except BaseException as e:
+            self._fail(e)
+        if source_error is not None:
+            self._fail(source_error)
+        return PublishResult(self.done, self.batches, self.addresses)
+
+    def _retry_pause(self, error: BaseException) -> None:
+        """Every address failed: wait and go round again, or re-raise when no retry is left."""
+        if self.retries_left <= 0:
+            raise error
+        self.retries_left -= 1
+        time.sleep(min(30.0, self.retry_backoff * (2 ** self.retried)))
+        self.retried += 1
+        self.failovers = 0
+
+    def _link(self) -> _Link:
+        while True:
+            try:
+                return self.p._active_link()
+            except TransportError as e:
+                self._retry_pause(e)
+
     def _send(self, batch: list[bytes]) -> None:
         """Pace, MPUB, and keep at most ``window`` batches waiting for their OK."""
         if not batch:
@@ -436,12 +522,13 @@ class _IterPublish:
         while len(self.inflight) >= self.window:
             self._settle_one()
 
-    def _enqueue(self, batch: list[bytes]) -> None:
-        link = self.p._active_link()
+    def _enqueue(self, batch) -> None:
+        link = self._link()
         address = link.conn.address
         if address not in self.addresses:
             self.addresses.append(address)
-        self.inflight.append((batch, self.p._send(link, encode_mpub(self.topic, batch)), address))
+        command = batch.command() if type(batch) is Framed else encode_mpub(self.topic, batch)
+        self.inflight.append((batch, self.p._send(link, command), address))
 
     def _settle_all(self) -> None:
         while self.inflight:
@@ -456,23 +543,31 @@ class _IterPublish:
                 self.inflight.clear()  # nsqd closed the connection: later batches are lost
                 self._one_by_one(batch)
                 return
-            raise
-        except TransportError:
-            if self.failovers >= len(self.p.addresses) - 1:
+            if e.code not in RETRIABLE:
                 raise
-            self.failovers += 1
-            self.p._current = (self.p._current + 1) % len(self.p.addresses)
-            again = [b for b, _, _ in self.inflight]
-            self.inflight.clear()
-            for b in again:  # not acknowledged: send again, in order, on the next nsqd
-                self._enqueue(b)
-            return
-        self.inflight.popleft()
-        self._acked(len(batch))
+            self._failover(e)
+        except TransportError as e:
+            self._failover(e)
+        else:
+            self.inflight.popleft()
+            self._acked(len(batch))
 
-    def _one_by_one(self, batch: list[bytes]) -> None:
-        for body in batch:
-            self.p._sync(encode_pub(self.topic, body), 1, self.timeout)
+    def _failover(self, error: BaseException) -> None:
+        """The head batch got no OK: send it and everything after it again on the next nsqd."""
+        if self.failovers >= len(self.p.addresses) - 1:
+            self._retry_pause(error)
+        else:
+            self.failovers += 1
+        self.p._current = (self.p._current + 1) % len(self.p.addresses)
+        again = [b for b, _, _ in self.inflight]
+        self.inflight.clear()
+        for b in again:  # not acknowledged: send again, in order, on the next nsqd
+            self._enqueue(b)
+
+    def _one_by_one(self, batch) -> None:
+        topic = batch.topic if type(batch) is Framed else self.topic
+        for body in (batch.bodies() if type(batch) is Framed else batch):
+            self.p._sync(encode_pub(topic, body), 1, self.timeout)
             self._acked(1)
 
     def _acked(self, n: int) -> None:

@@ -109,6 +109,27 @@ def encode_mpub(topic: str, bodies: Iterable[bytes]) -> bytes:
     return b"MPUB %s\n" % validate_topic(topic).encode() + _pack_u32(len(payload)) + payload
 
 
+def encode_mpub_framed(topic: str, count: int, framed) -> bytes:
+    """MPUB from a payload that is already ``([size][body])*`` for ``count`` messages (what a
+    columnar writer builds without a Python object per message)."""
+    if count < 1:
+        raise LocalProtocolError("MPUB needs at least one message")
+    return (b"MPUB %s\n" % validate_topic(topic).encode() + _pack_u32(len(framed) + 4)
+            + _pack_u32(count) + framed)
+
+
+def split_framed(framed) -> list[bytes]:
+    """The bodies of a ``([size][body])*`` payload (the inverse of the framing above)."""
+    out, pos, data = [], 0, memoryview(framed)
+    while pos < len(data):
+        n = int.from_bytes(data[pos:pos + 4], "big")
+        out.append(bytes(data[pos + 4:pos + 4 + n]))
+        pos += 4 + n
+    if pos != len(data):
+        raise LocalProtocolError("framed MPUB payload ends inside a message")
+    return out
+
+
 def mpub_size(bodies: list[bytes]) -> int:
     """The MPUB body size (what nsqd compares with --max-body-size) for these bodies."""
     return 4 + sum(4 + len(b) for b in bodies)

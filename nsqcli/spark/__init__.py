@@ -1,0 +1,33 @@
+"""NSQ for PySpark (the ``nsqcli[spark]`` extra): a data source named "nsq" and archive reading.
+
+    from nsqcli.spark import register, read_archive
+    register(spark)                                   # once per SparkSession
+    df.write.format("nsq").option("topic", "events").option("nsqdTCPAddresses", "...").save()
+    stream = spark.readStream.format("nsq").option("topic", "events").option(...).load()
+    archived = read_archive(spark, "/archive/events/")
+
+Nothing outside this package imports pyspark; importing it without the extra says what to install.
+"""
+
+from __future__ import annotations
+
+try:
+    import pyspark  # noqa: F401
+    import pyarrow  # noqa: F401
+except ImportError as e:  # pragma: no cover - exercised by the CLI's "missing extra" error
+    raise ImportError(f"nsqcli.spark needs the spark extra: pip install 'nsqcli[spark]' ({e})") from e
+
+
+def register(spark) -> None:
+    """Register the "nsq" data source with this SparkSession."""
+    from .datasource import NSQDataSource
+    spark.dataSource.register(NSQDataSource)
+
+
+def read_archive(spark, path, stream: bool = False, **kwargs):
+    """A DataFrame over to-file / nsq_to_file archives (see nsqcli.spark.archive)."""
+    from .archive import read_archive as _read
+    return _read(spark, path, stream=stream, **kwargs)
+
+
+__all__ = ["register", "read_archive"]

@@ -1,0 +1,170 @@
+"""The nsq sink: ``df.write.format("nsq")`` and ``df.writeStream.format("nsq")``.
+
+Each Spark task (one per partition) opens one producer connection and publishes its partition's
+Arrow batches as pipelined MPUBs (DPUB for rows with ``defer_ms``), every OK awaited before the
+task reports success. A lost connection fails over to the next nsqd (addresses rotated by
+partition id, so partitions spread over the nodes); when every nsqd failed ``maxRetries`` times the
+task fails and Spark retries it.
+
+Delivery is **at least once**: a retried task, or a streaming micro-batch run again after a
+failure, publishes its rows again. Consumers that need effectively-once dedupe on a key in the
+body. The driver's commit adds the tasks' counts and prints one line on stderr.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+
+from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
+
+try:  # Spark >= 4.1
+    from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamWriterBase
+    _STREAM_ARROW = True
+except ImportError:  # Spark 4.0: rows arrive as Row objects
+    from pyspark.sql.datasource import DataSourceStreamWriter as _StreamWriterBase
+    _STREAM_ARROW = False
+
+from . import options as opt
+
+
+@dataclass
+class NSQCommitMessage(WriterCommitMessage):
+    """What one task published (travels from the executor to the driver's commit)."""
+
+    partition: int
+    messages: int
+    bytes: int
+    batches: int
+    retries: int
+    nsqd: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+class SinkSettings:
+    """Everything a task needs, parsed (and checked) on the driver at planning time."""
+
+    def __init__(self, options, schema):
+        self.topic = (opt.topics(options, "topic", required=False) or [None])[0]
+        fields = {f.name: f.dataType.simpleString() for f in schema.fields}
+        from .arrow import check_schema
+        check_schema(fields, self.topic)
+        self.nsqd, self.lookupd = opt.endpoints(options)
+        self.config = opt.config(options)
+        self.batch_size = opt.number(options, "batchSize", 5000, minimum=1)
+        self.window = opt.number(options, "maxInFlightBatches", 8, minimum=1)
+        self.max_retries = opt.number(options, "maxRetries", 3, minimum=0)
+        self.retry_backoff = opt.seconds(options, "retryBackoff") or 1.0
+        self.timeout = opt.seconds(options, "timeout") or 30.0
+        self.rate = opt.number(options, "ratePerSecond", None, minimum=1, integer=False)
+        self.rate_partitions = opt.number(options, "numPartitions", None, minimum=1)
+        if self.rate and not self.rate_partitions:
+            raise opt.OptionError(
+                "option 'ratePerSecond' needs option 'numPartitions' (how many partitions share the rate, "
+                "e.g. df.rdd.getNumPartitions()): Spark does not tell a Python writer how many tasks run")
+        self.max_body_size = opt.number(options, "maxBodySize", self.config.max_body_size, minimum=1024)
+        self.max_msg_size = opt.number(options, "maxMessageSize", self.config.max_msg_size, minimum=1)
+
+    def addresses(self, partition: int) -> list[str]:
+        """nsqd addresses for this task: the given ones, else the nodes lookupd knows (those
+        carrying the topic first), rotated by partition id."""
+        addrs = list(self.nsqd)
+        if not addrs:
+            from ..client.http import cluster_view
+            view = cluster_view(self.lookupd, self.topic, timeout=5.0)
+            carrying = sorted(n.tcp_address for n in view.producers(self.topic)) if self.topic else []
+            addrs = carrying or sorted(view.nodes)
+            if not addrs:
+                why = "; ".join(map(str, view.errors)) or "no nsqd is registered"
+                raise RuntimeError(f"nsq sink: no nsqd found through lookupd ({why})")
+        k = partition % len(addrs)
+        return addrs[k:] + addrs[:k]
+
+
+def publish_partition(settings: SinkSettings, batches) -> NSQCommitMessage:
+    """Publish one partition's record batches; raise (failing the task) unless all were acknowledged."""
+    from pyspark import TaskContext
+
+    from ..client.producer import Producer
+    from ..errors import PublishError
+    from .arrow import Framer
+
+    ctx = TaskContext.get()
+    partition = ctx.partitionId() if ctx is not None else 0
+    addresses = settings.addresses(partition)
+    framer = Framer(settings.topic, settings.batch_size, settings.max_body_size, settings.max_msg_size)
+    rate = settings.rate / settings.rate_partitions if settings.rate else None
+    start = time.monotonic()
+    producer = Producer(addresses, settings.config)
+    try:
+        result = producer.publish_framed(framer.frames(batches), window=settings.window,
+                                         timeout=settings.timeout, rate=rate,
+                                         retries=settings.max_retries, retry_backoff=settings.retry_backoff)
+    except PublishError as e:
+        raise RuntimeError(f"nsq sink, partition {partition}: {e} (the task fails; when Spark retries "
+                           "it, the acknowledged messages are published again: at-least-once)") from None
+    finally:
+        producer.close()
+    return NSQCommitMessage(partition, result.published, framer.bytes, result.batches,
+                            0, result.nsqd, time.monotonic() - start)
+
+
+def rows_to_batches(rows, schema):
+    """Spark 4.0's stream writer hands Rows: turn them into record batches of the same columns."""
+    import pyarrow as pa
+
+    names = [f.name for f in schema.fields if f.name in ("body", "topic", "defer_ms")]
+    chunk: list = []
+    for row in rows:
+        chunk.append(row)
+        if len(chunk) >= 10000:
+            yield pa.record_batch([pa.array([r[n] for r in chunk]) for n in names], names=names)
+            chunk = []
+    if chunk:
+        yield pa.record_batch([pa.array([r[n] for r in chunk]) for n in names], names=names)
+
+
+def summary(messages, what: str) -> str:
+    done = [m for m in messages if m is not None]
+    total = sum(m.messages for m in done)
+    nbytes = sum(m.bytes for m in done)
+    nsqd = sorted({a for m in done for a in m.nsqd})
+    failed = len(messages) - len(done)
+    line = (f"nsqcli.spark: {what}: published {total} messages ({nbytes} bytes) in {len(done)} "
+            f"partition{'s' * (len(done) != 1)} to {', '.join(nsqd) or 'no nsqd'}")
+    if failed:
+        line += f"; {failed} task{'s' * (failed != 1)} failed"
+    return line
+
+
+class NSQWriter(DataSourceArrowWriter):
+    def __init__(self, options, schema):
+        self.settings = SinkSettings(options, schema)
+
+    def write(self, iterator):
+        return publish_partition(self.settings, iterator)
+
+    def commit(self, messages):
+        print(summary(messages, "write committed"), file=sys.stderr, flush=True)
+
+    def abort(self, messages):
+        print(summary(messages, "write ABORTED (published messages cannot be taken back)"),
+              file=sys.stderr, flush=True)
+
+
+class NSQStreamWriter(_StreamWriterBase):
+    def __init__(self, options, schema):
+        self.settings = SinkSettings(options, schema)
+        self.schema = schema
+
+    def write(self, iterator):
+        batches = iterator if _STREAM_ARROW else rows_to_batches(iterator, self.schema)
+        return publish_partition(self.settings, batches)
+
+    def commit(self, messages, batchId):
+        print(summary(messages, f"micro-batch {batchId}"), file=sys.stderr, flush=True)
+
+    def abort(self, messages, batchId):
+        print(summary(messages, f"micro-batch {batchId} ABORTED (published messages stay published)"),
+              file=sys.stderr, flush=True)

@@ -1,0 +1,382 @@
+"""nsqcli.spark on a real SparkSession (local[2,3]) and real nsqd: the sink, the streaming source
+with FIN after commit, TOUCH, a driver crash, and archives written by `nsqcli to-file`.
+The standalone-cluster test is in test_spark_cluster.py."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import NSQCLI, channel_stats, clean_env, http_post, topic_stats, wait_for
+
+pytestmark = pytest.mark.spark
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def publish(nsqd, topic: str, bodies: list[bytes]) -> None:
+    from nsqcli.client.producer import Producer
+
+    with Producer(nsqd.tcp_address) as p:
+        assert p.multi_publish(topic, bodies).published == len(bodies)
+
+
+def create_channel(nsqd, topic: str, channel: str) -> None:
+    http_post(nsqd.http_address, "/topic/create", topic=topic)
+    http_post(nsqd.http_address, "/channel/create", topic=topic, channel=channel)
+
+
+def drain(nsqd, topic: str, channel: str, n: int, timeout: float = 30.0) -> list:
+    """Consume exactly n messages (FINed) from a channel; fail if fewer arrive."""
+    from nsqcli.client.config import Config
+    from nsqcli.client.consumer import Consumer
+
+    c = Consumer(topic, channel, pull=True, config=Config(max_in_flight=2500),
+                 nsqd_tcp_addresses=[nsqd.tcp_address]).start()
+    got: list = []
+    try:
+        deadline = time.monotonic() + timeout
+        while len(got) < n and time.monotonic() < deadline:
+            msgs = c.poll(n - len(got), timeout=0.5)
+            got += msgs
+            c.finish_many(msgs)
+    finally:
+        c.stop()
+    assert len(got) == n, f"{len(got)} of {n} messages arrived"
+    return got
+
+
+def nsq_opts(nsqd, **extra) -> dict:
+    return {"nsqdTCPAddresses": nsqd.tcp_address, **{k: str(v) for k, v in extra.items()}}
+
+
+# -- install and scope ----------------------------------------------------------------------------
+def test_nsqcli_pub_never_loads_pyspark(nsqd, topic):
+    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "nsqcli", "pub", "-t", topic, "hello",
+                        "--nsqd-tcp-address", nsqd.tcp_address], capture_output=True, text=True,
+                       env=clean_env(), timeout=30)
+    assert r.returncode == 0, r.stderr[-500:]
+    imported = [line.rsplit("|", 1)[-1].strip() for line in r.stderr.splitlines() if "|" in line]
+    assert "nsqcli.client.producer" in imported  # the real pub ran
+    assert not [m for m in imported if m.split(".")[0] in ("pyspark", "pyarrow", "py4j")]
+    assert topic_stats(nsqd, topic)["message_count"] == 1
+
+
+# -- sink -----------------------------------------------------------------------------------------
+def test_batch_write_100k_rows_lands_exactly(spark, nsqd, topic):
+    create_channel(nsqd, topic, "check")
+    df = spark.range(100_000).selectExpr("concat('row-', cast(id as string)) as body").repartition(3)
+    df.write.format("nsq").options(**nsq_opts(nsqd, topic=topic, batchSize=1000)).mode("append").save()
+    assert topic_stats(nsqd, topic)["message_count"] == 100_000
+    assert channel_stats(nsqd, topic, "check")["depth"] == 100_000
+    bodies = {m.body for m in drain(nsqd, topic, "check", 100_000)}
+    assert bodies == {b"row-%d" % i for i in range(100_000)}
+
+
+def test_write_binary_bodies_per_row_topics_and_defer(spark, nsqd, topic):
+    from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
+
+    t1, t2 = topic + "_a", topic + "_b"
+    for t in (t1, t2):
+        create_channel(nsqd, t, "check")
+    rows = ([(bytes([i % 256, 0, 10, 255]) + b"%d" % i, t1, None) for i in range(300)]
+            + [(b"b%d" % i, t2, None) for i in range(200)]
+            + [(b"late%d" % i, t2, 60_000) for i in range(5)])
+    schema = StructType([StructField("body", BinaryType()), StructField("topic", StringType()),
+                         StructField("defer_ms", LongType())])
+    spark.createDataFrame(rows, schema).repartition(2).write.format("nsq").options(**nsq_opts(nsqd)).mode("append").save()
+    assert topic_stats(nsqd, t1)["message_count"] == 300
+    assert topic_stats(nsqd, t2)["message_count"] == 205
+    c2 = channel_stats(nsqd, t2, "check")
+    assert c2["deferred_count"] == 5 and c2["depth"] == 200
+    assert {m.body for m in drain(nsqd, t1, "check", 300)} == {r[0] for r in rows[:300]}
+
+
+def test_streaming_sink_publishes_each_file_line(spark, nsqd, topic, tmp_path):
+    create_channel(nsqd, topic, "check")
+    src = tmp_path / "in"
+    src.mkdir()
+    for k in range(3):
+        (src / f"part{k}.txt").write_text("".join(f"line-{k}-{i}\n" for i in range(400)))
+    q = (spark.readStream.format("text").option("maxFilesPerTrigger", "1").load(str(src))
+         .selectExpr("value as body").writeStream.format("nsq")
+         .options(**nsq_opts(nsqd, topic=topic)).option("checkpointLocation", str(tmp_path / "ck"))
+         .trigger(availableNow=True).start())
+    q.awaitTermination(120)
+    assert q.exception() is None
+    assert topic_stats(nsqd, topic)["message_count"] == 1200
+    assert {m.body for m in drain(nsqd, topic, "check", 1200)} == {
+        b"line-%d-%d" % (k, i) for k in range(3) for i in range(400)}
+
+
+@pytest.mark.parametrize("columns, options, message", [
+    ("cast(id as string) as value", {"topic": "x"}, "has no 'body' column"),
+    ("id as body", {"topic": "x"}, "column 'body' must be binary or string, not bigint"),
+    ("cast(id as string) as body", {}, "give option 'topic' or a 'topic' column"),
+    ("cast(id as string) as body, id as topic", {}, "column 'topic' must be a string"),
+    ("cast(id as string) as body", {"topic": "bad topic!"}, "option 'topic'"),
+    ("cast(id as string) as body", {"topic": "x", "ratePerSecond": "10"}, "needs option 'numPartitions'"),
+    ("cast(id as string) as body", {"topic": "x", "batchSize": "lots"}, "option 'batchSize' must be an integer"),
+])
+def test_bad_schema_or_option_fails_at_planning(spark, nsqd, columns, options, message):
+    from pyspark.errors import PySparkException
+    from py4j.protocol import Py4JJavaError
+
+    df = spark.range(3).selectExpr(*columns.split(", "))
+    options = {"nsqdTCPAddresses": nsqd.tcp_address, **options}
+    jobs_before = spark.sparkContext.statusTracker().getJobIdsForGroup()
+    with pytest.raises((PySparkException, Py4JJavaError)) as info:
+        df.write.format("nsq").options(**options).mode("append").save()
+    assert message in str(info.value)
+    assert "nsq data source: " in str(info.value)
+    assert spark.sparkContext.statusTracker().getJobIdsForGroup() == jobs_before  # no task ran
+    assert topic_stats(nsqd, "x") is None or topic_stats(nsqd, "x")["message_count"] == 0
+
+
+def test_sink_fails_over_to_the_next_nsqd(spark, nsqd, topic):
+    dead = "127.0.0.1:1"
+    create_channel(nsqd, topic, "check")
+    df = spark.range(1000).selectExpr("cast(id as string) as body").repartition(2)
+    (df.write.format("nsq").option("nsqdTCPAddresses", f"{dead},{nsqd.tcp_address}")
+     .option("topic", topic).option("maxRetries", "0").mode("append").save())
+    assert topic_stats(nsqd, topic)["message_count"] == 1000
+
+
+def test_sink_task_fails_clearly_when_no_nsqd_answers(spark, topic):
+    df = spark.range(10).selectExpr("cast(id as string) as body")
+    with pytest.raises(Exception) as info:
+        (df.write.format("nsq").option("nsqdTCPAddresses", "127.0.0.1:1").option("topic", topic)
+         .option("maxRetries", "1").option("retryBackoff", "100ms").mode("append").save())
+    text = str(info.value)
+    assert "nsq sink, partition" in text and "published 0 of" in text and "Connection refused" in text
+
+
+def test_sink_rate_per_second_paces_the_whole_write(spark, nsqd, topic):
+    df = spark.range(600).selectExpr("cast(id as string) as body").repartition(2)
+    t0 = time.monotonic()
+    (df.write.format("nsq").options(**nsq_opts(nsqd, topic=topic, ratePerSecond=300, numPartitions=2)).mode("append").save())
+    elapsed = time.monotonic() - t0
+    assert topic_stats(nsqd, topic)["message_count"] == 600
+    assert elapsed >= 1.8, f"600 messages at 300/s took only {elapsed:.2f}s"
+
+
+# -- streaming source -------------------------------------------------------------------------------
+def source(spark, nsqd, topic, **options):
+    reader = spark.readStream.format("nsq").option("nsqdTCPAddresses", nsqd.tcp_address).option("topic", topic)
+    for k, v in options.items():
+        reader = reader.option(k, str(v))
+    return reader.load()
+
+
+def test_source_to_parquet_available_now_drains_everything(spark, nsqd, topic, tmp_path):
+    bodies = [b"msg-%05d" % i for i in range(5000)]
+    publish(nsqd, topic, bodies)
+    q = (source(spark, nsqd, topic, maxMessagesPerBatch=1000, channel="spark")
+         .writeStream.format("parquet").option("path", str(tmp_path / "out"))
+         .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+    q.awaitTermination(180)
+    assert q.exception() is None
+    out = spark.read.parquet(str(tmp_path / "out"))
+    rows = out.collect()
+    assert sorted(r.body for r in rows) == bodies
+    assert {r.topic for r in rows} == {topic} and {r.channel for r in rows} == {"spark"}
+    assert {r.nsqd for r in rows} == {nsqd.tcp_address} and {r.attempts for r in rows} == {1}
+    assert len({r.id for r in rows}) == 5000
+    batches = len(list((tmp_path / "ck" / "commits").iterdir()))
+    assert batches >= 5  # maxMessagesPerBatch=1000 was respected
+    ch = channel_stats(nsqd, topic, "spark")
+    assert ch["depth"] == 0 and ch["in_flight_count"] == 0 and ch["requeue_count"] == 0
+
+
+def test_fin_only_after_the_batch_is_committed(spark, nsqd, topic):
+    publish(nsqd, topic, [b"a%d" % i for i in range(50)])
+    entered, release = threading.Event(), threading.Event()
+    seen: list[int] = []
+
+    def hold_first_batch(df, batch_id):
+        seen.append(df.count())
+        if batch_id == 0:
+            entered.set()
+            release.wait(60)
+
+    q = source(spark, nsqd, topic, maxMessagesPerBatch=50).writeStream.foreachBatch(hold_first_batch).start()
+    try:
+        assert entered.wait(90), "the first batch never started"
+        time.sleep(1.5)  # the batch is running, not committed: nothing FINed, all 50 in flight
+        ch = channel_stats(nsqd, topic, "nsqcli_spark")
+        assert ch["in_flight_count"] == 50 and ch["depth"] == 0
+        assert sum(c["finish_count"] for c in ch["clients"]) == 0
+        release.set()
+        wait_for(lambda: channel_stats(nsqd, topic, "nsqcli_spark")["in_flight_count"] == 0, 30,
+                 what="FIN after the commit")
+        ch = channel_stats(nsqd, topic, "nsqcli_spark")
+        assert sum(c["finish_count"] for c in ch["clients"]) == 50 and ch["depth"] == 0
+        assert sum(seen) == 50
+    finally:
+        release.set()
+        q.stop()
+
+
+def test_slow_batch_is_touched_not_redelivered(spark, nsqd, topic):
+    publish(nsqd, topic, [b"slow%d" % i for i in range(20)])
+    rows: list = []
+
+    def slow(df, batch_id):
+        rows.extend(df.collect())
+        if batch_id == 0:
+            time.sleep(12)  # msg_timeout is 5 s: without TOUCH nsqd would redeliver twice over
+
+    q = source(spark, nsqd, topic, msgTimeout="5s").writeStream.foreachBatch(slow).start()
+    try:
+        wait_for(lambda: len(rows) >= 20, 90, what="the first batch")
+        wait_for(lambda: channel_stats(nsqd, topic, "nsqcli_spark")["in_flight_count"] == 0, 40,
+                 what="FIN after the slow batch")
+        time.sleep(1)
+    finally:
+        q.stop()
+    ch = channel_stats(nsqd, topic, "nsqcli_spark")
+    assert ch["timeout_count"] == 0 and ch["requeue_count"] == 0
+    assert len(rows) == 20 and {r.attempts for r in rows} == {1}
+
+
+DRIVER = r'''
+import os, sys
+os.environ["PYSPARK_PYTHON"] = sys.executable
+os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+from pyspark.sql import SparkSession
+nsqd, topic, out, ck, mode = sys.argv[1:6]
+spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+         .config("spark.ui.showConsoleProgress", "false").config("spark.driver.host", "127.0.0.1").getOrCreate())
+spark.sparkContext.setLogLevel("ERROR")
+from nsqcli.spark import register
+register(spark)
+w = (spark.readStream.format("nsq").option("nsqdTCPAddresses", nsqd).option("topic", topic)
+     .option("maxMessagesPerBatch", "150").option("msgTimeout", "3s").option("availableNowIdleTimeout", "8s")
+     .load().writeStream.format("parquet").option("path", out).option("checkpointLocation", ck))
+q = (w.trigger(availableNow=True) if mode == "drain" else w).start()
+print("started", flush=True)
+q.awaitTermination()
+'''
+
+
+def test_driver_killed_mid_stream_then_restarted_loses_nothing(spark, nsqd, topic, tmp_path):
+    bodies = {b"crash-%04d" % i for i in range(3000)}
+    publish(nsqd, topic, sorted(bodies))
+    script = tmp_path / "driver.py"
+    script.write_text(DRIVER)
+    out, ck = tmp_path / "out", tmp_path / "ck"
+    args = [sys.executable, str(script), nsqd.tcp_address, topic, str(out), str(ck)]
+    proc = subprocess.Popen(args + ["run"], env=clean_env(), start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        commits = ck / "commits"
+        wait_for(lambda: commits.exists() and len([p for p in commits.iterdir() if p.name.isdigit()]) >= 3,
+                 120, interval=0.1, what="three committed batches")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the driver, its JVM and Python workers: a crash
+        proc.wait(30)
+    done_before = len([p for p in commits.iterdir() if p.name.isdigit()])
+    assert done_before < 3000 // 150, "the stream finished before the kill: nothing was tested"
+    r = subprocess.run(args + ["drain"], env=clean_env(), capture_output=True, text=True, timeout=240,
+                       start_new_session=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = spark.read.parquet(str(out)).select("body", "id", "nsqd").collect()
+    unique = {(r.nsqd, r.id): r.body for r in rows}
+    assert set(unique.values()) == bodies and len(unique) == 3000
+    ch = channel_stats(nsqd, topic, "nsqcli_spark")
+    assert ch["depth"] == 0 and ch["in_flight_count"] == 0
+
+
+def test_dedupe_key_with_drop_duplicates_within_watermark(spark, nsqd, topic, tmp_path):
+    """The documented dedupe: (nsqd, id) with dropDuplicatesWithinWatermark."""
+    publish(nsqd, topic, [b"d%d" % i for i in range(100)])
+    q = (source(spark, nsqd, topic).withWatermark("timestamp", "10 minutes")
+         .dropDuplicatesWithinWatermark(["nsqd", "id"])
+         .writeStream.format("parquet").option("path", str(tmp_path / "out"))
+         .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+    q.awaitTermination(120)
+    assert q.exception() is None
+    assert spark.read.parquet(str(tmp_path / "out")).count() == 100
+
+
+def test_source_bad_options_fail_with_one_clear_message(spark, nsqd):
+    with pytest.raises(Exception) as info:
+        spark.readStream.format("nsq").option("nsqdTCPAddresses", nsqd.tcp_address).load() \
+            .writeStream.format("noop").start().awaitTermination(60)
+    assert "nsq data source: option 'topic' is required" in str(info.value)
+
+
+# -- archives -----------------------------------------------------------------------------------------
+def run_to_file(nsqd, topic, out: Path, *extra) -> subprocess.Popen:
+    return subprocess.Popen(NSQCLI + ["to-file", "-t", topic, "--nsqd-tcp-address", nsqd.tcp_address,
+                                      "--output-dir", str(out), "--host-identifier", "box-7",
+                                      "--sync-interval", "200ms", *extra],
+                            env=clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+@pytest.mark.parametrize("fmt", ["raw", "json"])
+def test_read_archive_written_by_to_file(spark, nsqd, topic, tmp_path, fmt):
+    from nsqcli.spark import read_archive
+
+    out = tmp_path / "archive"
+    out.mkdir()
+    extra = ["--gzip"] if fmt == "raw" else ["--format", "json"]
+    t0 = time.time()
+    proc = run_to_file(nsqd, topic, out, *extra)
+    try:
+        wait_for(lambda: (channel_stats(nsqd, topic, "nsqcli_to_file") or {}).get("clients"), 15,
+                 what="to-file subscribed")
+        bodies = [b"arch-%d \xe2\x9c\x93" % i for i in range(300)] + ([b"\xff\x00bin"] if fmt == "json" else [])
+        publish(nsqd, topic, bodies)
+        wait_for(lambda: channel_stats(nsqd, topic, "nsqcli_to_file")["in_flight_count"] == 0
+                 and channel_stats(nsqd, topic, "nsqcli_to_file")["depth"] == 0, 20, what="to-file FINed all")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0, proc.stderr.read()
+    t1 = time.time()
+    files = list(out.iterdir())
+    assert files and all(f.name.startswith(f"{topic}.box-7") for f in files)
+    rows = read_archive(spark, str(out)).collect()
+    assert sorted(r.body for r in rows) == sorted(bodies)
+    assert {r.topic for r in rows} == {topic} and {r.host for r in rows} == {"box-7"}
+    hours = {r.hour.replace(tzinfo=None) for r in rows}
+    import datetime as dt
+    first = dt.datetime.fromtimestamp(t0, dt.timezone.utc).replace(minute=0, second=0, microsecond=0, tzinfo=None)
+    last = dt.datetime.fromtimestamp(t1, dt.timezone.utc).replace(minute=0, second=0, microsecond=0, tzinfo=None)
+    assert hours <= {first, last}, hours
+    assert all(r.file.endswith(".gz") for r in rows) == (fmt == "raw")
+    if fmt == "json":
+        assert {r.nsqd for r in rows} == {nsqd.tcp_address} and {r.attempts for r in rows} == {1}
+        assert {r.channel for r in rows} == {"nsqcli_to_file"}
+        assert len({r.id for r in rows}) == len(bodies) and all(len(r.id) == 16 for r in rows)
+        assert all(t0 - 1 <= r.timestamp.timestamp() <= t1 + 1 for r in rows)
+    else:
+        assert {r.id for r in rows} == {None} and {r.timestamp for r in rows} == {None}
+
+
+def test_read_archive_stream_follows_new_files(spark, tmp_path):
+    from nsqcli.spark import read_archive
+
+    d = tmp_path / "out"
+    d.mkdir()
+    (d / "ev.host.2026-11-22_08.log").write_bytes(b"one\ntwo\n")
+    sink = tmp_path / "sink"
+    q = (read_archive(spark, str(d), stream=True, format="raw").writeStream.format("parquet")
+         .option("path", str(sink)).option("checkpointLocation", str(tmp_path / "ck"))
+         .trigger(availableNow=True).start())
+    q.awaitTermination(120)
+    (d / "ev.host.2026-11-22_09.log").write_bytes(b"three\n")
+    q = (read_archive(spark, str(d), stream=True, format="raw").writeStream.format("parquet")
+         .option("path", str(sink)).option("checkpointLocation", str(tmp_path / "ck"))
+         .trigger(availableNow=True).start())
+    q.awaitTermination(120)
+    rows = spark.read.parquet(str(sink)).collect()
+    assert sorted(r.body for r in rows) == [b"one", b"three", b"two"]  # each file read once
+    assert {r.hour.hour for r in rows} == {8, 9}
