@@ -66,6 +66,7 @@ class PublishResult:
     published: int
     batches: int
     nsqd: list[str]
+    retries: int = 0      # rounds over every address after all had failed (publish_iter retries)
 
 
 class Framed:
@@ -470,7 +471,7 @@ class _IterPublish:
             self._fail(e)
         if source_error is not None:
             self._fail(source_error)
-        return PublishResult(self.done, self.batches, self.addresses)
+        return PublishResult(self.done, self.batches, self.addresses, self.retried)
 
     def run_framed(self, frames: Iterable[Framed]) -> PublishResult:
         source_error: BaseException | None = None
@@ -493,7 +494,7 @@ class _IterPublish:
             self._fail(e)
         if source_error is not None:
             self._fail(source_error)
-        return PublishResult(self.done, self.batches, self.addresses)
+        return PublishResult(self.done, self.batches, self.addresses, self.retried)
 
     def _retry_pause(self, error: BaseException) -> None:
         """Every address failed: wait and go round again, or re-raise when no retry is left."""

@@ -24,10 +24,16 @@ def register(spark) -> None:
     spark.dataSource.register(NSQDataSource)
 
 
+def ship(spark, force: bool = False):
+    """Make nsqcli importable on a cluster's executors (see nsqcli.spark.shipping)."""
+    from .shipping import ship as _ship
+    return _ship(spark, force)
+
+
 def read_archive(spark, path, stream: bool = False, **kwargs):
     """A DataFrame over to-file / nsq_to_file archives (see nsqcli.spark.archive)."""
     from .archive import read_archive as _read
     return _read(spark, path, stream=stream, **kwargs)
 
 
-__all__ = ["register", "read_archive"]
+__all__ = ["register", "read_archive", "ship"]

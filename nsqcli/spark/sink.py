@@ -107,7 +107,7 @@ def publish_partition(settings: SinkSettings, batches) -> NSQCommitMessage:
     finally:
         producer.close()
     return NSQCommitMessage(partition, result.published, framer.bytes, result.batches,
-                            0, result.nsqd, time.monotonic() - start)
+                            result.retries, result.nsqd, time.monotonic() - start)
 
 
 def rows_to_batches(rows, schema):
@@ -131,8 +131,11 @@ def summary(messages, what: str) -> str:
     nbytes = sum(m.bytes for m in done)
     nsqd = sorted({a for m in done for a in m.nsqd})
     failed = len(messages) - len(done)
+    retries = sum(m.retries for m in done)
     line = (f"nsqcli.spark: {what}: published {total} messages ({nbytes} bytes) in {len(done)} "
             f"partition{'s' * (len(done) != 1)} to {', '.join(nsqd) or 'no nsqd'}")
+    if retries:
+        line += f" after {retries} retr{'ies' if retries != 1 else 'y'}"
     if failed:
         line += f"; {failed} task{'s' * (failed != 1)} failed"
     return line

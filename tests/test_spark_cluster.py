@@ -1,0 +1,131 @@
+"""nsqcli.spark on a REAL standalone Spark cluster: a master and a worker started from the pip
+package (spark-class ... Master / Worker) on 127.0.0.1, executors in their own JVMs, nsqcli shipped
+to them with nsqcli.spark.ship(). The sink and the archive reader run there. Every process this
+test starts is stopped by its pid."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from helpers import channel_stats, clean_env, http_post, topic_stats, wait_for
+
+pytestmark = pytest.mark.spark
+
+
+def free_port() -> int:
+    from nsqcli.sandbox import free_port as fp
+    return fp()
+
+
+def spark_class() -> str:
+    try:
+        import pyspark
+    except ImportError as e:
+        pytest.fail(f"the Spark tests need the spark extra: pip install -e '.[spark]' ({e})", pytrace=False)
+    return str(Path(pyspark.__file__).parent / "bin" / "spark-class")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    import shutil
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.fail("Java is missing: the Spark tests need a JDK 17 on PATH (or JAVA_HOME)", pytrace=False)
+    base = tmp_path_factory.mktemp("cluster")
+    env = clean_env({"SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
+                     "SPARK_LOG_DIR": str(base), "SPARK_WORKER_DIR": str(base / "work")})
+    port, ui, wui = free_port(), free_port(), free_port()
+    procs = []
+    logs = []
+    try:
+        for name, args in (
+            ("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
+                        "--webui-port", str(ui)]),
+            ("worker", ["org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--cores", "2",
+                        "--memory", "2g", "--webui-port", str(wui), "--work-dir", str(base / "work"),
+                        f"spark://127.0.0.1:{port}"]),
+        ):
+            log = open(base / f"{name}.log", "wb")
+            logs.append(log)
+            procs.append(subprocess.Popen([spark_class()] + args, env=env, stdout=log, stderr=subprocess.STDOUT))
+
+        def alive_workers():
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=2) as r:
+                    return json.loads(r.read()).get("aliveworkers", 0)
+            except OSError:
+                return 0
+        wait_for(alive_workers, 90, interval=0.5, what="a standalone master with one alive worker")
+        yield f"spark://127.0.0.1:{port}"
+    finally:
+        for p in reversed(procs):  # worker first (it stops its executors), then the master
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(10)
+        for log in logs:
+            log.close()
+
+
+DRIVER = r'''
+import json, os, sys
+os.environ["PYSPARK_PYTHON"] = sys.executable
+os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+from pyspark.sql import SparkSession
+master, nsqd, topic, archive = sys.argv[1:5]
+spark = (SparkSession.builder.master(master).appName("nsqcli-cluster-test")
+         .config("spark.pyspark.python", sys.executable).config("spark.driver.host", "127.0.0.1")
+         .config("spark.executor.memory", "1g").config("spark.ui.enabled", "false")
+         .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+spark.sparkContext.setLogLevel("ERROR")
+import nsqcli.spark
+shipped = nsqcli.spark.ship(spark)
+nsqcli.spark.register(spark)
+where = spark.sparkContext.parallelize(range(4), 4).map(
+    lambda _: (__import__("os").getpid(), __import__("nsqcli").__file__)).collect()
+df = spark.range(20000).selectExpr("concat('c-', cast(id as string)) as body").repartition(4)
+df.write.format("nsq").option("nsqdTCPAddresses", nsqd).option("topic", topic).mode("append").save()
+rows = nsqcli.spark.read_archive(spark, archive).groupBy("topic", "host", "nsqd").count().collect()
+print("RESULT " + json.dumps({"shipped": shipped, "driver_pid": os.getpid(), "where": where,
+                              "archive": [r.asDict() for r in rows]}), flush=True)
+spark.stop()
+'''
+
+
+def test_sink_and_archive_reader_on_a_standalone_cluster(cluster, nsqd, topic, tmp_path):
+    from nsqcli.archive.formats import envelope
+
+    class M:  # the fields envelope() reads
+        def __init__(self, i):
+            self.topic, self.channel, self.nsqd = "arch", "c", "10.0.0.9:4150"
+            self.id, self.body, self.timestamp, self.attempts = b"%016x" % i, b"a%d" % i, 1_795_000_000_000_000_000, 1
+
+    archive = tmp_path / "archive"
+    archive.mkdir()
+    (archive / "arch.node-1.2026-11-22_09.log").write_text(
+        "".join(json.dumps(envelope(M(i))) + "\n" for i in range(1500)))
+    http_post(nsqd.http_address, "/topic/create", topic=topic)
+    http_post(nsqd.http_address, "/channel/create", topic=topic, channel="check")
+    script = tmp_path / "driver.py"
+    script.write_text(DRIVER)
+    r = subprocess.run([sys.executable, str(script), cluster, nsqd.tcp_address, topic, str(archive)],
+                       env=clean_env(), capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stderr[-3000:]
+    result = json.loads(next(line for line in r.stdout.splitlines() if line.startswith("RESULT "))[7:])
+    # executors ran in their own processes and imported nsqcli from the shipped zip
+    assert result["shipped"] and result["shipped"].endswith(".zip")
+    pids = {pid for pid, _ in result["where"]}
+    assert result["driver_pid"] not in pids
+    assert all(".zip" in path or "userFiles" in path for _, path in result["where"]), result["where"]
+    assert topic_stats(nsqd, topic)["message_count"] == 20000
+    assert channel_stats(nsqd, topic, "check")["depth"] == 20000
+    assert result["archive"] == [{"topic": "arch", "host": "node-1", "nsqd": "10.0.0.9:4150", "count": 1500}]
