@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: setup nsq test demo bench clean
+.PHONY: setup nsq test demo bench bench-spark clean
 
 setup: $(VENV)/.installed nsq
 
@@ -26,6 +26,9 @@ demo: setup
 bench: setup
 	$(BIN)/pip install --quiet -e '.[bench]'
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
+
+bench-spark: setup
+	$(BIN)/python -m bench.spark $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .nsq .pytest_cache .hypothesis

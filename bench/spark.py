@@ -1,0 +1,194 @@
+"""nsqcli.spark against the CLI on the same nsqd, same run (`make bench-spark`):
+
+- sink: ``df.write.format("nsq")`` of N 100-byte records (a cached DataFrame read from the same
+  file) vs ``nsqcli mpub`` of that file;
+- source: ``readStream.format("nsq")`` -> Parquet with trigger(availableNow=True), FIN after
+  commit, vs ``nsqcli to-file`` (gzip) of N pre-published messages; both timed until nsqd shows
+  the channel drained (every message FINed).
+
+    .venv/bin/python -m bench.spark --messages 1000000
+
+The SparkSession's start is timed apart and excluded. Peak RSS (VmHWM) is sampled for the driver
+JVM, this Python driver, and the Python processes Spark starts (workers, stream runner).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from bench.run import prepublish
+from bench.to_file import channel
+from nsqcli.sandbox import NsqdOptions, Sandbox
+
+ROOT = Path(__file__).resolve().parent.parent
+NSQCLI = str(ROOT / ".venv/bin/nsqcli")
+
+
+class RssSampler(threading.Thread):
+    """Peak VmHWM per process among this process's descendants, by kind."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.peak: dict[str, float] = {}
+        self.stop = threading.Event()
+
+    @staticmethod
+    def _children(pid: int) -> list[int]:
+        out = []
+        for task in Path(f"/proc/{pid}/task").glob("*"):
+            try:
+                out += [int(c) for c in (task / "children").read_text().split()]
+            except OSError:
+                pass
+        return out
+
+    def _kind(self, pid: int) -> str:
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            return "?"
+        if cmd and cmd[0].endswith(b"java"):
+            return "driver JVM"
+        if cmd and cmd[0].rsplit(b"/", 1)[-1] in (b"nsqd", b"nsqlookupd"):
+            return "nsqd (the server)"
+        if any(c.endswith(b"nsqcli") for c in cmd):
+            return "nsqcli CLI"
+        return "Spark Python (worker/runner)"
+
+    def sample(self) -> None:
+        todo, seen = [os.getpid()], set()
+        while todo:
+            pid = todo.pop()
+            if pid in seen:
+                continue
+            seen.add(pid)
+            todo += self._children(pid)
+            try:
+                status = Path(f"/proc/{pid}/status").read_text()
+            except OSError:
+                continue
+            hwm = next((int(line.split()[1]) / 1024 for line in status.splitlines() if line.startswith("VmHWM:")), 0)
+            kind = "bench driver (Python)" if pid == os.getpid() else self._kind(pid)
+            self.peak[kind] = max(self.peak.get(kind, 0), hwm)
+
+    def run(self) -> None:
+        while not self.stop.wait(0.2):
+            self.sample()
+
+
+def wait_drained(sb, topic: str, ch: str, n: int, proc=None, timeout: float = 900, slack: int = 0) -> float:
+    """Seconds until nsqd shows at least ``n - slack`` messages FINed on the channel (to-file's last
+    partial batch waits for --sync-interval: not a measure of throughput, as in bench.to_file)."""
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < timeout:
+        c = channel(sb, topic, ch)
+        if c and c["depth"] == 0 and c["message_count"] >= n and c["message_count"] - c["in_flight_count"] >= n - slack:
+            return time.perf_counter() - t0
+        if proc is not None and proc.poll() is not None:
+            raise SystemExit(f"{proc.args[1]} exited early")
+        time.sleep(0.01)
+    raise SystemExit(f"{topic}/{ch} not drained after {timeout}s")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--messages", type=int, default=1_000_000)
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--max-in-flight", type=int, default=100_000, help="source: in flight (all connections)")
+    ap.add_argument("--batch", type=int, default=50_000, help="source: maxMessagesPerBatch")
+    ap.add_argument("--only", choices=["sink", "source"])
+    ap.add_argument("--opt", action="append", default=[], help="extra source option k=v (repeatable)")
+    ap.add_argument("--runs", type=int, default=3, help="Spark runs of each (the first one is cold)")
+    a = ap.parse_args()
+    n = a.messages
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    sampler = RssSampler()
+    sampler.start()
+    with Sandbox(NsqdOptions(mem_queue_size=n + 10), with_lookupd=False) as sb, \
+            tempfile.TemporaryDirectory() as tmp:
+        addr = sb.nsqd.tcp_address
+        records = Path(tmp) / "records.txt"
+        with open(records, "wb") as f:
+            for i in range(n):
+                f.write(b"%010d" % i + b"x" * 90 + b"\n")
+        from pyspark.sql import SparkSession
+
+        t0 = time.perf_counter()
+        spark = (SparkSession.builder.master(a.master).config("spark.ui.enabled", "false")
+                 .config("spark.ui.showConsoleProgress", "false").config("spark.driver.memory", "2g")
+                 .config("spark.driver.host", "127.0.0.1").getOrCreate())
+        spark.sparkContext.setLogLevel("ERROR")
+        from nsqcli.spark import register
+        register(spark)
+        print(f"{n:,} x 100 B on {a.master}; SparkSession start {time.perf_counter() - t0:.1f}s (excluded)",
+              flush=True)
+
+        if a.only in (None, "sink"):
+            t = time.perf_counter()
+            subprocess.run([NSQCLI, "mpub", "-t", "sink_mpub", "--nsqd-tcp-address", addr],
+                           stdin=open(records, "rb"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           check=True)
+            mpub = n / (time.perf_counter() - t)
+            print(f"nsqcli mpub        {mpub:>10,.0f} msg/s", flush=True)
+            df = spark.read.text(str(records)).selectExpr("value as body").repartition(2).cache()
+            assert df.count() == n
+            for run in range(a.runs):
+                t = time.perf_counter()
+                (df.write.format("nsq").option("nsqdTCPAddresses", addr).option("topic", f"sink_spark{run}")
+                 .mode("append").save())
+                sink = n / (time.perf_counter() - t)
+                label = "first job: Python workers start" if run == 0 else "warm"
+                print(f"spark nsq sink #{run + 1} {sink:>10,.0f} msg/s  ratio sink/mpub {sink / mpub:.2f}x  ({label})",
+                      flush=True)
+            df.unpersist()
+
+        if a.only in (None, "source"):
+            for mif, sync in (("200", "30s"), ("2500", "30s")):
+                topic = f"src_tofile{mif}"
+                prepublish(addr, topic, n, 100)
+                p = subprocess.Popen([NSQCLI, "to-file", "-t", topic, "-c", "c", "--nsqd-tcp-address", addr,
+                                      "--output-dir", f"{tmp}/tofile{mif}", "--gzip", "--no-live",
+                                      "--max-in-flight", mif, "--sync-interval", sync],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                tofile = n / wait_drained(sb, topic, "c", n, p, slack=int(mif))
+                p.send_signal(signal.SIGTERM)
+                p.wait(60)
+                print(f"nsqcli to-file     {tofile:>10,.0f} msg/s (gzip, --max-in-flight {mif} --sync-interval {sync})",
+                      flush=True)
+            for run in range(a.runs):
+                topic = f"src_spark{run}"
+                prepublish(addr, topic, n, 100)
+                t = time.perf_counter()
+                q = (spark.readStream.format("nsq").option("nsqdTCPAddresses", addr).option("topic", topic)
+                     .option("channel", "c").option("maxInFlight", str(a.max_in_flight))
+                     .option("maxMessagesPerBatch", str(a.batch)).option("availableNowIdleTimeout", "1s")
+                     .options(**dict(kv.split("=", 1) for kv in a.opt)).load()
+                     .writeStream.format("parquet").option("path", f"{tmp}/parquet{run}")
+                     .option("checkpointLocation", f"{tmp}/ck{run}").trigger(availableNow=True).start())
+                el = wait_drained(sb, topic, "c", n)
+                q.awaitTermination()
+                total = time.perf_counter() - t
+                rows = spark.read.parquet(f"{tmp}/parquet{run}").count()
+                source = n / el
+                batches = len([p for p in Path(f"{tmp}/ck{run}/commits").iterdir() if p.name.isdigit()])
+                print(f"spark nsq source #{run + 1} {source:>10,.0f} msg/s into Parquet ({rows:,} rows, {batches} "
+                      f"batches, maxInFlight {a.max_in_flight}, maxMessagesPerBatch {a.batch}; query ended after "
+                      f"{total:.1f}s incl. the 1s idle check); ratio to the last to-file {source / tofile:.2f}x",
+                      flush=True)
+        sampler.sample()
+        spark.stop()
+    sampler.stop.set()
+    print("peak RSS: " + ", ".join(f"{k} {v:,.0f} MB" for k, v in sorted(sampler.peak.items())))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
