@@ -380,3 +380,27 @@ def test_read_archive_stream_follows_new_files(spark, tmp_path):
     rows = spark.read.parquet(str(sink)).collect()
     assert sorted(r.body for r in rows) == [b"one", b"three", b"two"]  # each file read once
     assert {r.hour.hour for r in rows} == {8, 9}
+
+
+def test_available_now_leaves_later_messages_for_the_next_run(spark, nsqd, topic):
+    """AvailableNow drains what was published before the query started; what is published
+    while it runs is given back untouched (requeued), not taken."""
+    from nsqcli.client.producer import Producer
+
+    publish(nsqd, topic, [b"old%d" % i for i in range(200)])
+    taken: list = []
+
+    def sink(df, batch_id):
+        taken.extend(r.body for r in df.collect())
+        if batch_id == 0:
+            with Producer(nsqd.tcp_address) as p:
+                p.multi_publish(topic, [b"new%d" % i for i in range(50)])
+
+    q = (source(spark, nsqd, topic, maxMessagesPerBatch=100, availableNowIdleTimeout="1s")
+         .writeStream.foreachBatch(sink).trigger(availableNow=True).start())
+    q.awaitTermination(120)
+    assert q.exception() is None
+    assert sorted(taken) == sorted(b"old%d" % i for i in range(200))
+    ch = wait_for(lambda: (lambda c: c if c["in_flight_count"] == 0 else None)(
+        channel_stats(nsqd, topic, "nsqcli_spark")), 15, what="nothing left in flight")
+    assert ch["depth"] == 50

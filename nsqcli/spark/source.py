@@ -207,6 +207,18 @@ class _Live:
         for consumer, ms in by_consumer.values():
             consumer.requeue_many(ms, 0.0)
 
+    def stop_and_give_back(self) -> None:
+        """CLS first (a message requeued while RDY is up would come straight back to us), then
+        REQ everything received and not handed to Spark, then close."""
+        for c in self.consumers:
+            c.drain(5.0)
+        rest, self.buffer, self.later = self.buffer + self.later, [], []
+        for c in self.consumers:
+            rest += c.poll(1 << 30, timeout=0)
+        if rest:
+            self.give_back(rest)
+        self.close(5.0)
+
     def close(self, timeout: float) -> None:
         for c in self.consumers:
             try:
@@ -285,12 +297,9 @@ class NSQStreamReader(*_BASES):
         return {"seq": end}
 
     def _finish(self, live: _Live) -> None:
+        """AvailableNow is done: everything handed out is FINed; give the rest back and close."""
         live.finished = True
-        rest = live.buffer + live.later
-        live.buffer, live.later = [], []
-        if rest:
-            live.give_back(rest)
-        live.close(5.0)
+        live.stop_and_give_back()
 
     # -- planning and reading ----------------------------------------------------------------
     def partitions(self, start: dict, end: dict):
