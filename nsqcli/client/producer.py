@@ -392,15 +392,6 @@ class Pacer:
             time.sleep(delay)
 
 
-class _SendFailed(Exception):
-    """Carries an error of sending/settling out of publish_iter's loop over the caller's iterable
-    (an error of the iterable itself is handled differently: what came before still goes out)."""
-
-    def __init__(self, error: BaseException):
-        super().__init__(str(error))
-        self.error = error
-
-
 class _IterPublish:
     """The state of one publish_iter call (see Producer.publish_iter)."""
 
@@ -427,73 +418,71 @@ class _IterPublish:
         self.retries_left = max(0, retries)
         self.retry_backoff = retry_backoff
         self.retried = 0
+        self.source_error: BaseException | None = None
 
     def run(self, bodies: Iterable[bytes]) -> PublishResult:
+        return self._drive(self._batches(bodies))
+
+    def run_framed(self, frames: Iterable[Framed]) -> PublishResult:
+        return self._drive(self._counted(frames))
+
+    def _batches(self, bodies: Iterable[bytes]):
+        """MPUB batches of the caller's bodies. An error of the iterable (or a bad body) ends
+        the batches, keeping what came before (the last partial batch still goes out)."""
         cfg = self.p.config
         limit, max_msg, batch_size = cfg.max_body_size, cfg.max_msg_size, self.batch_size or (1 << 62)
         cur: list[bytes] = []
         append = cur.append
         size = 4
         taken = 0
-        source_error: BaseException | None = None
         try:
-            try:
-                for body in bodies:  # hot loop: locals only
-                    if type(body) is not bytes:
-                        body = body.encode("utf-8") if isinstance(body, str) else bytes(body)
-                    n = len(body)
-                    if n == 0 or n > max_msg:
-                        why = "is empty" if n == 0 else f"is {n} bytes, over the {max_msg}-byte max message size"
-                        raise LocalProtocolError(f"message {taken + 1} {why}")
-                    if size + 4 + n > limit or len(cur) >= batch_size:
-                        try:
-                            self._send(cur)
-                        except BaseException as e:
-                            raise _SendFailed(e) from e
-                        cur = []
-                        append = cur.append
-                        size = 4
-                    append(body)
-                    size += 4 + n
-                    taken += 1
-            except _SendFailed:
-                raise
-            except BaseException as e:  # the iterable failed (or a signal): what came before still goes out
-                source_error = e
-            finally:
-                self.taken = taken
-            if cur:
-                self._send(cur)
-            self._settle_all()
-        except _SendFailed as e:
-            self._fail(e.error)
-        except BaseException as e:
-            self._fail(e)
-        if source_error is not None:
-            self._fail(source_error)
-        return PublishResult(self.done, self.batches, self.addresses, self.retried)
+            for body in bodies:  # hot loop: locals only
+                if type(body) is not bytes:
+                    body = body.encode("utf-8") if isinstance(body, str) else bytes(body)
+                n = len(body)
+                if n == 0 or n > max_msg:
+                    why = "is empty" if n == 0 else f"is {n} bytes, over the {max_msg}-byte max message size"
+                    raise LocalProtocolError(f"message {taken + 1} {why}")
+                if size + 4 + n > limit or len(cur) >= batch_size:
+                    self.taken = taken
+                    yield cur
+                    cur = []
+                    append = cur.append
+                    size = 4
+                append(body)
+                size += 4 + n
+                taken += 1
+        except GeneratorExit:  # closed by _drive after a send failed
+            raise
+        except BaseException as e:  # the iterable failed (or a signal): what came before still goes out
+            self.source_error = e
+        finally:
+            self.taken = taken
+        if cur:
+            yield cur
 
-    def run_framed(self, frames: Iterable[Framed]) -> PublishResult:
-        source_error: BaseException | None = None
+    def _counted(self, frames: Iterable[Framed]):
         try:
-            try:
-                for frame in frames:
-                    self.taken += frame.count
-                    try:
-                        self._send(frame)
-                    except BaseException as e:
-                        raise _SendFailed(e) from e
-            except _SendFailed:
-                raise
-            except BaseException as e:  # building the frames failed: what came before still goes out
-                source_error = e
+            for frame in frames:
+                self.taken += frame.count
+                yield frame
+        except GeneratorExit:
+            raise
+        except BaseException as e:  # building the frames failed: what came before still goes out
+            self.source_error = e
+
+    def _drive(self, batches) -> PublishResult:
+        """Send every batch (windowed, paced), settle them all; on any failure raise
+        PublishError with the exact acknowledged count."""
+        try:
+            for batch in batches:
+                self._send(batch)
             self._settle_all()
-        except _SendFailed as e:
-            self._fail(e.error)
         except BaseException as e:
+            batches.close()
             self._fail(e)
-        if source_error is not None:
-            self._fail(source_error)
+        if self.source_error is not None:
+            self._fail(self.source_error)
         return PublishResult(self.done, self.batches, self.addresses, self.retried)
 
     def _retry_pause(self, error: BaseException) -> None:
