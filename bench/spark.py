@@ -182,6 +182,10 @@ def main() -> None:
                 el = wait_drained(sb, topic, "c", n)
                 q.awaitTermination()
                 total = time.perf_counter() - t
+                phases: dict = {}
+                for prog in q.recentProgress:
+                    for k, v in (prog.get("durationMs") or {}).items():
+                        phases[k] = phases.get(k, 0) + v
                 rows = spark.read.parquet(f"{tmp}/parquet{run}").count()
                 source = n / el
                 batches = len([p for p in Path(f"{tmp}/ck{run}/commits").iterdir() if p.name.isdigit()])
@@ -190,6 +194,8 @@ def main() -> None:
                       f"{total:.1f}s incl. the 1s idle check); ratio to to-file at --max-in-flight 200 "
                       f"(its default) {source / tofiles['200']:.2f}x, at 2500 {source / tofiles['2500']:.2f}x",
                       flush=True)
+                print("   Spark's time per phase over the run (s): " + ", ".join(
+                    f"{k} {v / 1000:.1f}" for k, v in sorted(phases.items(), key=lambda kv: -kv[1])), flush=True)
         sampler.sample()
         spark.stop()
     sampler.stop.set()

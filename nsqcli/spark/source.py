@@ -52,6 +52,7 @@ _body, _id, _timestamp, _attempts = (attrgetter(f) for f in ("body", "id", "time
 # 62k msg/s into Parquet where 8 MiB parts ran 103k (bench.spark, 100k-message batches)
 PARTITION_BYTES = 16 * 1024 * 1024
 DEFAULT_MAX_RDY = 2500
+DEFAULT_MAX_IN_FLIGHT = 20000  # 8 connections per nsqd at nsqd's default --max-rdy-count
 LINGER = 0.05  # a batch takes what arrives until the stream pauses this long (or it is full)   # nsqd's default --max-rdy-count: more in flight needs more connections
 
 
@@ -232,9 +233,12 @@ class NSQStreamReader(*_BASES):
         self.topics = opt.topics(options, "topic")
         self.channel = opt.channel(options)
         self.nsqd, self.lookupd = opt.endpoints(options)
-        self.max_per_batch = opt.number(options, "maxMessagesPerBatch", None, minimum=1)
-        default_mif = max(5000, 2 * (self.max_per_batch or 0))
-        self.max_in_flight = opt.number(options, "maxInFlight", default_mif, minimum=1)
+        # nsqd sends no more than maxInFlight un-FINed messages and a batch is FINed only after
+        # its commit, so batches stay at half of it: the next one fills while one runs
+        per_batch = opt.number(options, "maxMessagesPerBatch", None, minimum=1)
+        self.max_in_flight = opt.number(options, "maxInFlight", max(DEFAULT_MAX_IN_FLIGHT, 2 * (per_batch or 0)),
+                                        minimum=1)
+        self.max_per_batch = per_batch or max(1, self.max_in_flight // 2)
         self.connections = opt.number(options, "connectionsPerNsqd",
                                       max(1, math.ceil(self.max_in_flight / DEFAULT_MAX_RDY)), minimum=1)
         self.min_partitions = opt.number(options, "minPartitions", 2, minimum=1)
@@ -263,11 +267,8 @@ class NSQStreamReader(*_BASES):
         live = self._state()  # Spark may ask more than once: always the same answer
         return {"seq": live.initial}
 
-    def getDefaultReadLimit(self):
-        if self.max_per_batch and ReadMaxRows is not None:
-            return ReadMaxRows(self.max_per_batch)
-        from pyspark.sql.streaming.datasource import ReadAllAvailable
-        return ReadAllAvailable()
+    def getDefaultReadLimit(self):  # Spark >= 4.2 only
+        return ReadMaxRows(self.max_per_batch)
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._until_ns = time.time_ns()
