@@ -417,6 +417,29 @@ def test_held_batches_finish_requeue_touch_on_real_nsqd(nsqd, topic):
         c.stop()
 
 
+def test_held_messages_are_touched_from_arrival_and_warn_near_max_msg_timeout(nsqd_factory, topic, caplog):
+    """Messages nobody has polled yet are kept alive too (a Spark source takes them only when the
+    engine asks); past 80 % of nsqd's --max-msg-timeout a warning says TOUCH can no longer help."""
+    import logging
+
+    server = nsqd_factory(extra_args=["--max-msg-timeout=4s"])
+    with Producer(server.tcp_address) as p:
+        p.multi_publish(topic, [b"w%d" % i for i in range(10)])
+    c = Consumer(topic, "c", pull=True, nsqd_tcp_addresses=[server.tcp_address],
+                 config=Config(max_in_flight=10, msg_timeout=1.0, touch_interval=0.3))
+    caplog.set_level(logging.WARNING, logger="nsqcli.client.consumer")
+    c.start()
+    try:
+        wait_for(lambda: c.held == 10, what="10 messages arrived (not polled)")
+        time.sleep(2.5)  # 2.5x msg_timeout, nothing polled: still ours
+        ch = channel_stats(server, topic, "c")
+        assert ch["timeout_count"] == 0 and ch["in_flight_count"] == 10
+        wait_for(lambda: "nearing nsqd's max_msg_timeout" in caplog.text, timeout=5, what="the warning")
+        c.finish_many(c.poll(10, timeout=1))
+    finally:
+        c.stop()
+
+
 def test_messages_pickle_as_plain_data(nsqd, topic):
     with Producer(nsqd.tcp_address) as p:
         p.publish(topic, b"\x00binary\xff")
