@@ -129,3 +129,24 @@ def test_sink_and_archive_reader_on_a_standalone_cluster(cluster, nsqd, topic, t
     assert topic_stats(nsqd, topic)["message_count"] == 20000
     assert channel_stats(nsqd, topic, "check")["depth"] == 20000
     assert result["archive"] == [{"topic": "arch", "host": "node-1", "nsqd": "10.0.0.9:4150", "count": 1500}]
+
+
+def test_replay_and_query_commands_on_the_cluster(cluster, nsqd, topic, tmp_path):
+    """`nsqcli replay` and `nsqcli query --master spark://...`: nsqcli ships itself."""
+    from helpers import NSQCLI
+
+    archive = tmp_path / "archive"
+    archive.mkdir()
+    (archive / "src.node-2.2026-11-22_10.log").write_bytes(b"".join(b"line %d\n" % i for i in range(700)))
+    env = clean_env({"SPARK_LOCAL_IP": "127.0.0.1"})
+    r = subprocess.run(NSQCLI + ["replay", str(archive), "-t", topic, "--nsqd-tcp-address", nsqd.tcp_address,
+                                 "--master", cluster, "--where", "body_text not like '%9'"],
+                       env=env, capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert topic_stats(nsqd, topic)["message_count"] == 630
+    assert r.stderr.strip().splitlines()[-1].startswith(f"nsqcli: replayed 630 messages into {topic}")
+    r = subprocess.run(NSQCLI + ["query", "select host, count(*) as n from messages group by host", "-a",
+                                 str(archive), "--master", cluster, "--json"],
+                       env=env, capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert [json.loads(line) for line in r.stdout.splitlines()] == [{"host": "node-2", "n": 700}]

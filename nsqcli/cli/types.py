@@ -24,6 +24,29 @@ class Duration(click.ParamType):
         return float(m.group(1)) * _UNITS[m.group(2)]
 
 
+class Moment(click.ParamType):
+    """A point in time: ISO 8601 ('2026-11-22T08:00:00Z', '2026-11-22 08:00', a date; UTC
+    unless an offset is given) or a duration ago ('2h', '30m')."""
+
+    name = "TIME"
+
+    def convert(self, value, param, ctx):
+        import datetime as dt
+
+        if isinstance(value, dt.datetime):
+            return value
+        text = str(value).strip()
+        m = _DUR.match(text)
+        if m and not text.replace(".", "").isdigit():
+            return dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=float(m.group(1)) * _UNITS[m.group(2)])
+        try:
+            t = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            self.fail(f"{value!r} is not a time (use ISO 8601 like 2026-11-22T08:00:00Z, or 2h for two hours ago)",
+                      param, ctx)
+        return t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
+
+
 class HostPort(click.ParamType):
     name = "HOST:PORT"
 
@@ -88,6 +111,7 @@ class Delimiter(click.ParamType):
 
 
 DURATION = Duration()
+MOMENT = Moment()
 HOST_PORT = HostPort()
 HTTP_ADDRESS = HttpAddress()
 TOPIC = TopicName("topic")

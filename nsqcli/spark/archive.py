@@ -93,3 +93,26 @@ def read_archive(spark, path, stream: bool = False, format: str = "auto", option
             "attempts", F.when(host != "", host).alias("host"), hour.alias("hour"),
             F.col("_file").alias("file"))
     return df
+
+
+def with_body_text(df):
+    """The archive columns plus ``body_text`` (the body as UTF-8 text) - the ``messages`` table
+    of ``nsqcli query`` and what ``replay --where`` sees."""
+    from pyspark.sql import functions as F
+
+    return df.withColumn("body_text", F.col("body").cast("string"))
+
+
+def time_filter(df, since=None, until=None):
+    """Rows in [since, until) (aware datetimes): by the envelope's timestamp when the archive has
+    one, else by the hour in the file name (a file hour H counts when [H, H+1h) overlaps)."""
+    from pyspark.sql import functions as F
+
+    ts, hour = F.col("timestamp"), F.col("hour")
+    if since is not None:
+        s = F.timestamp_seconds(F.lit(since.timestamp()))
+        df = df.where(F.when(ts.isNotNull(), ts >= s).otherwise(hour + F.expr("INTERVAL 1 HOUR") > s))
+    if until is not None:
+        u = F.timestamp_seconds(F.lit(until.timestamp()))
+        df = df.where(F.when(ts.isNotNull(), ts < u).otherwise(hour < u))
+    return df

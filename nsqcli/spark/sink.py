@@ -65,6 +65,7 @@ class SinkSettings:
                 "e.g. df.rdd.getNumPartitions()): Spark does not tell a Python writer how many tasks run")
         self.max_body_size = opt.number(options, "maxBodySize", self.config.max_body_size, minimum=1024)
         self.max_msg_size = opt.number(options, "maxMessageSize", self.config.max_msg_size, minimum=1)
+        self.report_path = opt.string(options, "commitReportPath")  # the driver's totals as JSON (CLI)
 
     def addresses(self, partition: int) -> list[str]:
         """nsqd addresses for this task: the given ones, else the nodes lookupd knows (those
@@ -125,6 +126,21 @@ def rows_to_batches(rows, schema):
         yield pa.record_batch([pa.array([r[n] for r in chunk]) for n in names], names=names)
 
 
+def report(settings: SinkSettings, messages, committed: bool) -> None:
+    """Write the tasks' totals where the caller asked (nsqcli replay reads them)."""
+    if not settings.report_path:
+        return
+    import json
+
+    done = [m for m in messages if m is not None]
+    doc = {"committed": committed, "published": sum(m.messages for m in done),
+           "bytes": sum(m.bytes for m in done), "partitions": len(done),
+           "failed_tasks": len(messages) - len(done), "retries": sum(m.retries for m in done),
+           "nsqd": sorted({a for m in done for a in m.nsqd})}
+    with open(settings.report_path, "w", encoding="utf-8") as f:
+        json.dump(doc, f)
+
+
 def summary(messages, what: str) -> str:
     done = [m for m in messages if m is not None]
     total = sum(m.messages for m in done)
@@ -149,9 +165,11 @@ class NSQWriter(DataSourceArrowWriter):
         return publish_partition(self.settings, iterator)
 
     def commit(self, messages):
+        report(self.settings, messages, True)
         print(summary(messages, "write committed"), file=sys.stderr, flush=True)
 
     def abort(self, messages):
+        report(self.settings, messages, False)
         print(summary(messages, "write ABORTED (published messages cannot be taken back)"),
               file=sys.stderr, flush=True)
 

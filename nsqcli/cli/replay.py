@@ -1,0 +1,152 @@
+"""``nsqcli replay``: re-publish archived messages into NSQ through Spark."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+
+import click
+
+from .options import connection_options, pop_connection
+from .spark_options import session, sink_options, spark_error, spark_options
+from .types import MOMENT, TOPIC
+
+
+@click.command()
+@click.argument("archives", nargs=-1, required=True, metavar="ARCHIVE...")
+@click.option("-t", "--topic", required=True, type=TOPIC, help="Publish into this topic.")
+@click.option("--since", type=MOMENT, help="Only messages at or after this time (ISO 8601 or e.g. 2h = two hours ago).")
+@click.option("--until", type=MOMENT, help="Only messages before this time.")
+@click.option("--where", "where", metavar="SQL",
+              help="A Spark SQL condition over body_text, topic, host, timestamp, attempts, id, nsqd, hour.")
+@click.option("--from-topic", "from_topics", multiple=True, type=TOPIC,
+              help="Only messages archived from this topic (repeatable; for mixed archives).")
+@click.option("--rate", type=click.FloatRange(min=0.001), help="Messages per second for the whole job.")
+@click.option("--dry-run", is_flag=True, help="Count what would be published, by topic and hour; publish nothing.")
+@click.option("-f", "--format", "fmt", type=click.Choice(["auto", "raw", "json"]), default="auto", show_default=True,
+              help="Archive format (auto: from the first record).")
+@spark_options
+@connection_options()
+@click.pass_obj
+def replay(app, archives, topic, since, until, where, from_topics, rate, dry_run, fmt, master, remote, confs,
+           py_files, spark_log_level, **kwargs):
+    """Re-publish archived messages (what to-file or nsq_to_file wrote: raw or JSON, gzip or
+    not; files, directories, globs) into TOPIC, on Spark.
+
+    \b
+    --since/--until use the JSON envelope's timestamp, else the hour in the file name.
+    Delivery is at least once: when Spark retries a failed task, that task's messages are
+    published again. The last line says how many messages nsqd acknowledged.
+
+    \b
+    Examples:
+      nsqcli replay /archive/events/ -t events --since 2026-11-22T08:00Z --until 2026-11-22T09:00Z
+      nsqcli replay '/archive/*.log.gz' -t events_fixed --where "body_text like '%\\"type\\":\\"order\\"%'"
+      nsqcli replay /archive/ -t events --dry-run
+      nsqcli replay /archive/ -t events --master spark://10.0.0.5:7077 --rate 5000
+    """
+    conn = pop_connection(kwargs)
+    if since and until and since >= until:
+        raise click.UsageError("--since must be before --until")
+    missing = [p for p in archives if "://" not in p and not any(c in p for c in "*?[") and not os.path.exists(p)]
+    if missing:
+        raise click.UsageError(f"no such archive file or directory: {missing[0]}")
+    spark, _ = session(app, "replay", master, remote, confs, py_files, spark_log_level)
+    try:
+        return _replay(app, spark, archives, topic, since, until, where, from_topics, rate, dry_run, fmt, conn)
+    finally:
+        spark.stop()
+
+
+def _replay(app, spark, archives, topic, since, until, where, from_topics, rate, dry_run, fmt, conn):
+    from ..spark.jobs import archive_selection, counts_by_topic_and_hour
+    from .app import write_stdout
+
+    try:
+        df = archive_selection(spark, archives, since, until, where, from_topics, fmt)
+        if dry_run:
+            rows = counts_by_topic_and_hour(df)
+    except Exception as e:
+        if dry_run or type(e).__name__ in ("AnalysisException", "ParseException"):
+            raise spark_error(e) from None
+        raise
+    if dry_run:
+        total = sum(n for _, _, n in rows)
+        lines = [f"{'TOPIC':<24} {'HOUR (UTC)':<17} {'MESSAGES':>10}"]
+        lines += [f"{t or '-':<24} {h.strftime('%Y-%m-%d %H:00') if h else '-':<17} {n:>10}" for t, h, n in rows]
+        write_stdout("\n".join(lines) + "\n")
+        app.info(f"dry run: {total} message{'s' * (total != 1)} would be published to {topic}; nothing was")
+        return 0
+    report = tempfile.NamedTemporaryFile(prefix="nsqcli-replay-", suffix=".json", delete=False)
+    report.close()
+    options = {**sink_options(conn), "topic": topic, "commitReportPath": report.name}
+    out = df.select("body")
+    if rate:
+        options.update(ratePerSecond=str(rate), numPartitions=str(out.rdd.getNumPartitions()))
+    progress = _Progress(spark, app) if sys.stderr.isatty() and app.verbosity >= 0 else None
+    t0 = time.monotonic()
+    try:
+        if progress:
+            progress.start()
+        out.write.format("nsq").options(**options).mode("append").save()
+    except Exception as e:
+        from ..errors import NSQError
+
+        done = _read_report(report.name, remove=True)
+        err = spark_error(e)
+        text = err.format_message() if isinstance(err, click.ClickException) else str(err)
+        raise NSQError(f"{text}; nsqd acknowledged {done} messages in the tasks that succeeded "
+                       "(at-least-once: a retried task publishes its messages again)") from None
+    finally:
+        if progress:
+            progress.stop()
+    done = _read_report(report.name, remove=True)
+    el = time.monotonic() - t0
+    app.info(f"replayed {done} message{'s' * (done != 1)} into {topic} in {el:.1f}s "
+             f"({done / el if el else 0:,.0f} msg/s)")
+    return 0
+
+
+def _read_report(path: str, remove: bool = False) -> int:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return int(json.load(f).get("published", 0))
+    except (OSError, ValueError):
+        return 0
+    finally:
+        if remove:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+
+class _Progress(threading.Thread):
+    """Spark's task progress on one stderr line (TTY only)."""
+
+    def __init__(self, spark, app):
+        super().__init__(daemon=True)
+        self.tracker = spark.sparkContext.statusTracker()
+        self._stop = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop.wait(0.5):
+            done = total = 0
+            for sid in self.tracker.getActiveStageIds():
+                info = self.tracker.getStageInfo(sid)
+                if info:
+                    done += info.numCompletedTasks
+                    total += info.numTasks
+            if total:
+                sys.stderr.write(f"\rnsqcli: replay: {done}/{total} tasks done ")
+                sys.stderr.flush()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.join(1)
+        sys.stderr.write("\r\033[K")
+        sys.stderr.flush()

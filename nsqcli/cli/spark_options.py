@@ -1,0 +1,91 @@
+"""Options shared by the commands that run on Spark (replay, query, to-parquet), and the session
+they open. Spark is imported only when such a command runs; without the ``nsqcli[spark]`` extra
+they say what to install in one line (exit 2)."""
+
+from __future__ import annotations
+
+import click
+
+
+def spark_options(f):
+    opts = [
+        click.option("--master", envvar="NSQCLI_SPARK_MASTER", show_envvar=True,
+                     help="Spark master: local[*] (default), local[N], spark://HOST:PORT, yarn, k8s://..."),
+        click.option("--remote", envvar="NSQCLI_SPARK_REMOTE", show_envvar=True,
+                     help="Spark Connect server, sc://HOST:PORT (it must have nsqcli installed)."),
+        click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE",
+                     help="A Spark configuration property (repeatable)."),
+        click.option("--py-files", "py_files", multiple=True, metavar="PATH",
+                     help="Ship these to executors instead of nsqcli's own zip (repeatable)."),
+        click.option("--spark-log-level", default="ERROR", show_default=True,
+                     type=click.Choice(["ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF"],
+                                       case_sensitive=False),
+                     help="Spark's log level (its log goes to stderr only with -v)."),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def session(app, name: str, master, remote, confs, py_files, spark_log_level):
+    """Open the SparkSession; one-line errors for a missing extra (exit 2) or Java."""
+    import shutil
+
+    try:
+        from ..spark.session import build, require
+        require()
+    except ImportError as e:  # nsqcli.spark itself says what is missing
+        raise click.UsageError(f"nsqcli {name} needs the spark extra: pip install 'nsqcli[spark]' "
+                               f"({e.name or 'pyspark'} is not installed)") from None
+    if master and remote:
+        raise click.UsageError("--master and --remote cannot be used together")
+    conf = {}
+    for kv in confs:
+        k, sep, v = kv.partition("=")
+        if not sep or not k.strip():
+            raise click.UsageError(f"--conf {kv!r}: expected KEY=VALUE")
+        conf[k.strip()] = v
+    if not remote and shutil.which("java") is None and not __import__("os").environ.get("JAVA_HOME"):
+        from ..errors import NSQError
+        raise NSQError("Spark needs Java 17 or 21: no 'java' on PATH and JAVA_HOME is not set")
+    spark, log = build(f"nsqcli {name}", master, remote, conf, spark_log_level.upper(), py_files,
+                       verbose=app.verbosity >= 1)
+    if log:
+        app.debug(f"Spark's log: {log}")
+    return spark, log
+
+
+def sink_options(conn: dict) -> dict:
+    """The nsq data source options for the CLI's connection options."""
+    out = {}
+    if conn.get("nsqd_tcp_addresses"):
+        out["nsqdTCPAddresses"] = ",".join(conn["nsqd_tcp_addresses"])
+    if conn.get("lookupd_http_addresses"):
+        out["lookupdHTTPAddresses"] = ",".join(conn["lookupd_http_addresses"])
+    if not out:
+        out["nsqdTCPAddresses"] = "127.0.0.1:4150"
+    pairs = {"tls": "tls", "tls_ca_file": "tlsCAFile", "tls_cert": "tlsCert", "tls_key": "tlsKey",
+             "tls_min_version": "tlsMinVersion", "tls_insecure_skip_verify": "tlsInsecureSkipVerify",
+             "snappy": "snappy", "deflate": "deflate", "deflate_level": "deflateLevel",
+             "auth_secret_file": "authSecretFile", "client_id": "clientId"}
+    for key, name in pairs.items():
+        v = conn.get(key)
+        if v not in (None, False, ()):
+            out[name] = str(v).lower() if isinstance(v, bool) else str(v)
+    if conn.get("auth_secret"):
+        out["authSecret"] = conn["auth_secret"]
+    if conn.get("msg_timeout"):
+        out["msgTimeout"] = f"{int(conn['msg_timeout'] * 1000)}ms"
+    return out
+
+
+def spark_error(e: BaseException):
+    """A click error for an exception Spark raised: SQL problems are usage errors (exit 2)."""
+    from ..spark.session import first_line
+
+    name = type(e).__name__
+    line = first_line(e)
+    if name in ("AnalysisException", "ParseException") or "PARSE_SYNTAX_ERROR" in line:
+        return click.UsageError(line)
+    from ..errors import NSQError
+    return NSQError(line)

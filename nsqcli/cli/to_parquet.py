@@ -1,0 +1,106 @@
+"""``nsqcli to-parquet``: NSQ into a Parquet dataset through Structured Streaming (nsq source)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import click
+
+from .options import connection_options, pop_connection
+from .spark_options import session, sink_options, spark_error, spark_options
+from .types import CHANNEL, DURATION, TOPIC
+
+
+@click.command("to-parquet")
+@click.option("-t", "--topic", "topics", required=True, multiple=True, type=TOPIC, help="Topic to archive (repeatable).")
+@click.option("-c", "--channel", default="nsqcli_to_parquet", show_default=True, type=CHANNEL)
+@click.option("-o", "--output", required=True, metavar="DIR", help="The Parquet dataset (a directory or URL).")
+@click.option("--checkpoint", required=True, metavar="DIR",
+              help="Spark checkpoint; restart with the same one to go on where it stopped.")
+@click.option("--partition-by", default="topic,date", show_default=True,
+              help="Comma-separated partition columns (any of the columns, plus date and hour); '' for none.")
+@click.option("--trigger", "trigger", type=DURATION, default="10s", show_default=True,
+              help="Micro-batch interval (0: as fast as possible).")
+@click.option("--max-messages-per-batch", type=click.IntRange(min=1), help="Cap per micro-batch (default: half of --max-in-flight).")
+@click.option("--max-in-flight", type=click.IntRange(min=1), default=20000, show_default=True,
+              help="Messages held (un-FINed) at once; several connections per nsqd above 2500.")
+@click.option("--dedupe", is_flag=True, help="Drop redelivered messages (same nsqd and id) within --dedupe-watermark.")
+@click.option("--dedupe-watermark", type=DURATION, default="1h", show_default=True)
+@click.option("--available-now", is_flag=True,
+              help="Drain what was published before the start, then exit 0 (batch jobs, CI; Spark >= 4.2).")
+@spark_options
+@connection_options(consumer=True)
+@click.pass_obj
+def to_parquet(app, topics, channel, output, checkpoint, partition_by, trigger, max_messages_per_batch, max_in_flight,
+               dedupe, dedupe_watermark, available_now, master, remote, confs, py_files, spark_log_level, **kwargs):
+    """Consume TOPIC(s) into a Parquet dataset with Spark Structured Streaming.
+
+    \b
+    A message is FINed only after Spark committed the micro-batch holding it; SIGTERM/SIGINT stop
+    the query cleanly, and a restart with the same --checkpoint loses nothing (nsqd redelivers
+    what was not FINed: at least once; --dedupe drops those duplicates within the watermark).
+    Columns: body, id, timestamp, attempts, nsqd, topic, channel (+ date, hour).
+
+    \b
+    Examples:
+      nsqcli to-parquet -t events -o /data/events --checkpoint /data/_ck/events
+      nsqcli to-parquet -t events -o /data/events --checkpoint /data/_ck/events --available-now
+      nsqcli to-parquet -t a -t b -o s3a://bucket/nsq --checkpoint s3a://bucket/_ck --master spark://10.0.0.5:7077
+    """
+    conn = pop_connection(kwargs)
+    cols = [c.strip() for c in partition_by.split(",") if c.strip()]
+    known = {"body", "id", "timestamp", "attempts", "nsqd", "topic", "channel", "date", "hour"}
+    bad = [c for c in cols if c not in known]
+    if bad:
+        raise click.UsageError(f"--partition-by: unknown column {bad[0]!r} (columns: {', '.join(sorted(known))})")
+    spark, _ = session(app, "to-parquet", master, remote, confs, py_files, spark_log_level)
+    try:
+        return _run(app, spark, topics, channel, output, checkpoint, cols, trigger, max_messages_per_batch,
+                    max_in_flight, dedupe, dedupe_watermark, available_now, conn)
+    finally:
+        spark.stop()
+
+
+def _run(app, spark, topics, channel, output, checkpoint, cols, trigger, per_batch, max_in_flight, dedupe,
+         watermark, available_now, conn):
+    from .app import stop_on_signals
+
+    options = {**sink_options(conn), "topic": ",".join(topics), "channel": channel,
+               "maxInFlight": str(max_in_flight)}
+    if per_batch:
+        options["maxMessagesPerBatch"] = str(per_batch)
+    from ..spark.jobs import start_to_parquet
+
+    try:
+        q = start_to_parquet(spark, options, output, checkpoint, cols, trigger, watermark if dedupe else None,
+                             available_now)
+    except Exception as e:
+        raise spark_error(e) from None
+    stopping = threading.Event()
+    stop_on_signals(stopping)
+    seen: dict = {}
+    last_report = time.monotonic()
+
+    def collect() -> list:
+        new = [p for p in q.recentProgress if p.get("batchId") is not None and p["batchId"] not in seen]
+        for p in new:
+            seen[p["batchId"]] = int(p.get("numInputRows") or 0)
+        return new
+
+    while not q.awaitTermination(0.5):
+        for prog in collect():
+            if app.verbosity >= 1 or (app.verbosity >= 0 and time.monotonic() - last_report >= 10):
+                last_report = time.monotonic()
+                app.info(f"to-parquet: batch {prog['batchId']}: {prog.get('numInputRows')} rows, "
+                         f"{prog.get('processedRowsPerSecond') or 0:,.0f} rows/s; "
+                         f"{sum(seen.values())} rows in {len(seen)} batches")
+        if stopping.is_set():
+            app.info("to-parquet: stopping (committed batches are FINed; nsqd delivers the rest again)")
+            q.stop()
+            break
+    if q.exception() is not None:
+        raise spark_error(q.exception()) from None
+    collect()
+    app.info(f"to-parquet: {sum(seen.values())} rows in {len(seen)} batches written to {output}")
+    return 0

@@ -1,0 +1,53 @@
+"""The Spark side of nsqcli's Spark commands (the CLI layer never touches pyspark itself)."""
+
+from __future__ import annotations
+
+
+def archive_selection(spark, archives, since=None, until=None, where=None, from_topics=(), fmt="auto"):
+    """replay's rows: the archives, filtered by time, topic and a SQL condition."""
+    from pyspark.sql import functions as F
+
+    from .archive import read_archive, time_filter, with_body_text
+
+    df = with_body_text(read_archive(spark, list(archives), format=fmt))
+    df = time_filter(df, since, until)
+    if from_topics:
+        df = df.where(F.col("topic").isin(list(from_topics)))
+    if where:
+        df = df.where(where)
+    return df
+
+
+def counts_by_topic_and_hour(df) -> list[tuple]:
+    """[(topic, hour datetime or None, count)] sorted: replay --dry-run."""
+    from pyspark.sql import functions as F
+
+    rows = (df.groupBy("topic", F.date_trunc("hour", F.coalesce("timestamp", "hour")).alias("h"))
+            .count().orderBy("topic", "h").collect())
+    return [(r["topic"], r["h"], r["count"]) for r in rows]
+
+
+def messages_table(spark, archives, fmt="auto", name="messages") -> None:
+    """query's table."""
+    from .archive import read_archive, with_body_text
+
+    with_body_text(read_archive(spark, list(archives), format=fmt)).createOrReplaceTempView(name)
+
+
+def start_to_parquet(spark, options: dict, output: str, checkpoint: str, partition_by: list[str],
+                     trigger_seconds: float, dedupe_seconds: float | None, available_now: bool):
+    """The to-parquet streaming query (started): nsq source -> (dedupe) -> Parquet."""
+    from pyspark.sql import functions as F
+
+    df = spark.readStream.format("nsq").options(**options).load()
+    if dedupe_seconds is not None:
+        df = (df.withWatermark("timestamp", f"{int(dedupe_seconds)} seconds")
+              .dropDuplicatesWithinWatermark(["nsqd", "id"]))
+    df = df.withColumn("date", F.to_date("timestamp")).withColumn("hour", F.hour("timestamp"))
+    w = (df.writeStream.format("parquet").option("path", output).option("checkpointLocation", checkpoint)
+         .partitionBy(*partition_by))
+    if available_now:
+        w = w.trigger(availableNow=True)
+    else:
+        w = w.trigger(processingTime=f"{int(trigger_seconds * 1000)} milliseconds")
+    return w.start()

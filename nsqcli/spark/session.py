@@ -1,0 +1,86 @@
+"""A SparkSession for nsqcli's Spark commands (replay, query, to-parquet).
+
+- ``local[*]`` by default; ``master`` may be ``spark://``, ``yarn``, ``k8s://``...; ``remote`` is
+  Spark Connect (``sc://``), whose server must have nsqcli installed.
+- Workers run this Python (``PYSPARK_PYTHON``); in local mode Spark stays on 127.0.0.1.
+- Spark's console noise (JVM start-up banner, log4j) goes to a log file unless ``verbose``: the
+  JVM inherits stderr when it starts, so stderr is pointed at the file for that moment only.
+- On a cluster nsqcli ships itself to the executors (``ship``) unless ``py_files`` are given.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+
+
+def require() -> None:
+    """ImportError (naming the module) unless pyspark and pyarrow are installed."""
+    import pyarrow  # noqa: F401
+    import pyspark  # noqa: F401
+
+
+def is_local(master: str | None) -> bool:
+    return not master or master.startswith("local")
+
+
+def build(app_name: str, master: str | None = None, remote: str | None = None, confs: dict | None = None,
+          log_level: str = "ERROR", py_files: tuple = (), verbose: bool = False):
+    """The session, ready for ``format("nsq")`` (registered) and nsqcli on every executor.
+    Returns (session, log path or None)."""
+    require()
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    master = None if remote else (master or "local[*]")
+    if is_local(master) and not remote:
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = SparkSession.builder.appName(app_name)
+    builder = builder.remote(remote) if remote else builder.master(master)
+    defaults = {"spark.ui.showConsoleProgress": "false", "spark.sql.session.timeZone": "UTC"}
+    if is_local(master) and not remote:
+        # Spark's 200 shuffle partitions make every stateful micro-batch (to-parquet --dedupe)
+        # run 200 tiny tasks on one machine
+        defaults.update({"spark.ui.enabled": "false", "spark.driver.host": "127.0.0.1",
+                         "spark.sql.shuffle.partitions": str(2 * (os.cpu_count() or 2))})
+    for k, v in {**defaults, **(confs or {})}.items():
+        builder = builder.config(k, v)
+    log_path = None
+    if verbose:
+        spark = builder.getOrCreate()
+    else:
+        fd, log_path = tempfile.mkstemp(prefix="nsqcli-spark-", suffix=".log")
+        saved = os.dup(2)
+        try:
+            os.dup2(fd, 2)  # the JVM (and its Python workers) keep this stderr
+            spark = builder.getOrCreate()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            os.close(fd)
+    if not remote:
+        spark.sparkContext.setLogLevel(log_level)
+    if not verbose:  # PySpark also logs each SQL error (with the JVM stack) on the driver's stderr
+        import logging
+        logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL + 1)
+    from . import register, ship
+
+    register(spark)
+    if not remote:
+        for f in py_files:
+            spark.sparkContext.addPyFile(f)
+        if not py_files:
+            ship(spark)
+    return spark, log_path
+
+
+def first_line(error: BaseException) -> str:
+    """Spark's message for an error, without the JVM stack and hints: its first line."""
+    text = getattr(error, "getMessage", None)
+    text = text() if callable(text) else str(error)
+    for line in str(text).splitlines():
+        line = line.strip()
+        if line:
+            return line
+    return type(error).__name__

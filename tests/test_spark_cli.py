@@ -1,0 +1,180 @@
+"""`nsqcli replay`, `query` and `to-parquet` end to end: the real CLI (each run starts its own
+local[2] Spark) against real nsqd, with archives written by the real `nsqcli to-file`."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from helpers import NSQCLI, channel_stats, clean_env, topic_stats, wait_for
+from test_spark import drain, publish, run_to_file
+
+pytestmark = pytest.mark.spark
+
+SPARK = ["--master", "local[2]"]
+
+
+def nsqcli(args, timeout=180, **kw):
+    return subprocess.run(NSQCLI + list(args), capture_output=True, text=True, timeout=timeout,
+                          env=clean_env(), **kw)
+
+
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory, sandbox):
+    """A JSON archive written by `nsqcli to-file`: 60 messages in two waves a few seconds apart
+    (the wave boundary is the time to select by), on topics ev_a and ev_b."""
+    nsqd = sandbox.nsqd
+    out = tmp_path_factory.mktemp("archive")
+    procs = [run_to_file(nsqd, t, out, "--format", "json") for t in ("ev_a", "ev_b")]
+    try:
+        for t in ("ev_a", "ev_b"):
+            wait_for(lambda: (channel_stats(nsqd, t, "nsqcli_to_file") or {}).get("clients"), 15)
+        publish(nsqd, "ev_a", [b"first-a-%d" % i for i in range(20)])
+        publish(nsqd, "ev_b", [b"first-b-%d" % i for i in range(10)])
+        time.sleep(1.2)
+        boundary = time.time()
+        time.sleep(1.2)
+        publish(nsqd, "ev_a", [b"second-a-%d" % i for i in range(20)])
+        publish(nsqd, "ev_b", [b"second-b-%d" % i for i in range(10)])
+        for t in ("ev_a", "ev_b"):
+            wait_for(lambda: channel_stats(nsqd, t, "nsqcli_to_file")["in_flight_count"] == 0
+                     and channel_stats(nsqd, t, "nsqcli_to_file")["depth"] == 0, 20)
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+            assert p.wait(30) == 0
+    return out, boundary
+
+
+def iso(t: float) -> str:
+    import datetime as dt
+    return dt.datetime.fromtimestamp(t, dt.timezone.utc).isoformat(timespec="microseconds")
+
+
+def test_replay_selects_exactly_by_time_where_and_topic(archive, nsqd, topic):
+    path, boundary = archive
+    r = nsqcli(["replay", str(path), "-t", topic, "--nsqd-tcp-address", nsqd.tcp_address, *SPARK,
+                "--since", iso(boundary), "--from-topic", "ev_a", "--where", "body_text like '%1%'"])
+    assert r.returncode == 0, r.stderr
+    expected = {b"second-a-%d" % i for i in range(20) if "1" in str(i)}
+    assert r.stderr.strip().splitlines()[-1].startswith(f"nsqcli: replayed {len(expected)} messages into {topic}")
+    assert topic_stats(nsqd, topic)["message_count"] == len(expected)
+    r = nsqcli(["replay", str(path), "-t", topic, "--nsqd-tcp-address", nsqd.tcp_address, *SPARK,
+                "--until", iso(boundary)])
+    assert r.returncode == 0, r.stderr
+    assert topic_stats(nsqd, topic)["message_count"] == len(expected) + 30
+
+
+def test_replay_dry_run_counts_by_topic_and_hour_publishes_nothing(archive, nsqd, topic):
+    path, _ = archive
+    r = nsqcli(["replay", str(path), "-t", topic, "--nsqd-tcp-address", nsqd.tcp_address, *SPARK, "--dry-run"])
+    assert r.returncode == 0, r.stderr
+    rows = [line.split() for line in r.stdout.strip().splitlines()[1:]]
+    counts: dict = {}
+    for row in rows:
+        counts[row[0]] = counts.get(row[0], 0) + int(row[-1])
+    assert counts == {"ev_a": 40, "ev_b": 20}
+    assert "dry run: 60 messages would be published" in r.stderr
+    assert topic_stats(nsqd, topic) is None
+
+
+def test_replayed_bodies_arrive_intact(archive, nsqd, topic):
+    from helpers import http_post
+
+    path, _ = archive
+    http_post(nsqd.http_address, "/topic/create", topic=topic)
+    http_post(nsqd.http_address, "/channel/create", topic=topic, channel="check")
+    r = nsqcli(["replay", str(path), "-t", topic, "--nsqd-tcp-address", nsqd.tcp_address, *SPARK,
+                "--from-topic", "ev_b", "--rate", "100"])
+    assert r.returncode == 0, r.stderr
+    got = sorted(m.body for m in drain(nsqd, topic, "check", 20))
+    assert got == sorted([b"first-b-%d" % i for i in range(10)] + [b"second-b-%d" % i for i in range(10)])
+
+
+def test_replay_bad_where_and_missing_archive_are_usage_errors(archive, nsqd, topic, tmp_path):
+    path, _ = archive
+    r = nsqcli(["replay", str(path), "-t", topic, "--nsqd-tcp-address", nsqd.tcp_address, *SPARK,
+                "--where", "nope = 1"])
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "UNRESOLVED_COLUMN" in r.stderr, r.stderr
+    r = nsqcli(["replay", str(tmp_path / "missing"), "-t", topic, *SPARK])
+    assert r.returncode == 2 and "no such archive file or directory" in r.stderr
+
+
+def test_query_in_three_formats_and_bad_sql(archive):
+    path, _ = archive
+    sql = "select topic, count(*) as n, min(attempts) as a from messages group by topic order by topic"
+    r = nsqcli(["query", sql, "-a", str(path), *SPARK])
+    assert r.returncode == 0, r.stderr
+    assert [line.split() for line in r.stdout.strip().splitlines()] == [["topic", "n", "a"], ["ev_a", "40", "1"],
+                                                                        ["ev_b", "20", "1"]]
+    r = nsqcli(["query", "select body_text, body from messages where topic = 'ev_b' order by body_text", "-a",
+                str(path), *SPARK, "--json", "--limit", "3"])
+    assert r.returncode == 0, r.stderr
+    docs = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [d["body_text"] for d in docs] == ["first-b-0", "first-b-1", "first-b-2"]
+    import base64
+    assert base64.b64decode(docs[0]["body"]) == b"first-b-0"
+    r = nsqcli(["query", sql, "-a", str(path), *SPARK, "--csv"])
+    assert r.returncode == 0, r.stderr
+    assert list(csv.reader(io.StringIO(r.stdout))) == [["topic", "n", "a"], ["ev_a", "40", "1"], ["ev_b", "20", "1"]]
+    r = nsqcli(["query", "select * frm messages", "-a", str(path), *SPARK])
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("nsqcli: error: [PARSE_SYNTAX_ERROR]")
+
+
+def test_to_parquet_available_now_writes_every_message(nsqd, topic, tmp_path):
+    bodies = {b"pq-%d" % i for i in range(2000)}
+    publish(nsqd, topic, sorted(bodies))
+    out, ck = tmp_path / "out", tmp_path / "ck"
+    r = nsqcli(["to-parquet", "-t", topic, "-o", str(out), "--checkpoint", str(ck), "--available-now",
+                "--nsqd-tcp-address", nsqd.tcp_address, *SPARK, "--max-messages-per-batch", "500"], timeout=240)
+    assert r.returncode == 0, r.stderr
+    assert "to-parquet: 2000 rows" in r.stderr
+    import pyarrow.dataset as ds
+    table = ds.dataset(str(out), format="parquet", partitioning="hive").to_table()
+    assert set(table.column("body").to_pylist()) == bodies and table.num_rows == 2000
+    assert (out / f"topic={topic}").is_dir()
+    ch = channel_stats(nsqd, topic, "nsqcli_to_parquet")
+    assert ch["depth"] == 0 and ch["in_flight_count"] == 0
+
+
+@pytest.mark.timeout(240)
+def test_to_parquet_sigterm_then_restart_loses_nothing(nsqd, topic, tmp_path):
+    bodies = {b"sig-%d" % i for i in range(3000)}
+    publish(nsqd, topic, sorted(bodies))
+    out, ck = tmp_path / "out", tmp_path / "ck"
+    base = ["to-parquet", "-t", topic, "-o", str(out), "--checkpoint", str(ck), "--nsqd-tcp-address",
+            nsqd.tcp_address, *SPARK, "--max-messages-per-batch", "200", "--trigger", "0", "--dedupe",
+            "--msg-timeout", "3s"]
+    p = subprocess.Popen(NSQCLI + base, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    commits = ck / "commits"
+    wait_for(lambda: commits.exists() and len([f for f in commits.iterdir() if f.name.isdigit()]) >= 3, 120,
+             interval=0.1, what="three committed batches")
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    assert "to-parquet: stopping" in err
+    time.sleep(3.5)  # msg_timeout: what the stopped run held comes back
+    r = nsqcli(base + ["--available-now"], timeout=240)
+    assert r.returncode == 0, r.stderr
+    import pyarrow.dataset as ds
+    got = ds.dataset(str(out), format="parquet", partitioning="hive").to_table().column("body").to_pylist()
+    assert set(got) == bodies
+    assert len(got) == len(bodies)  # --dedupe dropped any redelivered duplicate
+
+
+def test_spark_commands_without_the_extra_say_what_to_install(tmp_path):
+    code = ("import sys; sys.modules['pyspark'] = None; sys.argv = ['nsqcli', 'query', 'select 1', '-a', '.']; "
+            "from nsqcli.cli import main; main()")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=clean_env(), timeout=30)
+    assert r.returncode == 2
+    assert r.stderr.startswith("nsqcli: error: nsqcli query needs the spark extra:") and "pip install 'nsqcli[spark]'" in r.stderr
+    assert r.stderr.count("\n") == 1
