@@ -178,3 +178,12 @@ def test_spark_commands_without_the_extra_say_what_to_install(tmp_path):
     assert r.returncode == 2
     assert r.stderr.startswith("nsqcli: error: nsqcli query needs the spark extra:") and "pip install 'nsqcli[spark]'" in r.stderr
     assert r.stderr.count("\n") == 1
+
+
+def test_replay_failure_says_what_was_acknowledged(archive, topic):
+    path, _ = archive
+    r = nsqcli(["replay", str(path), "-t", topic, "--nsqd-tcp-address", "127.0.0.1:1", *SPARK])
+    assert r.returncode == 1
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("nsqcli: error: ") and "Connection refused" in last
+    assert "nsqd acknowledged 0 messages" in last and "at-least-once" in last

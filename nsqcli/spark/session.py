@@ -76,10 +76,17 @@ def build(app_name: str, master: str | None = None, remote: str | None = None, c
 
 
 def first_line(error: BaseException) -> str:
-    """Spark's message for an error, without the JVM stack and hints: its first line."""
+    """Spark's message for an error in one line, without JVM stacks: for an exception raised in a
+    Python worker, that exception's own message (e.g. the sink's "published 0 of 10 ...")."""
+    import re
+
     text = getattr(error, "getMessage", None)
-    text = text() if callable(text) else str(error)
-    for line in str(text).splitlines():
+    text = str(text() if callable(text) else error)
+    if "Traceback (most recent call last)" in text:
+        raised = [m.group(2) for m in re.finditer(r"(?m)^([A-Za-z_][\w.]*(?:Error|Exception)): (.+)$", text)]
+        if raised:
+            return raised[-1].strip()
+    for line in text.splitlines():
         line = line.strip()
         if line:
             return line
