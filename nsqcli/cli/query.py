@@ -12,7 +12,7 @@ import sys
 
 import click
 
-from .spark_options import session, spark_error, spark_options
+from .spark_options import spark_session, spark_error, spark_options
 
 
 @click.command()
@@ -46,8 +46,7 @@ def query(app, sql, archives, fmt, as_json, as_csv, limit, master, remote, confs
     missing = [p for p in archives if "://" not in p and not any(c in p for c in "*?[") and not os.path.exists(p)]
     if missing:
         raise click.UsageError(f"no such archive file or directory: {missing[0]}")
-    spark, _ = session(app, "query", master, remote, confs, py_files, spark_log_level)
-    try:
+    with spark_session(app, "query", master, remote, confs, py_files, spark_log_level) as spark:
         from ..spark.jobs import messages_table
 
         try:
@@ -59,10 +58,8 @@ def query(app, sql, archives, fmt, as_json, as_csv, limit, master, remote, confs
             rows = [tuple(r) for r in df.collect()]
         except Exception as e:
             raise spark_error(e) from None
-        _print(rows, columns, "json" if as_json else "csv" if as_csv else "table")
-        return 0
-    finally:
-        spark.stop()
+    _print(rows, columns, "json" if as_json else "csv" if as_csv else "table")
+    return 0
 
 
 def _text(v) -> str:

@@ -12,7 +12,7 @@ import time
 import click
 
 from .options import connection_options, pop_connection
-from .spark_options import session, sink_options, spark_error, spark_options
+from .spark_options import spark_session, sink_options, spark_error, spark_options
 from .types import MOMENT, TOPIC
 
 
@@ -55,11 +55,8 @@ def replay(app, archives, topic, since, until, where, from_topics, rate, dry_run
     missing = [p for p in archives if "://" not in p and not any(c in p for c in "*?[") and not os.path.exists(p)]
     if missing:
         raise click.UsageError(f"no such archive file or directory: {missing[0]}")
-    spark, _ = session(app, "replay", master, remote, confs, py_files, spark_log_level)
-    try:
+    with spark_session(app, "replay", master, remote, confs, py_files, spark_log_level) as spark:
         return _replay(app, spark, archives, topic, since, until, where, from_topics, rate, dry_run, fmt, conn)
-    finally:
-        spark.stop()
 
 
 def _replay(app, spark, archives, topic, since, until, where, from_topics, rate, dry_run, fmt, conn):

@@ -4,6 +4,9 @@ they say what to install in one line (exit 2)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+
 import click
 
 
@@ -45,7 +48,7 @@ def session(app, name: str, master, remote, confs, py_files, spark_log_level):
         if not sep or not k.strip():
             raise click.UsageError(f"--conf {kv!r}: expected KEY=VALUE")
         conf[k.strip()] = v
-    if not remote and shutil.which("java") is None and not __import__("os").environ.get("JAVA_HOME"):
+    if not remote and shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         from ..errors import NSQError
         raise NSQError("Spark needs Java 17 or 21: no 'java' on PATH and JAVA_HOME is not set")
     spark, log = build(f"nsqcli {name}", master, remote, conf, spark_log_level.upper(), py_files,
@@ -53,6 +56,28 @@ def session(app, name: str, master, remote, confs, py_files, spark_log_level):
     if log:
         app.debug(f"Spark's log: {log}")
     return spark, log
+
+
+@contextlib.contextmanager
+def spark_session(app, name: str, master, remote, confs, py_files, spark_log_level):
+    """session() for the length of a command; Spark's log file is removed unless the command
+    failed at run time (then it is kept: -v prints its path at start-up)."""
+    spark, log = session(app, name, master, remote, confs, py_files, spark_log_level)
+    keep = False
+    try:
+        yield spark
+    except click.UsageError:
+        raise
+    except BaseException:
+        keep = True
+        raise
+    finally:
+        spark.stop()
+        if log and not keep:
+            try:
+                os.unlink(log)
+            except OSError:
+                pass
 
 
 def sink_options(conn: dict) -> dict:

@@ -8,7 +8,7 @@ import time
 import click
 
 from .options import connection_options, pop_connection
-from .spark_options import session, sink_options, spark_error, spark_options
+from .spark_options import spark_session, sink_options, spark_error, spark_options
 from .types import CHANNEL, DURATION, TOPIC
 
 
@@ -54,12 +54,9 @@ def to_parquet(app, topics, channel, output, checkpoint, partition_by, trigger, 
     bad = [c for c in cols if c not in known]
     if bad:
         raise click.UsageError(f"--partition-by: unknown column {bad[0]!r} (columns: {', '.join(sorted(known))})")
-    spark, _ = session(app, "to-parquet", master, remote, confs, py_files, spark_log_level)
-    try:
+    with spark_session(app, "to-parquet", master, remote, confs, py_files, spark_log_level) as spark:
         return _run(app, spark, topics, channel, output, checkpoint, cols, trigger, max_messages_per_batch,
                     max_in_flight, dedupe, dedupe_watermark, available_now, conn)
-    finally:
-        spark.stop()
 
 
 def _run(app, spark, topics, channel, output, checkpoint, cols, trigger, per_batch, max_in_flight, dedupe,
