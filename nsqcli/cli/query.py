@@ -7,12 +7,11 @@ import csv
 import datetime as dt
 import io
 import json
-import os
 import sys
 
 import click
 
-from .spark_options import spark_session, spark_error, spark_options
+from .spark_options import check_archives, spark_session, spark_error, spark_options
 
 
 @click.command()
@@ -43,9 +42,7 @@ def query(app, sql, archives, fmt, as_json, as_csv, limit, master, remote, confs
     """
     if as_json and as_csv:
         raise click.UsageError("--json and --csv cannot be used together")
-    missing = [p for p in archives if "://" not in p and not any(c in p for c in "*?[") and not os.path.exists(p)]
-    if missing:
-        raise click.UsageError(f"no such archive file or directory: {missing[0]}")
+    check_archives(archives)
     with spark_session(app, "query", master, remote, confs, py_files, spark_log_level) as spark:
         from ..spark.jobs import messages_table
 

@@ -12,7 +12,7 @@ import time
 import click
 
 from .options import connection_options, pop_connection
-from .spark_options import spark_session, sink_options, spark_error, spark_options
+from .spark_options import check_archives, spark_session, sink_options, spark_error, spark_options
 from .types import MOMENT, TOPIC
 
 
@@ -52,9 +52,7 @@ def replay(app, archives, topic, since, until, where, from_topics, rate, dry_run
     conn = pop_connection(kwargs)
     if since and until and since >= until:
         raise click.UsageError("--since must be before --until")
-    missing = [p for p in archives if "://" not in p and not any(c in p for c in "*?[") and not os.path.exists(p)]
-    if missing:
-        raise click.UsageError(f"no such archive file or directory: {missing[0]}")
+    check_archives(archives)
     with spark_session(app, "replay", master, remote, confs, py_files, spark_log_level) as spark:
         return _replay(app, spark, archives, topic, since, until, where, from_topics, rate, dry_run, fmt, conn)
 

@@ -80,6 +80,14 @@ def spark_session(app, name: str, master, remote, confs, py_files, spark_log_lev
                 pass
 
 
+def check_archives(paths) -> None:
+    """A local archive path that does not exist is a usage error before Spark starts (URLs and
+    globs are Spark's to resolve)."""
+    for p in paths:
+        if "://" not in p and not any(c in p for c in "*?[") and not os.path.exists(p):
+            raise click.UsageError(f"no such archive file or directory: {p}")
+
+
 def sink_options(conn: dict) -> dict:
     """The nsq data source options for the CLI's connection options."""
     out = {}

@@ -136,7 +136,7 @@ def config(options, **extra) -> Config:
                       insecure_skip_verify=insecure),
         snappy=snappy, deflate=deflate, deflate_level=number(options, "deflateLevel", 6, minimum=1),
         auth_secret=secret or None,
-        msg_timeout=_seconds(options, "msgTimeout"),
+        msg_timeout=seconds(options, "msgTimeout"),
     )
     if string(options, "clientId"):
         fields["client_id"] = string(options, "clientId")
@@ -144,7 +144,7 @@ def config(options, **extra) -> Config:
     return Config(**fields)
 
 
-def _seconds(options, name: str) -> float | None:
+def seconds(options, name: str) -> float | None:
     """A duration: plain milliseconds ("5000") or with a unit ("5s", "500ms", "2m")."""
     v = string(options, name)
     if v is None:
@@ -157,5 +157,3 @@ def _seconds(options, name: str) -> float | None:
         return float(s) / 1000.0
     raise OptionError(f"option {name!r} must be a duration like 5s, 500ms or 2m (plain numbers are ms), not {v!r}")
 
-
-seconds = _seconds

@@ -102,6 +102,15 @@ def split_by_node(msgs: list, max_bytes: int) -> list[tuple[list, list]]:
     return parts
 
 
+def _by_consumer(msgs: list) -> list[tuple]:
+    """[(consumer, its messages)]: answers go through the consumer that received them."""
+    groups: dict = {}
+    for m in msgs:
+        consumer = m.responder.consumer
+        groups.setdefault(id(consumer), (consumer, []))[1].append(m)
+    return list(groups.values())
+
+
 class _Live:
     """The runner's connections and ledger (never pickled, never built in the planner)."""
 
@@ -183,12 +192,7 @@ class _Live:
                 keep.append([lo, hi, msgs])
         self.chunks = keep
         if done:
-            by_consumer: dict = {}
-            for m in done:
-                by_consumer.setdefault(id(m.responder.consumer), (m.responder.consumer, []))[1].append(m)
-            lost = 0
-            for consumer, ms in by_consumer.values():
-                lost += len(consumer.finish_many(ms))
+            lost = sum(len(consumer.finish_many(ms)) for consumer, ms in _by_consumer(done))
             if lost:
                 log.warning("nsq source: %d FIN(s) could not be sent (connection lost): nsqd will "
                             "deliver those messages again", lost)
@@ -202,10 +206,7 @@ class _Live:
         return out
 
     def give_back(self, msgs: list) -> None:
-        by_consumer: dict = {}
-        for m in msgs:
-            by_consumer.setdefault(id(m.responder.consumer), (m.responder.consumer, []))[1].append(m)
-        for consumer, ms in by_consumer.values():
+        for consumer, ms in _by_consumer(msgs):
             consumer.requeue_many(ms, 0.0)
 
     def stop_and_give_back(self) -> None:
@@ -283,11 +284,12 @@ class NSQStreamReader(*_BASES):
         live.finish_upto(begin)
         if live.finished:
             return {"seq": begin}
-        cap = None
         if ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
             cap = limit.max_rows
-        elif limit is None and self.max_per_batch:
+        elif limit is None:  # Spark 4.0/4.1: no admission control, our own cap
             cap = self.max_per_batch
+        else:  # ReadAllAvailable: the engine asks for everything (an AvailableNow batch)
+            cap = None
         ahead = live.next_seq - begin  # handed before, not run yet (Spark asked again)
         want = (cap if cap is not None else self.max_in_flight) - max(0, ahead)
         draining = self._until_ns is not None
