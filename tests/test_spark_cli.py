@@ -187,3 +187,20 @@ def test_replay_failure_says_what_was_acknowledged(archive, topic):
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith("nsqcli: error: ") and "Connection refused" in last
     assert "nsqd acknowledged 0 messages" in last and "at-least-once" in last
+
+
+@pytest.mark.parametrize("args, message", [
+    (["to-parquet", "-t", "x", "-o", "/tmp/o", "--checkpoint", "/tmp/c", "--partition-by", "topic,day"],
+     "--partition-by: unknown column 'day'"),
+    (["to-parquet", "-t", "x", "-o", "/tmp/o"], "Missing option '--checkpoint'"),
+    (["replay", ".", "-t", "x", "--since", "2026-11-22T10:00Z", "--until", "2026-11-22T09:00Z"],
+     "--since must be before --until"),
+    (["replay", ".", "-t", "x", "--since", "yesterday"], "is not a time"),
+    (["query", "select 1", "-a", ".", "--json", "--csv"], "--json and --csv cannot be used together"),
+    (["query", "select 1", "-a", ".", "--conf", "novalue"], "--conf 'novalue': expected KEY=VALUE"),
+])
+def test_spark_commands_refuse_bad_input_in_one_line(args, message):
+    r = nsqcli(args, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("nsqcli: error: ") and message in r.stderr
+    assert r.stdout == ""
