@@ -55,6 +55,11 @@ class Formatter:
         self.fmt = fmt
         self.print_topic = print_topic
         if fmt not in ("raw", "json"):
+            if "{" not in fmt:
+                known = fmt.strip().lower() in ("raw", "json")
+                raise ValueError(f"unknown --format {fmt!r}: use raw, json" + (" (lower case)" if known else "")
+                                 + " or a template with {fields} like '{topic} {id} {body}' "
+                                 f"(fields: {', '.join(self.FIELDS)})")
             try:
                 fmt.format(**{k: "" for k in self.FIELDS})
             except (KeyError, IndexError, ValueError) as e:

@@ -48,6 +48,9 @@ class Config:
     deflate_level: int = 6                  # 1..9; nsqd caps at its --max-deflate-level
     auth_secret: str | None = None
     max_frame_size: int = 64 * 1024 * 1024  # refuse bigger frames before allocating
+    #: called with a sentence about the connection worth telling a person (e.g. an AUTH secret
+    #: given to an nsqd that does not use AUTH); None = say nothing
+    on_notice: object = field(default=None, compare=False, repr=False)
 
     # -- consumer -------------------------------------------------------------------------------
     max_in_flight: int = 1                  # go-nsq 1; commands set their own

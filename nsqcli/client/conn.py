@@ -154,6 +154,9 @@ class Connection:
         self.msg_timeout = n.msg_timeout
         self.auth_info = hs.auth_info
         self._stream.enter_io_mode(self.config.write_timeout)
+        if self.config.auth_secret and not n.auth_required and self.config.on_notice is not None:
+            self.config.on_notice(f"nsqd {self.address} does not use AUTH: the --auth-secret was not sent "
+                                  "(is this the cluster you meant?)")
         self.state = CONNECTED
         self.connected_at = time.time()
 

@@ -126,7 +126,8 @@ class Discovery:
 
     def _plan_next_poll(self) -> None:
         """Regular polls every lookupd_poll_interval (jittered); quick ones with backoff while a
-        lost nsqd has not come back (for at most one poll interval after the loss)."""
+        lost nsqd has not come back (for at most one poll interval after the loss); every 5 s
+        at most while no nsqd carries the topic yet."""
         cfg = self.config
         now = time.monotonic()
         nxt = now + cfg.lookupd_poll_interval * (1 + cfg.lookupd_poll_jitter * (self.rng.random() - 0.5))
@@ -140,4 +141,6 @@ class Discovery:
                 nxt = min(nxt, now + delay * (0.5 + self.rng.random() * 0.5))
             else:
                 self.fast_polls = 0
+            if not self.consumer._handles:  # nothing to read yet: find a new topic's first nsqd soon
+                nxt = min(nxt, now + min(cfg.lookupd_poll_interval, 5.0))
             self.next_poll = nxt

@@ -20,6 +20,10 @@ def base_url(address: str) -> str:
     if "://" not in address:
         address = "http://" + address
     parts = urllib.parse.urlsplit(address)
+    try:
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number in range
+    except ValueError:
+        raise ValueError(f"invalid HTTP address {address!r}: the port must be a number 1-65535") from None
     if not parts.hostname or parts.scheme not in ("http", "https"):
         raise ValueError(f"invalid HTTP address {address!r}: expected HOST:PORT or http://HOST:PORT")
     return f"{parts.scheme}://{parts.netloc}"
@@ -52,6 +56,13 @@ def http_json(address: str, path: str, params: dict | None = None, timeout: floa
             raise LookupdError(str(data.get("status_txt")), url, data.get("status_code"))
         data = data.get("data")
     return data
+
+
+def http_get(address: str, path: str, params: dict | None = None, timeout: float = 5.0
+             ) -> tuple[int, dict, bytes]:
+    """GET ``path``: (status, lower-cased headers, body), under the same total deadline."""
+    url = base_url(address) + path + ("?" + urllib.parse.urlencode(params) if params else "")
+    return _request(url, "GET", None, timeout)
 
 
 def _request(url: str, method: str, body: bytes | None, timeout: float) -> tuple[int, dict, bytes]:
@@ -159,8 +170,11 @@ def lookup_topic(address: str, topic: str, timeout: float = 5.0) -> list[Produce
     try:
         data = http_json(address, "/lookup", {"topic": topic}, timeout)
     except LookupdError as e:
-        if e.status == 404:  # TOPIC_NOT_FOUND: nobody has it yet
+        if e.status == 404 and "TOPIC_NOT_FOUND" in str(e):  # nobody has it yet
             return []
+        if e.status == 404:  # an nsqd's HTTP port (NOT_FOUND), or another web server
+            raise LookupdError("answered HTTP 404 to /lookup: not an nsqlookupd HTTP address "
+                               "(an nsqd HTTP port, or the wrong port?)", base_url(address)) from None
         raise
     try:
         return [Producer.from_json(p) for p in (data or {}).get("producers") or []]
