@@ -29,7 +29,8 @@ from pathlib import Path
 
 from .errors import SandboxError
 
-INSTALL_HINT = "run scripts/install-nsq (builds NSQ v1.3.0 into .nsq/bin) or put nsqd/nsqlookupd on PATH"
+INSTALL_HINT = ("run 'nsqcli sandbox --install' (builds NSQ v1.3.0 with Go), or scripts/install-nsq in a clone, "
+                "or put nsqd and nsqlookupd on PATH")
 
 
 def _search_dirs() -> list[Path]:
@@ -38,11 +39,15 @@ def _search_dirs() -> list[Path]:
         dirs.append(Path(os.environ["NSQCLI_NSQ_BIN"]))
     dirs.append(Path(__file__).resolve().parent.parent / ".nsq" / "bin")
     dirs.append(Path.cwd() / ".nsq" / "bin")
+    from .nsq_install import user_dir
+
+    dirs.append(user_dir() / "bin")  # `nsqcli sandbox --install`
     return dirs
 
 
 def find_binary(name: str) -> str:
-    """Path of an NSQ program: $NSQCLI_NSQ_BIN, the project's .nsq/bin, ./.nsq/bin, then PATH."""
+    """Path of an NSQ program: $NSQCLI_NSQ_BIN, the project's .nsq/bin, ./.nsq/bin, the user's
+    `sandbox --install` directory, then PATH."""
     for d in _search_dirs():
         candidate = d / name
         if candidate.is_file() and os.access(candidate, os.X_OK):
@@ -50,7 +55,7 @@ def find_binary(name: str) -> str:
     found = shutil.which(name)
     if found:
         return found
-    raise SandboxError(f"{name} not found in .nsq/bin or on PATH: {INSTALL_HINT}")
+    raise SandboxError(f"{name} not found (looked in {', '.join(map(str, _search_dirs()))} and on PATH): {INSTALL_HINT}")
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -291,8 +296,8 @@ class Sandbox:
 
     def env(self) -> dict[str, str]:
         """The NSQCLI_* variables that point nsqcli at this sandbox."""
-        env = {"NSQCLI_NSQD_TCP_ADDRESS": self.nsqd.tcp_address,
-               "NSQCLI_NSQD_HTTP_ADDRESS": self.nsqd.http_address}
+        env = {"NSQCLI_NSQD_TCP_ADDRESS": " ".join(s.tcp_address for s in self.nsqds),
+               "NSQCLI_NSQD_HTTP_ADDRESS": " ".join(s.http_address for s in self.nsqds)}
         if self.lookupd:
             env["NSQCLI_LOOKUPD_HTTP_ADDRESS"] = self.lookupd.http_address
         return env

@@ -1,6 +1,7 @@
 """The sandbox starts real servers and leaves no process behind."""
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -70,7 +71,8 @@ def test_kill_and_restart_keeps_address_and_data(tmp_path):
 def test_missing_binary_says_how_to_install(monkeypatch, tmp_path):
     monkeypatch.setattr(sbmod, "_search_dirs", lambda: [tmp_path])
     monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(SandboxError, match=r"nsq\w+ not found in .nsq/bin or on PATH: run scripts/install-nsq"):
+    with pytest.raises(SandboxError, match=r"nsq\w+ not found \(looked in .* and on PATH\): run 'nsqcli sandbox "
+                                           r"--install' .*scripts/install-nsq"):
         Sandbox().start()
 
 
@@ -84,9 +86,11 @@ def test_cli_sandbox_runs_until_ctrl_c(tmp_path):
                  env_file.exists() and env_file.read_text().count("export") == 3),
                  timeout=20, what="sandbox env file")
         assert proc.poll() is None, proc.communicate()
-        env = dict(line[len("export "):].split("=", 1) for line in env_file.read_text().splitlines())
-        info = http_get_json(env["NSQCLI_NSQD_HTTP_ADDRESS"], "/info")
-        assert info["tcp_port"] == int(env["NSQCLI_NSQD_TCP_ADDRESS"].rsplit(":", 1)[1])
+        env = dict(shlex.split(line)[1].split("=", 1) for line in env_file.read_text().splitlines())
+        https, tcps = env["NSQCLI_NSQD_HTTP_ADDRESS"].split(), env["NSQCLI_NSQD_TCP_ADDRESS"].split()
+        assert len(https) == len(tcps) == 2  # every node, so that stat/tail/pub see the whole cluster
+        for http, tcp in zip(https, tcps):
+            assert http_get_json(http, "/info")["tcp_port"] == int(tcp.rsplit(":", 1)[1])
         time.sleep(0.2)
         children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True)
         child_pids = [int(p) for p in children.stdout.split()]
@@ -97,6 +101,6 @@ def test_cli_sandbox_runs_until_ctrl_c(tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, err
-    assert out.splitlines()[0].startswith("export NSQCLI_NSQD_TCP_ADDRESS=127.0.0.1:")
+    assert out.splitlines()[0].startswith("export NSQCLI_NSQD_TCP_ADDRESS='127.0.0.1:")
     assert "sandbox stopped" in err
     assert not any(pid_alive(p) for p in child_pids)

@@ -1,0 +1,99 @@
+"""Build the official NSQ programs (nsqd, nsqlookupd, the Go tools, the bench programs) of a
+pinned release from the ``github.com/nsqio/nsq`` Go module.
+
+Used by ``scripts/install-nsq`` (into the project's ``.nsq/bin``) and by ``nsqcli sandbox
+--install`` (into the user's data directory), so both build the same way. nsq's go.mod has a
+``replace`` directive, so ``go install ...@v1.3.0`` is refused: the module is downloaded with
+``go mod download`` and built inside its directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+NSQ_VERSION = "v1.3.0"
+APPS = ("nsqd", "nsqlookupd", "nsq_tail", "nsq_to_file", "to_nsq", "nsq_stat")
+BENCHES = ("bench_reader", "bench_writer")
+
+
+class InstallError(Exception):
+    pass
+
+
+def user_dir(version: str = NSQ_VERSION) -> Path:
+    """Where `nsqcli sandbox --install` puts the programs: $XDG_DATA_HOME/nsqcli/nsq-VERSION."""
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(base) / "nsqcli" / f"nsq-{version}"
+
+
+def installed(bin_dir: Path, version: str = NSQ_VERSION) -> bool:
+    if not all(os.access(bin_dir / b, os.X_OK) for b in APPS + BENCHES):
+        return False
+    try:
+        out = subprocess.run([str(bin_dir / "nsqd"), "--version"], capture_output=True, text=True, timeout=10).stdout
+    except OSError:
+        return False
+    return f"nsqd v{version.lstrip('v')}" in out
+
+
+def install(bin_dir: Path, go_home: Path, version: str = NSQ_VERSION, say=print) -> Path:
+    """Build into ``bin_dir`` unless already there; returns ``bin_dir``."""
+    if installed(bin_dir, version):
+        say(f"NSQ {version} already in {bin_dir}")
+        return bin_dir
+    go = shutil.which("go")
+    if go is None:
+        raise InstallError("'go' not found on PATH. Install Go >= 1.21 (https://go.dev/dl/ or your package "
+                           "manager), then run this again - or put nsqd and nsqlookupd on PATH")
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, GOPATH=str(go_home / "path"), GOMODCACHE=str(go_home / "mod"),
+               GOCACHE=str(go_home / "cache"), GOFLAGS="-mod=mod", GO111MODULE="on", CGO_ENABLED="0")
+    say(f"downloading github.com/nsqio/nsq@{version} through the Go module proxy")
+    with tempfile.TemporaryDirectory() as scratch:  # `go mod download -json` wants a module context
+        r = subprocess.run([go, "mod", "download", "-json", f"github.com/nsqio/nsq@{version}"], cwd=scratch,
+                           env=env, capture_output=True, text=True)
+    try:
+        info = json.loads(r.stdout or "{}")
+    except ValueError:
+        info = {}
+    src = info.get("Dir", "")
+    if r.returncode != 0 or info.get("Error") or not os.path.isdir(src):
+        raise InstallError(f"go mod download github.com/nsqio/nsq@{version} failed (is the Go module proxy "
+                           f"reachable?): {(info.get('Error') or r.stderr).strip()[:300]}")
+    pkgs = [f"./apps/{a}" for a in APPS] + [f"./bench/{b}" for b in BENCHES]
+    say(f"building {' '.join(APPS + BENCHES)} in {src}")
+    # the module cache is read-only; go build writes only to -o and GOCACHE
+    r = subprocess.run([go, "build", "-trimpath", "-o", str(bin_dir) + os.sep, *pkgs], cwd=src, env=env,
+                       capture_output=True, text=True)
+    subprocess.run(["chmod", "-R", "u+w", str(go_home / "mod")], capture_output=True)  # so rm -rf works
+    if r.returncode != 0:
+        raise InstallError(f"go build failed: {r.stderr.strip()[-400:]}; if your Go is too old or too new for "
+                           f"{version}, retry with GOTOOLCHAIN=go1.21.13")
+    if not installed(bin_dir, version):
+        raise InstallError(f"built, but '{bin_dir}/nsqd --version' does not report {version}")
+    say(f"installed into {bin_dir}")
+    return bin_dir
+
+
+def main() -> int:
+    """scripts/install-nsq: NSQ_VERSION, NSQ_BIN, NSQ_GO_HOME from the environment."""
+    root = Path(__file__).resolve().parent.parent
+    version = os.environ.get("NSQ_VERSION", NSQ_VERSION)
+    bin_dir = Path(os.environ.get("NSQ_BIN", root / ".nsq" / "bin"))
+    go_home = Path(os.environ.get("NSQ_GO_HOME", root / ".nsq" / "go"))
+    try:
+        install(bin_dir, go_home, version, say=lambda m: print(f"install-nsq: {m}", file=sys.stderr, flush=True))
+    except InstallError as e:
+        print(f"install-nsq: error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
