@@ -10,13 +10,19 @@
 from __future__ import annotations
 
 import itertools
+import os
 import re
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+# A developer's saved contexts (~/.config/nsqcli) must not steer the tests: every test and every
+# nsqcli the tests start sees this empty config directory unless it sets its own.
+os.environ["NSQCLI_CONFIG_DIR"] = tempfile.mkdtemp(prefix="nsqcli-test-config-")
 
 from nsqcli.sandbox import NsqdOptions, Sandbox  # noqa: E402
 
@@ -106,7 +112,9 @@ def spark():
 
 def pytest_sessionfinish(session, exitstatus):
     """Under CI a skipped test is a failure: integration tests must really run."""
-    import os
+    import shutil
+
+    shutil.rmtree(os.environ.get("NSQCLI_CONFIG_DIR", "/nonexistent"), ignore_errors=True)
 
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     skipped = len(reporter.stats.get("skipped", [])) if reporter else 0

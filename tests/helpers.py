@@ -59,6 +59,7 @@ NSQCLI = [sys.executable, "-m", "nsqcli"]
 def clean_env(extra: dict | None = None) -> dict:
     """This process's environment without NSQCLI_* (a developer's settings must not leak in)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("NSQCLI_")}
+    env["NSQCLI_CONFIG_DIR"] = os.environ["NSQCLI_CONFIG_DIR"]  # the tests' own (empty) contexts
     env.update(extra or {})
     return env
 

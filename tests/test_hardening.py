@@ -108,7 +108,7 @@ def test_lookup_respects_a_trickling_lookupd():
 
 def test_stat_bad_address_is_a_usage_error():
     r = run(["stat", "--nsqd-http-address", ":"])
-    assert r.returncode == 2 and b"invalid HTTP address" in r.stderr and b"Traceback" not in r.stderr
+    assert r.returncode == 2 and b"invalid address ':'" in r.stderr and b"Traceback" not in r.stderr
 
 
 # 6 ------------------------------------------------------------------------------------------------

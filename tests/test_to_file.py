@@ -341,7 +341,8 @@ def test_json_format_envelope(nsqd, topic, tmp_path):
 
 @pytest.mark.parametrize("args, words", [
     ([], b"give --topic or --topic-pattern"),
-    (["-t", "x", "--topic-pattern", "y"], b"needs --lookupd-http-address"),
+    (["--topic-pattern", "y"], b"needs --lookupd-http-address"),
+    (["-t", "x", "--topic-pattern", "y"], b"--topic and --topic-pattern cannot be used together"),
     (["--topic-pattern", "(", "--lookupd-http-address", "127.0.0.1:1"], b"invalid --topic-pattern"),
     (["-t", "x", "--gzip", "--filename-format", "<TOPIC>.log"], b"needs <REV>"),
     (["-t", "x", "--rotate-size", "lots"], b"is not a size"),

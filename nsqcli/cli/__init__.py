@@ -20,6 +20,11 @@ COMMANDS = {
     "replay": "nsqcli.cli.replay:replay",
     "query": "nsqcli.cli.query:query",
     "to-parquet": "nsqcli.cli.to_parquet:to_parquet",
+    "context": "nsqcli.cli.context_cmd:context",
+    "doctor": "nsqcli.cli.doctor:doctor",
+    "version": "nsqcli.cli.meta:version",
+    "completion": "nsqcli.cli.meta:completion",
+    "man": "nsqcli.cli.meta:man",
 }
 
 
@@ -38,13 +43,22 @@ class LazyGroup(click.Group):
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
-@click.group(cls=LazyGroup, context_settings=CONTEXT)
+@click.group(cls=LazyGroup, context_settings=CONTEXT, invoke_without_command=True)
 @click.version_option(__version__, "-V", "--version", prog_name="nsqcli")
 @click.option("-v", "--verbose", count=True, help="More log output on stderr (-vv: debug, with tracebacks).")
 @click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr.")
+@click.option("--context", metavar="NAME", help="Use this saved context (also NSQCLI_CONTEXT; see 'nsqcli context').")
 @click.pass_context
-def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:
+def cli(ctx: click.Context, verbose: int, quiet: bool, context: str | None) -> None:
     """nsqcli - the NSQ command-line suite.
+
+    \b
+    Start here:
+      nsqcli sandbox --save-context dev     a local NSQ, saved as context "dev"
+      nsqcli pub events 'hello'             publish (exit 0 only after nsqd's OK)
+      nsqcli tail events                    watch a topic without taking from its consumers
+      nsqcli doctor                         check the cluster and your settings
+      nsqcli COMMAND --help                 options and examples of a command
 
     \b
     Exit codes: 0 ok, 1 runtime error (connection, protocol, auth, I/O),
@@ -54,6 +68,9 @@ def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:
     from .app import App
 
     ctx.obj = App(verbosity=-1 if quiet else verbose)
+    ctx.obj.context = context
+    if ctx.invoked_subcommand is None:
+        click.echo(ctx.get_help())
 
 
 def main() -> None:

@@ -50,6 +50,7 @@ class App:
 
     def __init__(self, verbosity: int = 0):
         self.verbosity = verbosity
+        self.context: str | None = None  # `nsqcli --context NAME`, then the one a command used
         self._console = None
 
     @property
@@ -147,7 +148,8 @@ def run(command: click.Command, args: list[str] | None = None) -> None:
         sys.exit(e.exit_code)
     except click.UsageError as e:  # one line, naming the problem and where help is
         cmd = e.ctx.command_path if e.ctx else "nsqcli"
-        print(f"nsqcli: error: {e.format_message()} (see '{cmd} --help')", file=sys.stderr)
+        message = " ".join(e.format_message().split())  # one line, even for click's "Choose from:" lists
+        print(f"nsqcli: error: {message} (see '{cmd} --help')", file=sys.stderr)
         sys.exit(EXIT_USAGE)
     except click.ClickException as e:
         print(f"nsqcli: error: {e.format_message()}", file=sys.stderr)

@@ -5,9 +5,6 @@ up to date."""
 from __future__ import annotations
 
 import inspect
-import os
-import subprocess
-import sys
 
 import click
 
@@ -31,14 +28,23 @@ def man_page(name: str, cmd: click.Command, parent: click.Context | None = None)
            ".SH NAME", f"{_roff(title)} \\- {_roff(cmd.get_short_help_str(80))}",
            ".SH SYNOPSIS", f".B {_roff(ctx.command_path)}", _roff(" ".join(cmd.collect_usage_pieces(ctx))),
            ".SH DESCRIPTION", help_text]
+    from .command import SECTIONS
+
     opts = [p for p in cmd.get_params(ctx) if isinstance(p, click.Option) and not p.hidden]
-    if opts:
-        out.append(".SH OPTIONS")
-        for p in opts:
-            rec = p.get_help_record(ctx)
-            if rec is None:
-                continue
-            out += [".TP", f".B {_roff(rec[0])}", _roff(rec[1] or "")]
+    opts.sort(key=lambda p: SECTIONS.index(getattr(p, "group", "Options")))
+    heading = None
+    for p in opts:
+        rec = p.get_help_record(ctx)
+        if rec is None:
+            continue
+        group = getattr(p, "group", "Options")
+        if group != heading:
+            heading = group
+            out.append(".SH OPTIONS" if group == "Options" else f".SH {group.upper()} OPTIONS")
+        out += [".TP", f".B {_roff(rec[0])}", _roff(rec[1] or "")]
+    examples = getattr(cmd, "examples", "")
+    if examples:
+        out += [".SH EXAMPLES", ".nf", _roff(examples), ".fi"]
     if isinstance(cmd, click.Group):
         out.append(".SH COMMANDS")
         for sub in cmd.list_commands(ctx):
@@ -64,9 +70,9 @@ def man_pages() -> dict[str, str]:
 
 def completion(shell: str) -> str:
     """click's completion script for ``shell`` (bash, zsh, fish)."""
-    env = dict(os.environ, _NSQCLI_COMPLETE=f"{shell}_source")
-    out = subprocess.run([sys.executable, "-m", "nsqcli"], env=env, capture_output=True, text=True, check=True)
-    return out.stdout.replace("python -m nsqcli", "nsqcli")
+    from .meta import completion_script
+
+    return completion_script(shell)
 
 
 COMPLETIONS = {"bash": "nsqcli.bash", "zsh": "_nsqcli", "fish": "nsqcli.fish"}

@@ -8,6 +8,7 @@ import time
 
 import click
 
+from .command import command, option
 from .options import build_config, connection_options, pop_connection
 from .pub import resolve_producers
 from .types import DELIMITER, DURATION, TOPIC
@@ -52,11 +53,13 @@ class Records:
         self.acked = 0
         self.last_done = 0  # the last record skipped or handed to the producer
         self.listeners: list = []
+        self.limit = 0  # -n: stop after this many bodies
 
     def __iter__(self):
         from ..archive.formats import envelope_body
 
         stats = self.stats
+        given = 0
         for src in self.sources:
             for rec in read_records(src, self.delimiter):
                 stats.records += 1
@@ -80,6 +83,9 @@ class Records:
                 self.unacked.append(stats.records)
                 self.last_done = stats.records
                 yield rec
+                given += 1
+                if self.limit and given >= self.limit:
+                    return
 
     def _handled(self) -> None:
         self.last_done = self.stats.records
@@ -134,29 +140,38 @@ def _publish_deferred(producer, topic, records, defer, rate, timeout=10.0):
         raise PublishError(str(cause), done, 0, cause) from e
 
 
-@click.command()
-@click.option("-t", "--topic", required=True, type=TOPIC, help="Topic to publish to.")
+@command(examples="""
+nsqcli mpub -t events records.txt              # one message per line, pipelined MPUB batches
+seq 1000000 | nsqcli mpub -t numbers --json    # summary as JSON on stdout
+nsqcli mpub -t events -0 < nul-separated.bin
+nsqcli tail events -f json -n 100 | nsqcli mpub -t events-copy -f json   # exact copy, binary too
+nsqcli mpub -t events big.txt --rate 500       # at most 500 messages a second
+nsqcli mpub -t events big.txt --skip 41000     # resume where an interrupted run said
+""")
+@option("-t", "--topic", required=True, type=TOPIC, help="Topic to publish to.")
 @click.argument("files", nargs=-1, type=click.File("rb"))
-@click.option("-d", "--delimiter", type=DELIMITER, default="\\n", show_default=True,
+@option("-d", "--delimiter", type=DELIMITER, default="\\n", show_default=True,
               help="Record separator: one byte or an escape (\\n, \\0, \\t, \\x1e).")
-@click.option("-0", "--null", is_flag=True, help="Records are separated by NUL (same as -d '\\0').")
-@click.option("-f", "--format", "fmt", type=click.Choice(["raw", "json"]), default="raw", show_default=True,
+@option("-0", "--null", is_flag=True, help="Records are separated by NUL (same as -d '\\0').")
+@option("-n", "--count", type=click.IntRange(1), help="Publish at most this many records (after --skip).")
+@option("--json", "as_json", is_flag=True, help="The summary as one JSON line on stdout.")
+@option("-f", "--format", "fmt", type=click.Choice(["raw", "json"]), default="raw", show_default=True,
               help="json: each record is the NDJSON envelope written by 'tail --format json'.")
-@click.option("--batch-size", type=click.IntRange(1, 100000), default=500, show_default=True,
+@option("--batch-size", type=click.IntRange(1, 100000), default=500, show_default=True,
               help="Messages per MPUB (also bounded by --max-body-size).")
-@click.option("--rate", type=click.FloatRange(min=0, min_open=True), help="At most N messages per second.")
-@click.option("--defer", type=DURATION, help="Deliver each message after this delay (DPUB per message).")
-@click.option("--skip-invalid", is_flag=True,
+@option("--rate", type=click.FloatRange(min=0, min_open=True), help="At most N messages per second.")
+@option("--defer", type=DURATION, help="Deliver each message after this delay (DPUB per message).")
+@option("--skip-invalid", is_flag=True,
               help="Skip (and count) records over --max-msg-size or unparsable JSON instead of stopping.")
-@click.option("--skip", type=click.IntRange(0), default=0,
+@option("--skip", type=click.IntRange(0), default=0,
               help="Skip the first N records (to resume after a failed run: it says which N).")
-@click.option("--max-msg-size", type=click.IntRange(1), default=1024 * 1024, show_default=True,
+@option("--max-msg-size", type=click.IntRange(1), default=1024 * 1024, show_default=True,
               help="nsqd's --max-msg-size; larger records are invalid.")
-@click.option("--max-body-size", type=click.IntRange(1), default=5 * 1024 * 1024, show_default=True,
+@option("--max-body-size", type=click.IntRange(1), default=5 * 1024 * 1024, show_default=True,
               help="nsqd's --max-body-size; MPUB batches stay below it.")
 @connection_options()
 @click.pass_obj
-def mpub(app, topic, files, delimiter, null, fmt, batch_size, rate, defer, skip_invalid, skip,
+def mpub(app, topic, files, delimiter, null, count, as_json, fmt, batch_size, rate, defer, skip_invalid, skip,
          max_msg_size, max_body_size, **kwargs):
     """Publish every record of FILES (or stdin) to TOPIC.
 
@@ -171,10 +186,15 @@ def mpub(app, topic, files, delimiter, null, fmt, batch_size, rate, defer, skip_
     conn = pop_connection(kwargs)
     cfg = build_config(conn, max_msg_size=max_msg_size, max_body_size=max_body_size)
     if null:
+        from click.core import ParameterSource
+
+        if click.get_current_context().get_parameter_source("delimiter") != ParameterSource.DEFAULT:
+            raise click.UsageError("-0/--null and -d/--delimiter cannot be used together (-0 is -d '\\0')")
         delimiter = b"\0"
     sources = list(files) or [sys.stdin.buffer]
     stats = Stats()
     records = Records(app, sources, delimiter, fmt, skip, skip_invalid, max_msg_size, stats)
+    records.limit = count or 0
     producer = Producer(resolve_producers(app, conn, topic), cfg)
     progress = _Progress(app, stats, sources) if app.stderr_is_tty else None
     if progress:
@@ -186,13 +206,18 @@ def mpub(app, topic, files, delimiter, null, fmt, batch_size, rate, defer, skip_
         else:
             producer.publish_iter(topic, records, batch_size=batch_size, window=8, rate=rate,
                                   on_progress=records.on_progress)
+        if progress:
+            progress.finish()
     except (PublishError, Interrupted) as e:
         if progress:
             progress.stop()
             progress = None
         cause = e.cause if isinstance(e, PublishError) and e.cause is not None else e
         failed = len(records.unacked) + (1 if getattr(cause, "record", None) else 0)
-        app.info(stats.summary(failed, stopped=True))
+        if stats.published or stats.skipped_empty or stats.skipped_invalid:  # else the error says it all
+            app.info(stats.summary(failed, stopped=True))
+        if as_json:
+            _json_summary(topic, stats, failed, records.resume_at, str(cause))
         where = (f"nsqd acknowledged {stats.published} records in this run; resume with "
                  f"--skip {records.resume_at}")
         if isinstance(cause, Interrupted):
@@ -208,7 +233,20 @@ def mpub(app, topic, files, delimiter, null, fmt, batch_size, rate, defer, skip_
             progress.stop()
         producer.close()
     app.info(stats.summary(0))
+    if as_json:
+        _json_summary(topic, stats, 0, records.resume_at, None)
     return 0
+
+
+def _json_summary(topic, stats: Stats, failed: int, resume_at: int, error: str | None) -> None:
+    import json
+
+    from .app import write_stdout
+
+    doc = {"topic": topic, "published": stats.published, "skipped_empty": stats.skipped_empty,
+           "skipped_invalid": stats.skipped_invalid, "failed": failed, "bytes": stats.bytes,
+           "seconds": round(time.monotonic() - stats.start, 3), "resume_skip": resume_at, "error": error}
+    write_stdout(json.dumps(doc) + "\n")
 
 
 class _Progress:
@@ -217,7 +255,7 @@ class _Progress:
     def __init__(self, app, stats: Stats, sources):
         import os
 
-        from rich.progress import (BarColumn, Progress, TextColumn, TimeRemainingColumn,
+        from rich.progress import (BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn,
                                    TransferSpeedColumn)
 
         total = None
@@ -226,13 +264,20 @@ class _Progress:
         except (OSError, ValueError):
             pass
         self.stats = stats
-        self.progress = Progress(TextColumn("{task.fields[records]} records"), BarColumn(),
+        self.progress = Progress(TextColumn("{task.fields[records]} records"), BarColumn(), TaskProgressColumn(),
                                  TransferSpeedColumn(), TimeRemainingColumn(), console=app.console)
         self.task = self.progress.add_task("mpub", total=total, records=0)
         self.progress.start()
 
     def update(self) -> None:
         self.progress.update(self.task, completed=self.stats.bytes, records=self.stats.published)
+
+    def finish(self) -> None:
+        """Everything was published: the bar ends full (delimiters are not counted in bytes)."""
+        total = self.progress.tasks[0].total
+        self.progress.update(self.task, completed=total if total is not None else self.stats.bytes,
+                             records=self.stats.published)
+        self.progress.refresh()
 
     def stop(self) -> None:
         self.progress.stop()

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import click
 
+from .command import option
 from .types import DURATION, HOST_PORT, HTTP_ADDRESS
 
 DEFAULT_NSQD = "127.0.0.1:4150"
 
 
-def _opt(*decls, **kw):
+def _opt(*decls, group: str = "Connection", **kw):
     kw.setdefault("show_envvar", True)
-    return click.option(*decls, **kw)
+    return option(*decls, group=group, **kw)
 
 
 def connection_options(consumer: bool = False):
@@ -25,23 +26,23 @@ def connection_options(consumer: bool = False):
         _opt("--lookupd-http-address", "lookupd_http_addresses", multiple=True, type=HTTP_ADDRESS,
              envvar="NSQCLI_LOOKUPD_HTTP_ADDRESS",
              help="nsqlookupd HTTP address, HOST:PORT or URL (repeatable)."),
-        _opt("--tls", is_flag=True, envvar="NSQCLI_TLS", help="Negotiate TLS (certificates verified)."),
-        _opt("--tls-ca-file", type=click.Path(exists=True, dir_okay=False), envvar="NSQCLI_TLS_CA_FILE",
+        _opt("--tls", group="TLS", is_flag=True, envvar="NSQCLI_TLS", help="Negotiate TLS (certificates verified)."),
+        _opt("--tls-ca-file", group="TLS", type=click.Path(exists=True, dir_okay=False), envvar="NSQCLI_TLS_CA_FILE",
              help="CA bundle to verify nsqd's certificate."),
-        _opt("--tls-cert", type=click.Path(exists=True, dir_okay=False), envvar="NSQCLI_TLS_CERT",
+        _opt("--tls-cert", group="TLS", type=click.Path(exists=True, dir_okay=False), envvar="NSQCLI_TLS_CERT",
              help="Client certificate (PEM)."),
-        _opt("--tls-key", type=click.Path(exists=True, dir_okay=False), envvar="NSQCLI_TLS_KEY",
+        _opt("--tls-key", group="TLS", type=click.Path(exists=True, dir_okay=False), envvar="NSQCLI_TLS_KEY",
              help="Client key (PEM)."),
-        _opt("--tls-min-version", type=click.Choice(["1.0", "1.1", "1.2", "1.3"]),
+        _opt("--tls-min-version", group="TLS", type=click.Choice(["1.0", "1.1", "1.2", "1.3"]),
              envvar="NSQCLI_TLS_MIN_VERSION", help="Minimum TLS version."),
-        _opt("--tls-insecure-skip-verify", is_flag=True, envvar="NSQCLI_TLS_INSECURE_SKIP_VERIFY",
+        _opt("--tls-insecure-skip-verify", group="TLS", is_flag=True, envvar="NSQCLI_TLS_INSECURE_SKIP_VERIFY",
              help="Do not verify nsqd's certificate or hostname (insecure)."),
-        _opt("--snappy", is_flag=True, envvar="NSQCLI_SNAPPY", help="Negotiate snappy compression."),
-        _opt("--deflate", is_flag=True, envvar="NSQCLI_DEFLATE", help="Negotiate deflate compression."),
-        _opt("--deflate-level", type=click.IntRange(1, 9), default=6, envvar="NSQCLI_DEFLATE_LEVEL",
+        _opt("--snappy", group="Compression", is_flag=True, envvar="NSQCLI_SNAPPY", help="Negotiate snappy compression."),
+        _opt("--deflate", group="Compression", is_flag=True, envvar="NSQCLI_DEFLATE", help="Negotiate deflate compression."),
+        _opt("--deflate-level", group="Compression", type=click.IntRange(1, 9), default=6, envvar="NSQCLI_DEFLATE_LEVEL",
              help="Deflate level (nsqd caps it at its --max-deflate-level)."),
-        _opt("--auth-secret", envvar="NSQCLI_AUTH_SECRET", help="Secret for nsqd AUTH (never logged)."),
-        _opt("--auth-secret-file", type=click.Path(exists=True, dir_okay=False),
+        _opt("--auth-secret", group="Auth", envvar="NSQCLI_AUTH_SECRET", help="Secret for nsqd AUTH (never logged)."),
+        _opt("--auth-secret-file", group="Auth", type=click.Path(exists=True, dir_okay=False),
              envvar="NSQCLI_AUTH_SECRET_FILE", help="Read the AUTH secret from this file."),
         _opt("--client-id", envvar="NSQCLI_CLIENT_ID", help="client_id sent in IDENTIFY (default: short hostname)."),
         _opt("--heartbeat-interval", type=DURATION, default="30s", envvar="NSQCLI_HEARTBEAT_INTERVAL",
@@ -97,10 +98,32 @@ def build_config(conn: dict, **extra):
                   msg_timeout=conn.get("msg_timeout"), sample_rate=conn.get("sample_rate") or 0)
     if conn.get("client_id"):
         fields["client_id"] = conn["client_id"]
+    if secret:
+        fields["on_notice"] = _once_to_stderr()
     if conn.get("lookupd_poll_interval"):
         fields["lookupd_poll_interval"] = max(0.1, conn["lookupd_poll_interval"])
     fields.update(extra)
     return Config(**fields)
+
+
+def _once_to_stderr():
+    """A warning on stderr, once per sentence, silenced by -q (the command's App)."""
+    import threading
+
+    ctx = click.get_current_context(silent=True)
+    app = ctx.obj if ctx is not None else None
+    said: set[str] = set()
+    lock = threading.Lock()
+
+    def notice(text: str) -> None:
+        with lock:
+            if text in said:
+                return
+            said.add(text)
+        if app is not None:
+            app.warn(text)
+
+    return notice
 
 
 def nsqd_addresses(conn: dict) -> list[str]:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import sys
 
 import click
 
+from .command import command, option
 from .options import build_config, connection_options, nsqd_addresses, pop_connection
 from .types import DURATION, TOPIC
 
@@ -34,16 +36,24 @@ def resolve_producers(app, conn: dict, topic: str, deadline: float | None = None
     return [p.tcp_address for p in producers]
 
 
-@click.command()
-@click.option("-t", "--topic", required=True, type=TOPIC, help="Topic to publish to.")
-@click.argument("message", required=False)
-@click.option("--defer", type=DURATION, help="Deliver after this delay (DPUB).")
-@click.option("--fanout", is_flag=True, help="Publish to every nsqd given (like to_nsq), not just one.")
-@click.option("--timeout", type=DURATION, default="10s", show_default=True,
-              help="Give up (exit 3) if nsqd has not answered by then.")
+@command(examples="""
+nsqcli pub events 'hello'                     # TOPIC and MESSAGE as arguments
+nsqcli pub -t events 'hello'                  # the same with -t
+some-producer | nsqcli pub events             # all of stdin as ONE binary-safe message
+nsqcli pub events --defer 30s 'later'         # DPUB: delivered in 30 s
+nsqcli pub events 'x' --json                  # {"acknowledged_by": [...], "bytes": 1, ...} on stdout
+nsqcli pub events 'x' --lookupd-http-address 127.0.0.1:4161   # to a node that carries the topic
+""")
+@option("-t", "--topic", "topic_opt", type=TOPIC, help="Topic to publish to (or the first argument).")
+@click.argument("args", nargs=-1, metavar="[TOPIC] [MESSAGE]")
+@option("--defer", type=DURATION, help="Deliver after this delay (DPUB).")
+@option("--fanout", is_flag=True, help="Publish to every nsqd given (like to_nsq), not just one.")
+@option("--timeout", type=DURATION, default="10s", show_default=True,
+        help="Give up (exit 3) if nsqd has not answered by then (0 is refused).")
+@option("--json", "as_json", is_flag=True, help="The result as one JSON line on stdout.")
 @connection_options()
 @click.pass_obj
-def pub(app, topic, message, defer, fanout, timeout, **kwargs):
+def pub(app, topic_opt, args, defer, fanout, timeout, as_json, **kwargs):
     """Publish MESSAGE (or all of stdin, binary-safe, when MESSAGE is '-' or absent) to TOPIC.
 
     Exits 0 only after nsqd answered OK. With several --nsqd-tcp-address it fails over to the
@@ -55,6 +65,9 @@ def pub(app, topic, message, defer, fanout, timeout, **kwargs):
     from ..client.producer import Producer
     from .app import DeadlineExceeded
 
+    topic, message = topic_and_message(topic_opt, args)
+    if timeout <= 0:
+        raise click.BadParameter("must be more than 0", param_hint="'--timeout'")
     conn = pop_connection(kwargs)
     cfg = build_config(conn)
     if message is None or message == "-":
@@ -84,4 +97,24 @@ def pub(app, topic, message, defer, fanout, timeout, **kwargs):
     finally:
         producer.close(timeout=max(0.1, deadline - time.monotonic()))
     app.debug(f"published {len(body)} bytes to {', '.join(acked)}")
+    if as_json:
+        from .app import write_stdout
+
+        write_stdout(json.dumps({"topic": topic, "bytes": len(body), "acknowledged_by": list(acked),
+                                 "published": 1}) + "\n")
     return 0
+
+
+def topic_and_message(topic_opt, args) -> tuple[str, str | None]:
+    """`pub TOPIC [MESSAGE]` or `pub -t TOPIC [MESSAGE]`."""
+    args = list(args)
+    if topic_opt is None:
+        if not args:
+            raise click.UsageError("missing TOPIC (nsqcli pub TOPIC [MESSAGE], or -t TOPIC)")
+        topic = TOPIC.convert(args.pop(0), None, None)
+    else:
+        topic = topic_opt
+    if len(args) > 1:
+        raise click.UsageError(f"too many arguments: {' '.join(args)!r} (quote a MESSAGE with spaces; "
+                               "TOPIC is given once, as the first argument or with -t)")
+    return topic, (args[0] if args else None)

@@ -11,18 +11,23 @@ import sys
 
 import click
 
+from .command import command, option
 from .spark_options import check_archives, spark_session, spark_error, spark_options
 
 
-@click.command()
+@command(examples="""
+nsqcli query "select hour, count(*) from messages group by hour order by hour" -a /archive/
+nsqcli query "select body_text from messages where body_text like '%error%'" -a '/archive/*.gz' --json
+nsqcli query "select topic, count(*) n from messages group by topic" -a /archive/ --csv
+""")
 @click.argument("sql")
-@click.option("-a", "--archive", "archives", multiple=True, required=True, metavar="PATH",
+@option("-a", "--archive", "archives", multiple=True, required=True, metavar="PATH",
               help="Archive file, directory or glob (repeatable).")
-@click.option("-f", "--format", "fmt", type=click.Choice(["auto", "raw", "json"]), default="auto", show_default=True,
+@option("-f", "--format", "fmt", type=click.Choice(["auto", "raw", "json"]), default="auto", show_default=True,
               help="Archive format (auto: from the first record).")
-@click.option("--json", "as_json", is_flag=True, help="NDJSON on stdout (binary values base64).")
-@click.option("--csv", "as_csv", is_flag=True, help="CSV with a header on stdout.")
-@click.option("-n", "--limit", type=click.IntRange(min=1), help="At most this many rows.")
+@option("--json", "as_json", is_flag=True, help="NDJSON on stdout (binary values base64).")
+@option("--csv", "as_csv", is_flag=True, help="CSV with a header on stdout.")
+@option("-n", "--limit", type=click.IntRange(min=1), help="At most this many rows.")
 @spark_options
 @click.pass_obj
 def query(app, sql, archives, fmt, as_json, as_csv, limit, master, remote, confs, py_files, spark_log_level):
@@ -33,12 +38,6 @@ def query(app, sql, archives, fmt, as_json, as_csv, limit, master, remote, confs
     archives), host and hour (from nsq_to_file-style file names), file.
     Output: an aligned table (default), --json (NDJSON) or --csv. An error in the SQL is one line
     with Spark's message, exit 2.
-
-    \b
-    Examples:
-      nsqcli query "select hour, count(*) from messages group by hour order by hour" -a /archive/
-      nsqcli query "select body_text from messages where body_text like '%error%'" -a '/archive/*.gz' --json
-      nsqcli query "select topic, count(*) n from messages group by topic" -a /archive/ --csv
     """
     if as_json and as_csv:
         raise click.UsageError("--json and --csv cannot be used together")

@@ -11,23 +11,29 @@ import time
 
 import click
 
+from .command import command, option
 from .options import connection_options, pop_connection
 from .spark_options import check_archives, spark_session, sink_options, spark_error, spark_options
 from .types import MOMENT, TOPIC
 
 
-@click.command()
+@command(examples="""
+nsqcli replay /archive/events/ -t events --since 2026-11-22T08:00Z --until 2026-11-22T09:00Z
+nsqcli replay '/archive/*.log.gz' -t events_fixed --where "body_text like '%\\"type\\":\\"order\\"%'"
+nsqcli replay /archive/ -t events --dry-run
+nsqcli replay /archive/ -t events --master spark://10.0.0.5:7077 --rate 5000
+""")
 @click.argument("archives", nargs=-1, required=True, metavar="ARCHIVE...")
-@click.option("-t", "--topic", required=True, type=TOPIC, help="Publish into this topic.")
-@click.option("--since", type=MOMENT, help="Only messages at or after this time (ISO 8601 or e.g. 2h = two hours ago).")
-@click.option("--until", type=MOMENT, help="Only messages before this time.")
-@click.option("--where", "where", metavar="SQL",
+@option("-t", "--topic", required=True, type=TOPIC, help="Publish into this topic.")
+@option("--since", type=MOMENT, help="Only messages at or after this time (ISO 8601 or e.g. 2h = two hours ago).")
+@option("--until", type=MOMENT, help="Only messages before this time.")
+@option("--where", "where", metavar="SQL",
               help="A Spark SQL condition over body_text, topic, host, timestamp, attempts, id, nsqd, hour.")
-@click.option("--from-topic", "from_topics", multiple=True, type=TOPIC,
+@option("--from-topic", "from_topics", multiple=True, type=TOPIC,
               help="Only messages archived from this topic (repeatable; for mixed archives).")
-@click.option("--rate", type=click.FloatRange(min=0.001), help="Messages per second for the whole job.")
-@click.option("--dry-run", is_flag=True, help="Count what would be published, by topic and hour; publish nothing.")
-@click.option("-f", "--format", "fmt", type=click.Choice(["auto", "raw", "json"]), default="auto", show_default=True,
+@option("--rate", type=click.FloatRange(min=0.001), help="Messages per second for the whole job.")
+@option("--dry-run", is_flag=True, help="Count what would be published, by topic and hour; publish nothing.")
+@option("-f", "--format", "fmt", type=click.Choice(["auto", "raw", "json"]), default="auto", show_default=True,
               help="Archive format (auto: from the first record).")
 @spark_options
 @connection_options()
@@ -41,13 +47,6 @@ def replay(app, archives, topic, since, until, where, from_topics, rate, dry_run
     --since/--until use the JSON envelope's timestamp, else the hour in the file name.
     Delivery is at least once: when Spark retries a failed task, that task's messages are
     published again. The last line says how many messages nsqd acknowledged.
-
-    \b
-    Examples:
-      nsqcli replay /archive/events/ -t events --since 2026-11-22T08:00Z --until 2026-11-22T09:00Z
-      nsqcli replay '/archive/*.log.gz' -t events_fixed --where "body_text like '%\\"type\\":\\"order\\"%'"
-      nsqcli replay /archive/ -t events --dry-run
-      nsqcli replay /archive/ -t events --master spark://10.0.0.5:7077 --rate 5000
     """
     conn = pop_connection(kwargs)
     if since and until and since >= until:

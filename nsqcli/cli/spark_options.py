@@ -9,18 +9,20 @@ import os
 
 import click
 
+from .command import option
+
 
 def spark_options(f):
     opts = [
-        click.option("--master", envvar="NSQCLI_SPARK_MASTER", show_envvar=True,
+        option("--master", group="Spark", envvar="NSQCLI_SPARK_MASTER", show_envvar=True,
                      help="Spark master: local[*] (default), local[N], spark://HOST:PORT, yarn, k8s://..."),
-        click.option("--remote", envvar="NSQCLI_SPARK_REMOTE", show_envvar=True,
+        option("--remote", group="Spark", envvar="NSQCLI_SPARK_REMOTE", show_envvar=True,
                      help="Spark Connect server, sc://HOST:PORT (it must have nsqcli installed)."),
-        click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE",
+        option("--conf", "confs", group="Spark", multiple=True, metavar="KEY=VALUE",
                      help="A Spark configuration property (repeatable)."),
-        click.option("--py-files", "py_files", multiple=True, metavar="PATH",
+        option("--py-files", "py_files", group="Spark", multiple=True, metavar="PATH",
                      help="Ship these to executors instead of nsqcli's own zip (repeatable)."),
-        click.option("--spark-log-level", default="ERROR", show_default=True,
+        option("--spark-log-level", group="Spark", default="ERROR", show_default=True,
                      type=click.Choice(["ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF"],
                                        case_sensitive=False),
                      help="Spark's log level (its log goes to stderr only with -v)."),

@@ -9,6 +9,7 @@ import time
 
 import click
 
+from .command import command, option
 from .types import CHANNEL, DURATION, HTTP_ADDRESS, TOPIC
 
 HEADER = ("------rate------+----------------depth----------------+--------------metadata---------------\n"
@@ -16,32 +17,45 @@ HEADER = ("------rate------+----------------depth----------------+--------------
 ROW = "{:7.0f} {:7.0f} | {:7d} {:7d} {:7d} {:5d} {:5d} | {:7d} {:7d} {:12d} {:7d}"
 
 
-def discover(app, nsqd: list[str], lookupd: list[str], topic: str | None) -> list[str]:
-    """nsqd HTTP addresses: the given ones, or every node the lookupds know (carrying ``topic``)."""
-    if nsqd:
+def discover(app, nsqd: list[str], lookupd: list[str], topic: str | None, said: set | None = None) -> list[str]:
+    """nsqd HTTP addresses: the given ones and every node the lookupds know (carrying ``topic``).
+    A lookupd failure is said once (``said`` remembers across polls) until it changes."""
+    if not lookupd:
         return nsqd
     from ..client.http import cluster_view
 
     view = cluster_view(lookupd, topic)
+    said = set() if said is None else said
     for e in view.errors:
-        app.warn(f"nsqlookupd failed: {e}")
+        if str(e) not in said:
+            app.warn(f"nsqlookupd failed: {e}")
+    said.clear()
+    said.update(str(e) for e in view.errors)
     nodes = view.producers(topic) if topic else list(view.nodes.values())
-    return sorted(n.http_address for n in nodes)
+    found = [n.http_address for n in nodes]
+    given = {a.split("://", 1)[-1].rstrip("/") for a in nsqd}
+    return list(nsqd) + sorted(a for a in found if a not in given)
 
 
-@click.command()
-@click.option("-t", "--topic", type=TOPIC, help="Only this topic.")
-@click.option("-c", "--channel", type=CHANNEL, help="Only this channel (with --topic).")
-@click.option("--nsqd-http-address", "nsqd", multiple=True, type=HTTP_ADDRESS, envvar="NSQCLI_NSQD_HTTP_ADDRESS", show_envvar=True,
+@command(examples="""
+nsqcli stat                                   # live dashboard on a terminal, rows otherwise
+nsqcli stat -t events -c archive --interval 5s
+nsqcli stat --lookupd-http-address 127.0.0.1:4161 --per-node
+nsqcli stat --json -n 1 | jq '.rows[] | select(.depth > 1000)'
+nsqcli stat --clients                          # also every consumer: RDY, in-flight, finished
+""")
+@option("-t", "--topic", type=TOPIC, help="Only this topic.")
+@option("-c", "--channel", type=CHANNEL, help="Only this channel (with --topic).")
+@option("--nsqd-http-address", "nsqd", multiple=True, type=HTTP_ADDRESS, envvar="NSQCLI_NSQD_HTTP_ADDRESS", show_envvar=True,
               help="nsqd HTTP address (repeatable). Default 127.0.0.1:4151 when no lookupd is given.")
-@click.option("--lookupd-http-address", "lookupd", multiple=True, type=HTTP_ADDRESS, envvar="NSQCLI_LOOKUPD_HTTP_ADDRESS",
+@option("--lookupd-http-address", "lookupd", multiple=True, type=HTTP_ADDRESS, envvar="NSQCLI_LOOKUPD_HTTP_ADDRESS",
               show_envvar=True, help="Find the nsqd nodes through nsqlookupd (re-read every interval).")
-@click.option("--interval", type=DURATION, default="2s", show_default=True)
-@click.option("--count", type=click.IntRange(1), help="Print this many reports, then exit.")
-@click.option("--per-node", is_flag=True, help="A row per node instead of summing over nodes.")
-@click.option("--clients", is_flag=True, help="Also show every consumer (live view and --json).")
-@click.option("--json", "as_json", is_flag=True, help="One NDJSON snapshot per interval on stdout.")
-@click.option("--live/--no-live", default=None, help="Live dashboard (default: when stdout is a TTY).")
+@option("--interval", type=DURATION, default="2s", show_default=True)
+@option("-n", "--count", type=click.IntRange(1), help="Print this many reports, then exit.")
+@option("--per-node", is_flag=True, help="A row per node instead of summing over nodes.")
+@option("--clients", is_flag=True, help="Also show every consumer (live view and --json).")
+@option("--json", "as_json", is_flag=True, help="One NDJSON snapshot per interval on stdout.")
+@option("--live/--no-live", default=None, help="Live dashboard (default: when stdout is a TTY).")
 @click.pass_obj
 def stat(app, topic, channel, nsqd, lookupd, interval, count, per_node, clients, as_json, live):
     """Poll nsqd /stats every --interval and report per topic/channel: ingress and egress rates,
@@ -53,6 +67,10 @@ def stat(app, topic, channel, nsqd, lookupd, interval, count, per_node, clients,
     from ..errors import NSQError
     from ..client.stats import compute_rows, poll_nodes
 
+    if interval <= 0:
+        raise click.BadParameter("must be more than 0", param_hint="'--interval'")
+    if as_json and live:
+        raise click.UsageError("--json and --live cannot be used together")
     if channel and not topic:
         raise click.UsageError("--channel needs --topic")
     nsqd, lookupd = list(nsqd), list(lookupd)
@@ -68,10 +86,11 @@ def stat(app, topic, channel, nsqd, lookupd, interval, count, per_node, clients,
     reports = 0
     answered = False
     down_before: set[str] = set()
+    lookupd_errors: set[str] = set()
     view = _LiveView(app, clients) if live else None
     try:
         while not stop.is_set():
-            nodes = discover(app, nsqd, lookupd, topic)
+            nodes = discover(app, nsqd, lookupd, topic, lookupd_errors)
             sample = poll_nodes(nodes, topic, channel, clients=True)
             answered |= bool(sample.stats)
             rows = compute_rows(last, sample, per_node, history)
@@ -109,19 +128,22 @@ def _merge(last, sample):
 
 
 def _plain(rows, n: int, single: bool) -> None:
+    """Fixed-width rows (nsq_stat's layout), the name column as wide as the longest name: a
+    topic/channel@node is never cut."""
     if not rows:
         return
+    names = [f"{r.topic}/{r.channel or '-'}" + (f"@{r.node}" if r.node != "*" else "") for r in rows]
+    width = max([len("topic/channel")] + [len(x) for x in names]) + 1
     out = []
     if n % 25 == 1:
-        out.append(HEADER if single else "topic/channel" + " " * 27 + HEADER.replace("\n", "\n" + " " * 40))
-    for r in rows:
+        out.append(HEADER if single else "topic/channel".ljust(width) + HEADER.replace("\n", "\n" + " " * width))
+    for name, r in zip(names, rows):
         line = ROW.format(r.ingress, r.egress, r.depth, r.mem, r.backend_depth, r.in_flight, r.deferred,
                           r.requeued, r.timed_out, r.messages, r.clients)
         if r.paused:
             line += " paused"
         if not single:
-            name = f"{r.topic}/{r.channel or '-'}" + (f"@{r.node}" if r.node != "*" else "")
-            line = f"{name[:39]:39s} {line}"
+            line = name.ljust(width) + line
         out.append(line)
     from .app import write_stdout
 
@@ -137,6 +159,8 @@ def _json(rows, sample, clients: bool) -> None:
 
 
 class _LiveView:
+    """The dashboard on the terminal (stdout), refitted to the terminal's width at each sample."""
+
     def __init__(self, app, clients: bool):
         from rich.live import Live
 
@@ -144,11 +168,11 @@ class _LiveView:
 
         self.clients = clients
         self.render = dashboard
-        self.live = Live(console=None, refresh_per_second=4, auto_refresh=False)
+        self.live = Live(console=None, refresh_per_second=4, auto_refresh=False, vertical_overflow="visible")
         self.live.start()
 
     def update(self, rows, sample, interval) -> None:
-        self.live.update(self.render(rows, sample, self.clients), refresh=True)
+        self.live.update(self.render(rows, sample, self.clients, width=self.live.console.width), refresh=True)
 
     def stop(self) -> None:
         self.live.stop()

@@ -9,8 +9,9 @@ import time
 
 import click
 
+from .command import command, option
 from .options import build_config, connection_options, nsqd_addresses, pop_connection
-from .types import CHANNEL, DURATION, TOPIC
+from .types import CHANNEL, DURATION, HTTP_ADDRESS, TOPIC
 
 
 class Sink:
@@ -57,30 +58,48 @@ class Sink:
                 self.done.set()
 
 
-@click.command()
-@click.option("-t", "--topic", "topics", required=True, multiple=True, type=TOPIC,
-              help="Topic to tail (repeatable).")
-@click.option("-c", "--channel", type=CHANNEL,
-              help="Channel (default: a new ephemeral one, so real consumers lose nothing).")
-@click.option("--max-in-flight", type=click.IntRange(1, 100000), default=200, show_default=True,
-              help="Messages in flight per topic.")
-@click.option("-n", "--count", type=click.IntRange(0), default=0,
-              help="Stop after N messages in total across topics (0 = no limit).")
-@click.option("--idle-timeout", type=DURATION, help="Stop after no message for this long.")
-@click.option("--timeout", type=DURATION, help="Hard deadline; exit 3 if --count was not reached by then.")
-@click.option("-f", "--format", "fmt", default="raw", show_default=True,
-              help="raw, json (NDJSON envelope), or a template like '{topic} {id} {attempts} {body}'.")
-@click.option("--print-topic", is_flag=True, help="raw format: prefix each body with 'topic | '.")
-@click.option("-0", "--null", "null", is_flag=True, help="End records with NUL instead of newline.")
-@click.option("--live", is_flag=True, help="Live table of connections on stderr (TTY only).")
+@command(examples="""
+nsqcli tail events                            # bodies on stdout; a fresh ephemeral channel
+nsqcli tail events clicks -n 100 -f json > sample.ndjson
+nsqcli tail events -f '{time} {nsqd} {attempts} {body}' --timeout 10s -n 5
+nsqcli tail events --live > /tmp/bodies.txt   # the connections table on the terminal
+nsqcli tail events -c audit                   # a durable channel (takes from its other consumers)
+nsqcli tail -t events --lookupd-http-address 127.0.0.1:4161
+""")
+@click.argument("topic_args", nargs=-1, metavar="[TOPIC]...", type=TOPIC)
+@option("-t", "--topic", "topics", multiple=True, type=TOPIC, help="Topic to tail (repeatable; or as arguments).")
+@option("-c", "--channel", type=CHANNEL,
+        help="Channel (default: a new ephemeral one, so real consumers lose nothing).")
+@option("--max-in-flight", type=click.IntRange(1, 100000), default=200, show_default=True,
+        help="Messages in flight per topic.")
+@option("-n", "--count", type=click.IntRange(0), default=0,
+        help="Stop after N messages in total across topics (0 = no limit).")
+@option("--idle-timeout", type=DURATION, help="Stop after no message for this long.")
+@option("--timeout", type=DURATION, help="Hard deadline; exit 3 if --count was not reached by then (0 is refused).")
+@option("-f", "--format", "fmt", default="raw", show_default=True,
+        help="raw, json (NDJSON envelope), or a template like '{topic} {id} {attempts} {body}'.")
+@option("--print-topic", is_flag=True, help="raw format: prefix each body with 'topic | '.")
+@option("-0", "--null", "null", is_flag=True, help="End records with NUL instead of newline.")
+@option("--live", is_flag=True, help="Live table of connections on stderr (needs stdout redirected "
+        "when stderr is the same terminal).")
+@option("--drain-backlog", is_flag=True, help="Subscribe an ephemeral channel even to a topic with a backlog "
+        "and no channel yet (it takes the backlog and keeps only nsqd's --mem-queue-size of it).")
+@option("--nsqd-http-address", "nsqd_http", multiple=True, type=HTTP_ADDRESS, envvar="NSQCLI_NSQD_HTTP_ADDRESS",
+        show_envvar=True, group="Connection",
+        help="nsqd HTTP address for the backlog check (default: lookupd's answer, or the TCP port + 1).")
 @connection_options(consumer=True)
 @click.pass_obj
-def tail(app, topics, channel, max_in_flight, count, idle_timeout, timeout, fmt, print_topic, null,
-         live, **kwargs):
+def tail(app, topic_args, topics, channel, max_in_flight, count, idle_timeout, timeout, fmt, print_topic, null,
+         live, drain_backlog, nsqd_http, **kwargs):
     """Consume TOPIC(s) and write each message body to stdout.
 
     Every message shown is FINed; with -n the rest are requeued at once. Ctrl-C, SIGTERM or a
     closed stdout pipe stop cleanly with exit 0.
+
+    Before subscribing an ephemeral channel to a topic that has a backlog and no channel yet,
+    tail refuses (exit 1): the first channel of a topic receives its whole backlog, and an
+    ephemeral one would keep only --mem-queue-size of it and drop the rest for every
+    channel created later. Use --channel NAME, or --drain-backlog to go ahead.
     """
     from ..client.consumer import Consumer
     from ..errors import NSQError
@@ -88,17 +107,34 @@ def tail(app, topics, channel, max_in_flight, count, idle_timeout, timeout, fmt,
     from ..archive.formats import Formatter
 
     conn = pop_connection(kwargs)
+    topics = tuple(dict.fromkeys(topic_args + topics))
+    if not topics:
+        raise click.UsageError("missing TOPIC (nsqcli tail TOPIC..., or -t TOPIC)")
     try:
         formatter = Formatter(fmt, print_topic)
     except ValueError as e:
         raise click.UsageError(str(e)) from None
+    if print_topic and fmt != "raw":
+        raise click.UsageError("--print-topic goes with --format raw (a template can use {topic})")
+    if timeout is not None and timeout <= 0:
+        raise click.BadParameter("must be more than 0 (leave it out for no deadline)", param_hint="'--timeout'")
+    if idle_timeout is not None and idle_timeout <= 0:
+        raise click.BadParameter("must be more than 0", param_hint="'--idle-timeout'")
+    if live and app.stderr_is_tty and sys.stdout.isatty() and _same_terminal():
+        raise click.UsageError("--live draws on the terminal that also gets the messages: redirect stdout "
+                               "(nsqcli tail TOPIC --live > FILE) or leave out --live")
     if count and count < max_in_flight:
         max_in_flight = count
     if channel is None:
         channel = f"nsqcli_tail{random.randrange(1_000_000):06d}#ephemeral"
     elif not channel.endswith("#ephemeral"):
-        app.warn(f"tailing durable channel {channel!r}: messages shown here are taken from its other consumers")
+        for topic in topics:
+            _warn_shared_channel(app, topic, channel, conn, list(nsqd_http), timeout)
     cfg = build_config(conn, max_in_flight=max_in_flight, max_attempts=0)
+    unchecked = {}  # topic -> why its backlog could not be checked (said once it is connected)
+    if channel.endswith("#ephemeral") and not drain_backlog:
+        for topic in topics:
+            unchecked[topic] = _refuse_backlog(topic, conn, list(nsqd_http), timeout)
     done = threading.Event()
     sink = Sink(formatter, b"\0" if null else b"\n", count, done)
     consumers = []
@@ -122,8 +158,12 @@ def tail(app, topics, channel, max_in_flight, count, idle_timeout, timeout, fmt,
                     raise DeadlineExceeded(f"--timeout passed while connecting: {e}") from e
                 raise
             consumers.append(c)
+            if unchecked.get(topic) and c.stats():
+                app.warn(f"could not check topic {topic!r} for a backlog without channels "
+                         f"({'; '.join(unchecked[topic])}); if it had one, this ephemeral channel took it and "
+                         "keeps only nsqd's --mem-queue-size of it (give --nsqd-http-address to check)")
         app.debug(f"tailing {', '.join(topics)} on channel {channel}")
-        timed_out = _wait(done, sink, consumers, timeout, idle_timeout, live, app)
+        timed_out = _wait(done, sink, consumers, timeout, idle_timeout, live, app, conn)
     finally:
         done.set()
         for c in consumers:
@@ -144,9 +184,101 @@ def tail(app, topics, channel, max_in_flight, count, idle_timeout, timeout, fmt,
     return 0
 
 
-def _wait(done, sink, consumers, timeout, idle_timeout, live, app) -> bool:
+def _same_terminal() -> bool:
+    import os
+
+    try:
+        a, b = os.fstat(sys.stdout.fileno()), os.fstat(sys.stderr.fileno())
+    except (OSError, ValueError):
+        return False
+    return (a.st_dev, a.st_ino, a.st_rdev) == (b.st_dev, b.st_ino, b.st_rdev)
+
+
+def _http_addresses(topic: str, conn: dict, nsqd_http: list[str], timeout: float) -> tuple[list[str], list[str]]:
+    """nsqd HTTP addresses to check for ``topic``: given ones; lookupd's producers; else the TCP
+    port + 1 convention. Returns (addresses, problems)."""
+    if nsqd_http:
+        return nsqd_http, []
+    from ..client.http import lookup_all
+    from ..client.transport import split_address
+
+    out, problems = [], []
+    for tcp in conn.get("nsqd_tcp_addresses") or (() if conn.get("lookupd_http_addresses") else ("127.0.0.1:4150",)):
+        host, port = split_address(tcp)
+        out.append(f"[{host}]:{port + 1}" if ":" in host else f"{host}:{port + 1}")
+    if conn.get("lookupd_http_addresses"):
+        producers, errors = lookup_all(list(conn["lookupd_http_addresses"]), topic, timeout)
+        out += [p.http_address for p in producers]
+        problems += [str(e) for e in errors]
+    return list(dict.fromkeys(out)), problems
+
+
+def _refuse_backlog(topic: str, conn: dict, nsqd_http: list[str], timeout) -> list[str]:
+    """Refuse (exit 1) to subscribe an ephemeral channel to a topic that has a backlog and no
+    channel: the first channel takes the whole backlog, an ephemeral one drops most of it.
+    Returns what could not be checked."""
+    from ..client.http import http_json
+    from ..errors import NSQError
+
+    limit = min(3.0, timeout or 3.0)
+    addresses, problems = _http_addresses(topic, conn, nsqd_http, limit)
+    for address in addresses:
+        try:
+            stats = http_json(address, "/stats", {"format": "json", "topic": topic}, timeout=limit)
+            found = [t for t in (stats or {}).get("topics") or [] if t.get("topic_name") == topic]
+        except (NSQError, AttributeError) as e:
+            problems.append(str(e))
+            continue
+        for t in found:
+            depth = int(t.get("depth", 0))
+            if depth > 0 and not t.get("channels"):
+                raise NSQError(
+                    f"topic {topic!r} on nsqd {address} has {depth} messages and no channel yet: the first channel "
+                    "takes that backlog from every channel created later, and tail's ephemeral channel keeps "
+                    "at most nsqd's --mem-queue-size of it. Read it durably with --channel NAME, or take "
+                    "it anyway with --drain-backlog")
+    return problems
+
+
+def _warn_shared_channel(app, topic: str, channel: str, conn: dict, nsqd_http: list[str], timeout) -> None:
+    """A durable channel that already has consumers: what tail shows (and FINs) they never get."""
+    from ..client.http import http_json
+    from ..errors import NSQError
+
+    limit = min(3.0, timeout or 3.0)
+    addresses, _ = _http_addresses(topic, conn, nsqd_http, limit)
+    others = 0
+    for address in addresses:
+        try:
+            stats = http_json(address, "/stats", {"format": "json", "topic": topic, "channel": channel}, timeout=limit)
+        except NSQError:
+            continue
+        for t in (stats or {}).get("topics") or []:
+            for c in t.get("channels") or []:
+                if t.get("topic_name") == topic and c.get("channel_name") == channel:
+                    others += int(c.get("client_count", 0))
+    if others:
+        app.warn(f"channel {topic}/{channel} has {others} other consumer(s): the messages tail shows are "
+                 "FINed here and never reach them (leave out --channel for a copy of every message)")
+
+
+def _waiting_reason(consumers, conn: dict) -> str | None:
+    """What tail waits for when no nsqd is connected (None when something is connected)."""
+    idle = [c for c in consumers if not c.stats()]
+    if not idle:
+        return None
+    names = ", ".join(repr(c.topic) for c in idle)
+    if conn.get("lookupd_http_addresses"):
+        return (f"waiting for topic {names}: no nsqd carries it yet according to nsqlookupd "
+                f"{', '.join(conn['lookupd_http_addresses'])} (asked every 5 s; it is read as soon as it is published)")
+    return f"waiting for topic {names}: no nsqd connection yet (retrying {', '.join(nsqd_addresses(conn))})"
+
+
+def _wait(done, sink, consumers, timeout, idle_timeout, live, app, conn) -> bool:
     """Block until done; returns True when the hard --timeout ended the run."""
     deadline = time.monotonic() + timeout if timeout else None
+    said_waiting = False
+    started = time.monotonic()
     view = None
     if live:
         if app.stderr_is_tty:
@@ -158,6 +290,11 @@ def _wait(done, sink, consumers, timeout, idle_timeout, live, app) -> bool:
     try:
         while not done.wait(0.1):
             now = time.monotonic()
+            if not said_waiting and now - started >= 3.0:
+                said_waiting = True
+                reason = _waiting_reason(consumers, conn)
+                if reason:
+                    app.info(reason)
             if deadline is not None and now >= deadline:
                 return True
             if idle_timeout and now - sink.last_message >= idle_timeout:

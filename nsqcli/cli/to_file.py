@@ -10,6 +10,7 @@ import time
 
 import click
 
+from .command import command, option
 from .options import build_config, connection_options, nsqd_addresses, pop_connection
 from .types import CHANNEL, DURATION, TOPIC
 
@@ -30,37 +31,42 @@ class Size(click.ParamType):
         return int(m.group(1)) * 1024 ** " kmgt".index((m.group(2) or " ").lower())
 
 
-@click.command("to-file")
-@click.option("-t", "--topic", "topics", multiple=True, type=TOPIC, help="Topic to archive (repeatable).")
-@click.option("--topic-pattern", help="Regex: archive every topic nsqlookupd knows that matches (needs lookupd).")
-@click.option("--topic-refresh", type=DURATION, default="1m", show_default=True,
+@command("to-file", examples="""
+nsqcli to-file -t events --output-dir /archive --work-dir /archive/.work --gzip --rotate-size 100M
+nsqcli to-file --topic-pattern '^app\\.' --lookupd-http-address 127.0.0.1:4161 -f json
+nsqcli to-file -t events --output-dir . --rotate-interval 1h --sync-interval 5s
+kill -HUP $(pgrep -f 'nsqcli to-file')      # close and move the current files now
+""")
+@option("-t", "--topic", "topics", multiple=True, type=TOPIC, help="Topic to archive (repeatable).")
+@option("--topic-pattern", help="Regex: archive every topic nsqlookupd knows that matches (needs lookupd).")
+@option("--topic-refresh", type=DURATION, default="1m", show_default=True,
               help="How often --topic-pattern re-reads the topic list (also at start-up).")
-@click.option("-c", "--channel", type=CHANNEL, default="nsqcli_to_file", show_default=True)
-@click.option("--max-in-flight", type=click.IntRange(1, 1_000_000), default=200, show_default=True,
+@option("-c", "--channel", type=CHANNEL, default="nsqcli_to_file", show_default=True)
+@option("--max-in-flight", type=click.IntRange(1, 1_000_000), default=200, show_default=True,
               help="Messages in flight per topic; also the largest un-synced batch.")
-@click.option("--output-dir", type=click.Path(file_okay=False), default="/tmp", show_default=True,
+@option("--output-dir", type=click.Path(file_okay=False), default="/tmp", show_default=True,
               help="Where finished files go.")
-@click.option("--work-dir", type=click.Path(file_okay=False),
+@option("--work-dir", type=click.Path(file_okay=False),
               help="Where files are written until closed (same filesystem as --output-dir).")
-@click.option("--filename-format", default="<TOPIC>.<HOST><REV>.<DATETIME>.log", show_default=True,
+@option("--filename-format", default="<TOPIC>.<HOST><REV>.<DATETIME>.log", show_default=True,
               help="Tokens: <TOPIC> <HOST> <REV> <DATETIME> <PID>; may contain '/'.")
-@click.option("--datetime-format", default="%Y-%m-%d_%H", show_default=True, help="strftime for <DATETIME>.")
-@click.option("--local-time", is_flag=True, help="<DATETIME> in local time instead of UTC.")
-@click.option("--host-identifier", help="Replaces <HOST> (may contain <SHORT_HOST>, <HOSTNAME>).")
-@click.option("--gzip", "use_gzip", is_flag=True, help="Compress (multi-member gzip: one member per sync).")
-@click.option("--gzip-level", type=click.IntRange(1, 9), default=6, show_default=True)
-@click.option("--rotate-size", type=Size(), default="0", help="Rotate after this many bytes on disk (0 = off).")
-@click.option("--rotate-interval", type=DURATION, default="0", help="Rotate files older than this (0 = off).")
-@click.option("--sync-interval", type=DURATION, default="30s", show_default=True,
+@option("--datetime-format", default="%Y-%m-%d_%H", show_default=True, help="strftime for <DATETIME>.")
+@option("--local-time", is_flag=True, help="<DATETIME> in local time instead of UTC.")
+@option("--host-identifier", help="Replaces <HOST> (may contain <SHORT_HOST>, <HOSTNAME>).")
+@option("--gzip", "use_gzip", is_flag=True, help="Compress (multi-member gzip: one member per sync).")
+@option("--gzip-level", type=click.IntRange(1, 9), default=6, show_default=True)
+@option("--rotate-size", type=Size(), default="0", help="Rotate after this many bytes on disk (0 = off).")
+@option("--rotate-interval", type=DURATION, default="0", help="Rotate files older than this (0 = off).")
+@option("--sync-interval", type=DURATION, default="30s", show_default=True,
               help="Longest time a message waits un-synced (and un-FINed).")
-@click.option("--skip-empty-files", is_flag=True, help="Accepted for nsq_to_file compatibility "
+@option("--skip-empty-files", is_flag=True, help="Accepted for nsq_to_file compatibility "
               "(nsqcli never creates empty files: files open on the first message).")
-@click.option("-f", "--format", "fmt", type=click.Choice(["raw", "json"]), default="raw", show_default=True,
+@option("-f", "--format", "fmt", type=click.Choice(["raw", "json"]), default="raw", show_default=True,
               help="raw: body + newline (like nsq_to_file); json: the NDJSON envelope of tail --format json.")
-@click.option("--log-level", type=click.Choice(["debug", "info", "warn", "error"]), default="info",
+@option("--log-level", type=click.Choice(["debug", "info", "warn", "error"]), default="info",
               show_default=True, help="Log lines on stderr.")
-@click.option("--live/--no-live", default=None, help="Live status table (default: on when stderr is a TTY).")
-@click.option("--status-interval", type=DURATION, default="60s", show_default=True,
+@option("--live/--no-live", default=None, help="Live status table (default: on when stderr is a TTY).")
+@option("--status-interval", type=DURATION, default="60s", show_default=True,
               help="Without --live: a status line per topic this often at info level (0 = off).")
 @connection_options()
 @click.pass_obj
@@ -84,6 +90,16 @@ def to_file(app, topics, topic_pattern, topic_refresh, channel, max_in_flight, o
     if not topics and not topic_pattern:
         raise click.UsageError("give --topic or --topic-pattern")
     lookupd = list(conn.get("lookupd_http_addresses") or ())
+    if sync_interval <= 0:
+        raise click.BadParameter("must be more than 0", param_hint="'--sync-interval'")
+    if topics and topic_pattern:
+        raise click.UsageError("--topic and --topic-pattern cannot be used together (a pattern already "
+                               "chooses the topics)")
+    ctx = click.get_current_context()
+    from click.core import ParameterSource
+
+    if not use_gzip and ctx.get_parameter_source("gzip_level") != ParameterSource.DEFAULT:
+        raise click.UsageError("--gzip-level needs --gzip")
     if topic_pattern:
         if not lookupd:
             raise click.UsageError("--topic-pattern needs --lookupd-http-address")
@@ -100,6 +116,7 @@ def to_file(app, topics, topic_pattern, topic_refresh, channel, max_in_flight, o
         opts.validate()
     except ValueError as e:
         raise click.UsageError(str(e)) from None
+    _check_same_filesystem(output_dir, work_dir)
     cfg = build_config(conn, max_in_flight=max_in_flight, max_attempts=0)
     if cfg.msg_timeout is not None and sync_interval >= cfg.msg_timeout:
         app.warn("--sync-interval should stay below --msg-timeout, or messages time out before they are FINed")
@@ -139,6 +156,29 @@ def to_file(app, topics, topic_pattern, topic_refresh, channel, max_in_flight, o
                        "messages not on disk were requeued")
     sys.stderr.flush()
     return 0
+
+
+def _existing(path: str) -> str:
+    import os
+
+    path = os.path.abspath(path)
+    while not os.path.exists(path):
+        path = os.path.dirname(path)
+    return path
+
+
+def _check_same_filesystem(output_dir: str, work_dir: str | None) -> None:
+    """Closed files are renamed from --work-dir into --output-dir; a rename cannot cross file
+    systems, so that would fail at the first rotation - refuse at start-up instead."""
+    import os
+
+    if not work_dir:
+        return
+    a, b = _existing(output_dir), _existing(work_dir)
+    if os.stat(a).st_dev != os.stat(b).st_dev:
+        raise click.UsageError(f"--work-dir {work_dir} and --output-dir {output_dir} are on different file "
+                               "systems: closed files are moved by rename, which cannot cross them; "
+                               "put --work-dir on the same file system (e.g. OUTPUT_DIR/.work)")
 
 
 def _setup_logging(level: str) -> None:

@@ -7,27 +7,32 @@ import time
 
 import click
 
+from .command import command, option
 from .options import connection_options, pop_connection
 from .spark_options import spark_session, sink_options, spark_error, spark_options
 from .types import CHANNEL, DURATION, TOPIC
 
 
-@click.command("to-parquet")
-@click.option("-t", "--topic", "topics", required=True, multiple=True, type=TOPIC, help="Topic to archive (repeatable).")
-@click.option("-c", "--channel", default="nsqcli_to_parquet", show_default=True, type=CHANNEL)
-@click.option("-o", "--output", required=True, metavar="DIR", help="The Parquet dataset (a directory or URL).")
-@click.option("--checkpoint", required=True, metavar="DIR",
+@command("to-parquet", examples="""
+nsqcli to-parquet -t events -o /data/events --checkpoint /data/_ck/events
+nsqcli to-parquet -t events -o /data/events --checkpoint /data/_ck/events --available-now
+nsqcli to-parquet -t a -t b -o s3a://bucket/nsq --checkpoint s3a://bucket/_ck --master spark://10.0.0.5:7077
+""")
+@option("-t", "--topic", "topics", required=True, multiple=True, type=TOPIC, help="Topic to archive (repeatable).")
+@option("-c", "--channel", default="nsqcli_to_parquet", show_default=True, type=CHANNEL)
+@option("-o", "--output", required=True, metavar="DIR", help="The Parquet dataset (a directory or URL).")
+@option("--checkpoint", required=True, metavar="DIR",
               help="Spark checkpoint; restart with the same one to go on where it stopped.")
-@click.option("--partition-by", default="topic,date", show_default=True,
+@option("--partition-by", default="topic,date", show_default=True,
               help="Comma-separated partition columns (any of the columns, plus date and hour); '' for none.")
-@click.option("--trigger", "trigger", type=DURATION, default="10s", show_default=True,
+@option("--trigger", "trigger", type=DURATION, default="10s", show_default=True,
               help="Micro-batch interval (0: as fast as possible).")
-@click.option("--max-messages-per-batch", type=click.IntRange(min=1), help="Cap per micro-batch (default: half of --max-in-flight).")
-@click.option("--max-in-flight", type=click.IntRange(min=1), default=20000, show_default=True,
+@option("--max-messages-per-batch", type=click.IntRange(min=1), help="Cap per micro-batch (default: half of --max-in-flight).")
+@option("--max-in-flight", type=click.IntRange(min=1), default=20000, show_default=True,
               help="Messages held (un-FINed) at once; several connections per nsqd above 2500.")
-@click.option("--dedupe", is_flag=True, help="Drop redelivered messages (same nsqd and id) within --dedupe-watermark.")
-@click.option("--dedupe-watermark", type=DURATION, default="1h", show_default=True)
-@click.option("--available-now", is_flag=True,
+@option("--dedupe", is_flag=True, help="Drop redelivered messages (same nsqd and id) within --dedupe-watermark.")
+@option("--dedupe-watermark", type=DURATION, default="1h", show_default=True)
+@option("--available-now", is_flag=True,
               help="Drain what was published before the start, then exit 0 (batch jobs, CI; Spark >= 4.2).")
 @spark_options
 @connection_options(consumer=True)
@@ -41,12 +46,6 @@ def to_parquet(app, topics, channel, output, checkpoint, partition_by, trigger, 
     the query cleanly, and a restart with the same --checkpoint loses nothing (nsqd redelivers
     what was not FINed: at least once; --dedupe drops those duplicates within the watermark).
     Columns: body, id, timestamp, attempts, nsqd, topic, channel (+ date, hour).
-
-    \b
-    Examples:
-      nsqcli to-parquet -t events -o /data/events --checkpoint /data/_ck/events
-      nsqcli to-parquet -t events -o /data/events --checkpoint /data/_ck/events --available-now
-      nsqcli to-parquet -t a -t b -o s3a://bucket/nsq --checkpoint s3a://bucket/_ck --master spark://10.0.0.5:7077
     """
     conn = pop_connection(kwargs)
     cols = [c.strip() for c in partition_by.split(",") if c.strip()]

@@ -67,8 +67,11 @@ class HttpAddress(click.ParamType):
 
     def convert(self, value, param, ctx):
         from ..client.http import base_url
+        from ..client.transport import split_address
 
         try:
+            if "://" not in str(value):
+                split_address(value)  # HOST:PORT, checked like nsqd's TCP addresses
             base_url(value)
         except ValueError as e:
             self.fail(str(e), param, ctx)

@@ -1,26 +1,130 @@
 """rich live views on stderr (only on a TTY). A refresh thread renders snapshots taken from the
-consumers' own locked state (rich's Live does the refreshing)."""
+consumers' own locked state (rich's Live does the refreshing).
+
+Every table is fitted to the terminal's current width at each refresh (so a resize redraws it
+to the new width): columns carry a priority; when the table is too wide, headers are shortened
+first, then the least important columns are dropped (and named in the caption), never every
+cell truncated to 'a…'. nsqd addresses are shortened to what tells them apart (the port when
+every node is on one host).
+"""
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 
-def connections_table(consumers):
+@dataclass(frozen=True)
+class Col:
+    name: str
+    short: str
+    priority: int          # 1 = always shown; higher numbers are dropped first
+    right: bool = True     # numbers right-aligned
+
+
+def _cell_width(value) -> int:
+    return len(value.plain) if hasattr(value, "plain") else len(str(value))
+
+
+def fitted_table(title: str, cols: list[Col], rows: list[list], width: int, caption: str = ""):
+    """A rich Table of ``rows`` that fits ``width``: short headers, then fewer columns."""
     from rich.table import Table
 
-    table = Table(title="nsqcli connections", expand=False)
-    for col in ("topic", "nsqd", "state", "RDY", "in-flight", "received", "finished", "requeued",
-                "timed out", "lost acks", "late", "backoff", "last msg"):
-        table.add_column(col, justify="right" if col not in ("topic", "nsqd", "state", "backoff") else "left")
-    now = time.time()
-    for c in consumers:
-        for s in c.stats():
-            age = f"{now - s.last_message:.1f}s" if s.last_message else "-"
-            table.add_row(c.topic, s.address, s.state, str(s.rdy), str(s.in_flight), str(s.received),
-                          str(s.finished), str(s.requeued), str(s.timed_out), str(s.lost),
-                          str(s.late), s.backoff or "-", age)
+    fold_at = max(16, width // 3)  # a long name (topic/channel) wraps at this width instead of
+                                   # pushing every other column out
+
+    def need(idx: list[int], short: bool) -> int:
+        total = 1  # the left border
+        for i in idx:
+            head = cols[i].short if short else cols[i].name
+            cell = max([len(head)] + [_cell_width(r[i]) for r in rows])
+            if not cols[i].right:
+                cell = min(cell, max(len(head), fold_at))
+            total += cell + 3  # padding + separator
+        return total
+
+    idx = list(range(len(cols)))
+    short = need(idx, False) > width
+    dropped: list[str] = []
+    while need(idx, short) > width and len(idx) > 1:
+        worst = max(idx, key=lambda i: (cols[i].priority, i))
+        if cols[worst].priority <= 1:
+            break
+        idx.remove(worst)
+        dropped.append(cols[worst].short)
+    if dropped:
+        caption = (caption + "  " if caption else "") + f"(hidden to fit: {', '.join(reversed(dropped))}; widen the terminal)"
+    table = Table(title=title, caption=caption or None, expand=False, caption_justify="left")
+    for i in idx:
+        table.add_column(cols[i].short if short else cols[i].name, justify="right" if cols[i].right else "left",
+                         no_wrap=cols[i].priority > 1, overflow="fold")
+    for r in rows:
+        table.add_row(*[r[i] if hasattr(r[i], "plain") else str(r[i]) for i in idx])
     return table
+
+
+def short_names(addresses) -> tuple[dict[str, str], str]:
+    """Display names for nsqd addresses that keep what distinguishes them: ':4150' when every
+    address is on one host (the host goes in the returned note), the host when every port is
+    the same, and a common domain suffix left out. Returns ({address: name}, note)."""
+    addrs = sorted(set(addresses))
+    if len(addrs) <= 1:
+        return {a: a for a in addrs}, ""
+    parts = {}
+    for a in addrs:
+        host, _, port = a.rpartition(":")
+        parts[a] = (host or a, port)
+    hosts = {h for h, _ in parts.values()}
+    ports = {p for _, p in parts.values()}
+    if len(hosts) == 1:
+        return {a: f":{p}" for a, (h, p) in parts.items()}, f"nsqd on {next(iter(hosts))}"
+    suffix = _common_domain_suffix(hosts)
+    names = {}
+    for a, (h, p) in parts.items():
+        short_host = h[: -len(suffix)] if suffix and h.endswith(suffix) and h != suffix else h
+        names[a] = short_host if len(ports) == 1 else f"{short_host}:{p}"
+    return names, (f"hosts *{suffix}" if suffix else "") + (f" port {next(iter(ports))}" if len(ports) == 1 else "")
+
+
+def _common_domain_suffix(hosts: set[str]) -> str:
+    if any(h.replace(".", "").isdigit() or ":" in h for h in hosts):
+        return ""  # IP addresses: no domain to drop
+    split = [h.split(".") for h in hosts]
+    common = []
+    for labels in zip(*[list(reversed(s)) for s in split]):
+        if len(set(labels)) != 1:
+            break
+        common.append(labels[0])
+    if not common or any(len(s) <= len(common) for s in split):
+        return ""
+    return "." + ".".join(reversed(common))
+
+
+CONNECTION_COLS = [Col("topic", "topic", 2, False), Col("nsqd", "nsqd", 1, False), Col("state", "state", 6, False),
+                   Col("RDY", "RDY", 1), Col("in-flight", "infl", 1), Col("received", "recv", 2),
+                   Col("FINed", "fin", 2), Col("requeued", "req", 3), Col("timed out", "t-o", 3),
+                   Col("lost acks", "lost", 4), Col("late", "late", 6), Col("backoff", "backoff", 2, False),
+                   Col("last msg", "last", 5)]
+
+
+def connections_table(consumers, width: int = 120):
+    """A row per connection: RDY, in flight (held by nsqcli, not yet answered), received, FINed,
+    requeued, timed out (answered after nsqd's timeout), lost acks, late, backoff state."""
+    now = time.time()
+    snaps = [(c.topic, s) for c in consumers for s in c.stats()]
+    names, note = short_names([s.address for _, s in snaps])
+    one_topic = len({c.topic for c in consumers}) <= 1
+    cols = [c for c in CONNECTION_COLS if not (one_topic and c.name == "topic")]
+    rows = []
+    for topic, s in snaps:
+        age = f"{now - s.last_message:.1f}s" if s.last_message else "-"
+        row = [topic, names.get(s.address, s.address), s.state, s.rdy, s.in_flight, f"{s.received:,}",
+               f"{s.finished:,}", f"{s.requeued:,}", s.timed_out, s.lost, s.late, s.backoff or "-", age]
+        rows.append(row[1:] if one_topic else row)
+    title = "nsqcli connections" + (f" - {consumers[0].topic}" if one_topic and consumers else "")
+    if not rows:
+        return fitted_table(title, cols, [], width, caption="no nsqd connected yet")
+    return fitted_table(title, cols, rows, width, caption=note)
 
 
 class LiveConnections:
@@ -28,8 +132,8 @@ class LiveConnections:
         from rich.live import Live
 
         self.consumers = consumers
-        self.live = Live(get_renderable=lambda: connections_table(self.consumers), console=console,
-                         refresh_per_second=refresh_per_second, transient=False)
+        self.live = Live(get_renderable=lambda: connections_table(self.consumers, console.width), console=console,
+                         refresh_per_second=refresh_per_second, transient=False, vertical_overflow="visible")
 
     def start(self) -> "LiveConnections":
         self.live.start()
@@ -39,20 +143,23 @@ class LiveConnections:
         self.live.stop()
 
 
-def archive_table(archiver):
-    from rich.table import Table
+ARCHIVE_COLS = [Col("topic", "topic", 1, False), Col("current file", "file", 4, False), Col("bytes", "bytes", 2),
+                Col("received", "recv", 2), Col("msg/s", "msg/s", 1), Col("held (unsynced)", "held", 1),
+                Col("syncs", "syncs", 5), Col("last sync", "synced", 2), Col("files closed", "closed", 5)]
 
-    table = Table(title="nsqcli to-file", expand=False)
-    for col in ("topic", "current file", "bytes", "received", "msg/s", "pending", "syncs", "last sync",
-                "files closed"):
-        table.add_column(col, justify="left" if col in ("topic", "current file") else "right")
+
+def archive_table(archiver, width: int = 120):
+    import os
+
     now = time.time()
+    rows = []
     for row in archiver.status():
         rate = archiver.rates.get(row["topic"], 0.0) if hasattr(archiver, "rates") else 0.0
         age = f"{now - row['last_sync']:.1f}s ago" if row["last_sync"] else "-"
-        table.add_row(row["topic"], row["file"] or "-", f"{row['size']:,}", f"{row['received']:,}",
-                      f"{rate:,.0f}", str(row["pending"]), str(row["syncs"]), age, str(row["closed"]))
-    return table
+        rows.append([row["topic"], os.path.basename(row["file"]) if row["file"] else "-", f"{row['size']:,}",
+                     f"{row['received']:,}", f"{rate:,.0f}", row["pending"], row["syncs"], age, row["closed"]])
+    work = next((os.path.dirname(r["file"]) for r in archiver.status() if r["file"]), "")
+    return fitted_table("nsqcli to-file", ARCHIVE_COLS, rows, width, caption=f"in {work}" if work else "")
 
 
 class LiveArchive:
@@ -69,9 +176,10 @@ class LiveArchive:
         def render():
             self._update_rates()
             consumers = [a.consumer for a in list(archiver.topics.values())]
-            return Group(archive_table(archiver), connections_table(consumers))
+            return Group(archive_table(archiver, console.width), connections_table(consumers, console.width))
 
-        self.live = Live(get_renderable=render, console=console, refresh_per_second=refresh_per_second)
+        self.live = Live(get_renderable=render, console=console, refresh_per_second=refresh_per_second,
+                         vertical_overflow="visible")
 
     def _update_rates(self) -> None:
         now = time.monotonic()
@@ -99,39 +207,46 @@ def _fmt_drain(seconds) -> str:
     return f"{seconds:.0f}s" if seconds < 120 else f"{seconds / 60:.0f}m"
 
 
-def dashboard(rows, sample, clients: bool = False):
+STAT_COLS = [Col("topic/channel", "topic/channel", 1, False), Col("in/s", "in/s", 1), Col("out/s", "out/s", 1),
+             Col("depth", "depth", 1), Col("mem", "mem", 5), Col("disk", "disk", 4),
+             Col("history", "history", 6, False), Col("drain", "drain", 3), Col("in-flight", "infl", 2),
+             Col("deferred", "def", 5), Col("req/s", "req/s", 3), Col("t-o/s", "t-o/s", 3),
+             Col("messages", "msgs", 4), Col("clients", "cl", 2), Col("warnings", "warnings", 2, False)]
+CLIENT_COLS = [Col("topic/channel", "topic/channel", 1, False), Col("client", "client", 1, False),
+               Col("user agent", "agent", 4, False), Col("RDY", "RDY", 1), Col("in-flight", "infl", 1),
+               Col("FINed", "fin", 2), Col("requeued", "req", 2), Col("connected for", "up", 3)]
+
+
+def dashboard(rows, sample, clients: bool = False, width: int = 120):
     """The `nsqcli stat` live view of one sample: a row per topic/channel (or node), rates,
     depth with a sparkline, time to drain, warnings; nodes down; optionally every client."""
     from rich.console import Group
-    from rich.table import Table
     from rich.text import Text
 
-    t = Table(title="nsqcli stat", expand=False)
-    for col in ("topic/channel", "in/s", "out/s", "depth", "mem", "disk", "history", "drain", "inflt",
-                "def", "req/s", "t-o/s", "msgs", "clients", "warnings"):
-        t.add_column(col, justify="left" if col in ("topic/channel", "history", "warnings") else "right")
+    names, note = short_names([r.node for r in rows if r.node != "*"] + list(sample.stats) + list(sample.down))
+    body = []
     for r in rows:
-        name = f"{r.topic}/{r.channel or '-'}" + (f" @{r.node}" if r.node != "*" else "")
-        t.add_row(name, f"{r.ingress:,.0f}", f"{r.egress:,.0f}", f"{r.depth:,}", f"{r.mem:,}",
-                  f"{r.backend_depth:,}", r.sparkline(), _fmt_drain(r.drain_seconds()), str(r.in_flight),
-                  str(r.deferred), f"{r.requeue_rate:,.1f}", f"{r.timeout_rate:,.1f}", f"{r.messages:,}",
-                  str(r.clients), Text(", ".join(r.warnings()), style="yellow"))
-    parts = [t]
+        name = f"{r.topic}/{r.channel or '-'}" + (f" @{names.get(r.node, r.node)}" if r.node != "*" else "")
+        body.append([name, f"{r.ingress:,.0f}", f"{r.egress:,.0f}", f"{r.depth:,}", f"{r.mem:,}",
+                     f"{r.backend_depth:,}", r.sparkline(), _fmt_drain(r.drain_seconds()), r.in_flight,
+                     r.deferred, f"{r.requeue_rate:,.1f}", f"{r.timeout_rate:,.1f}", f"{r.messages:,}",
+                     r.clients, Text(", ".join(r.warnings()), style="yellow")])
+    cols = STAT_COLS
+    if not any(r[-1].plain for r in body):  # no warnings anywhere: no empty column
+        cols, body = cols[:-1], [r[:-1] for r in body]
+    parts = [fitted_table("nsqcli stat", cols, body, width, caption=note)]
     status = Text(f"nodes up: {len(sample.stats)}")
     if sample.down:
         status.append(f"   down: {', '.join(sorted(sample.down))}", style="bold red")
     parts.append(status)
     if clients:
-        c = Table(title="clients", expand=False)
-        for col in ("topic/channel", "address", "user agent", "RDY", "in-flight", "finished", "requeued",
-                    "connected for"):
-            c.add_column(col)
         now = time.time()
-        for r in rows:
-            for cl in r.client_list:
-                c.add_row(f"{r.topic}/{r.channel}", cl.get("remote_address", ""), cl.get("user_agent", ""),
-                          str(cl.get("ready_count", 0)), str(cl.get("in_flight_count", 0)),
-                          str(cl.get("finish_count", 0)), str(cl.get("requeue_count", 0)),
-                          f"{now - cl.get('connect_ts', now):.0f}s")
-        parts.append(c)
+        client_rows = [[f"{r.topic}/{r.channel}", cl.get("client_id") or cl.get("remote_address", ""),
+                        cl.get("user_agent", ""), cl.get("ready_count", 0), cl.get("in_flight_count", 0),
+                        f"{cl.get('finish_count', 0):,}", f"{cl.get('requeue_count', 0):,}",
+                        f"{now - cl.get('connect_ts', now):.0f}s"] for r in rows for cl in r.client_list]
+        for cr, cl in zip(client_rows, [cl for r in rows for cl in r.client_list]):
+            if cl.get("client_id") and cl.get("remote_address"):
+                cr[1] = f"{cl['client_id']} {cl['remote_address']}"
+        parts.append(fitted_table("clients", CLIENT_COLS, client_rows, width))
     return Group(*parts)

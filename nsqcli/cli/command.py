@@ -1,0 +1,110 @@
+"""The click classes every nsqcli command is built with.
+
+- Options carry a help *section* (``group``): a command's own options come first, then the
+  shared ones under headings (Connection, TLS, Auth, ...), so the ~20 shared options do not
+  bury what the command is about.
+- An ``Examples:`` section (the ``examples`` argument), also used by the man pages.
+- ``-v/--verbose`` and ``-q/--quiet`` are accepted after the subcommand too (``nsqcli tail -t x -q``).
+"""
+
+from __future__ import annotations
+
+import click
+
+#: help sections in display order; options without a group belong to the command itself
+SECTIONS = ("Options", "Connection", "TLS", "Compression", "Auth", "Spark", "Global")
+
+
+class Option(click.Option):
+    def __init__(self, *args, group: str = "Options", **kwargs):
+        super().__init__(*args, **kwargs)
+        self.group = group
+
+    def get_error_hint(self, ctx: click.Context) -> str:
+        """'--flag' only (click adds the env var even when the value came from the flag)."""
+        return " / ".join(f"'{o}'" for o in self.opts)
+
+
+def option(*decls, group: str = "Options", **kwargs):
+    """click.option with a help section."""
+    return click.option(*decls, cls=Option, group=group, **kwargs)
+
+
+def _set_verbosity(ctx: click.Context, param: click.Parameter, value):
+    app = ctx.obj
+    if app is None or not value:
+        return value
+    if param.name == "quiet":
+        app.verbosity = -1
+    else:
+        app.verbosity = max(app.verbosity, value)
+    return value
+
+
+def _apply_context(ctx: click.Context, param: click.Parameter, value):
+    """Eager: the context's settings become this command's defaults before the other options
+    are read (so flags and NSQCLI_* variables still win)."""
+    from .. import contexts
+
+    from click.core import ParameterSource
+
+    if ctx.get_parameter_source("context") != ParameterSource.COMMANDLINE and getattr(ctx.obj, "context", None):
+        value = ctx.obj.context  # `nsqcli --context X cmd` beats NSQCLI_CONTEXT
+    if ctx.resilient_parsing:
+        return value
+    try:
+        name, settings = contexts.active(value)
+    except contexts.ContextError as e:
+        raise click.BadParameter(str(e), ctx, param) from None
+    if name:
+        ctx.default_map = {**contexts.defaults_for(ctx.command, settings), **(ctx.default_map or {})}
+        if ctx.obj is not None:
+            ctx.obj.context = name
+    return value
+
+
+def context_option() -> Option:
+    return Option(["--context"], metavar="NAME", envvar="NSQCLI_CONTEXT", show_envvar=True,
+                  expose_value=False, is_eager=True, group="Global", callback=_apply_context,
+                  help="Use this saved context's connection settings (see 'nsqcli context'); "
+                       "'none' for no context.")
+
+
+class Command(click.Command):
+    """A subcommand with grouped option help, an Examples section and the global -v/-q."""
+
+    def __init__(self, *args, examples: str | None = None, uses_context: bool = True, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.examples = (examples or "").strip("\n")
+        self.params.append(Option(["-v", "--verbose"], count=True, expose_value=False, group="Global",
+                                  callback=_set_verbosity, is_eager=True,
+                                  help="More output on stderr (-vv: debug, with tracebacks)."))
+        self.params.append(Option(["-q", "--quiet"], is_flag=True, expose_value=False, group="Global",
+                                  callback=_set_verbosity, is_eager=True, help="Only errors on stderr."))
+        if uses_context:
+            self.params.append(context_option())
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        sections: dict[str, list] = {}
+        for p in self.get_params(ctx):
+            if not isinstance(p, click.Option):
+                continue
+            rec = p.get_help_record(ctx)
+            if rec is not None:
+                sections.setdefault(getattr(p, "group", "Options"), []).append(rec)
+        for name in sorted(sections, key=lambda s: SECTIONS.index(s) if s in SECTIONS else 0):
+            title = name if name == "Options" else f"{name} options"
+            with formatter.section(title):
+                formatter.write_dl(sections[name])
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        if self.examples:
+            with formatter.section("Examples"):
+                for line in self.examples.splitlines():
+                    formatter.write(" " * formatter.current_indent + line + "\n" if line else "\n")
+        super().format_epilog(ctx, formatter)
+
+
+def command(name: str | None = None, **kwargs):
+    """click.command with nsqcli's Command class."""
+    return click.command(name, cls=Command, **kwargs)

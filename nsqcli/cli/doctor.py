@@ -1,0 +1,231 @@
+"""``nsqcli doctor``: check the configured cluster and settings, with the fix for each failure."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+
+import click
+
+from .command import command, option
+from .options import build_config, connection_options, nsqd_addresses, pop_connection
+from .types import HTTP_ADDRESS, TOPIC
+
+OK, WARN, FAIL = "ok", "warn", "fail"
+
+
+@dataclass
+class Check:
+    target: str
+    status: str
+    detail: str
+    fix: str = ""
+
+
+class _Quiet:
+    """A connection delegate that ignores everything (doctor only handshakes)."""
+
+    def __getattr__(self, name):
+        return lambda *a, **k: None
+
+
+def _tcp_check(address: str, cfg) -> Check:
+    from ..client.conn import Connection
+    from ..errors import AuthError, NSQError
+
+    target = f"nsqd {address} (TCP)"
+    t0 = time.monotonic()
+    try:
+        conn = Connection(address, cfg, _Quiet()).connect()
+    except AuthError as e:
+        return Check(target, FAIL, str(e), "give --auth-secret-file FILE (or NSQCLI_AUTH_SECRET), or save it in the context")
+    except NSQError as e:
+        text = str(e)
+        if "HTTP/" in text or "400 Bad Request" in text or "HTTP server" in text:
+            return Check(target, FAIL, f"answered in HTTP: this is an HTTP port ({text[:80]})",
+                         "give nsqd's TCP port (usually 4150) to --nsqd-tcp-address")
+        if "E_BAD_PROTOCOL" in text or "V1" in text:
+            return Check(target, FAIL, f"not nsqd's TCP protocol: {text[:100]}",
+                         "this may be nsqlookupd's TCP port (4160); nsqd's TCP port is usually 4150")
+        if "TLS" in text or "tls" in text:
+            return Check(target, FAIL, text, "match nsqd's TLS setting: --tls (with --tls-ca-file) or without it")
+        return Check(target, FAIL, text, "is nsqd running and is this its TCP address (usually port 4150)?")
+    ms = (time.monotonic() - t0) * 1000
+    n = conn.negotiated
+    parts = [f"v{n.version}" if n.version else "version unknown", f"handshake {ms:.0f} ms",
+             "TLS" if n.tls else "no TLS", f"compression {n.compression.kind if n.compression else 'none'}",
+             f"max RDY {n.max_rdy_count}", f"msg timeout {n.msg_timeout:g}s"]
+    status, fix = OK, ""
+    if n.auth_required:
+        ident = (conn.auth_info or {}).get("identity") or "?"
+        parts.append(f"AUTH ok as {ident!r}")
+    elif cfg.auth_secret:
+        status, fix = WARN, "nsqd does not use AUTH: the secret was not sent; is this the cluster you meant?"
+        parts.append("no AUTH")
+    else:
+        parts.append("no AUTH")
+    if cfg.tls.enabled is False and "tls_v1" in (n.features or {}) and n.features.get("tls_v1"):
+        parts.append("TLS available (not asked)")
+    conn.close(timeout=2)
+    return Check(target, status, ", ".join(parts), fix)
+
+
+def _http_check(address: str, topic: str | None) -> tuple[Check, dict]:
+    from email.utils import parsedate_to_datetime
+
+    from ..client.http import http_get, http_json
+    from ..errors import NSQError
+
+    target = f"nsqd {address} (HTTP)"
+    try:
+        status, headers, body = http_get(address, "/info", timeout=3)
+        info = json.loads(body or b"{}")
+    except NSQError as e:
+        fix = ("this port speaks TCP: give nsqd's HTTP port (usually 4151)"
+               if "not an HTTP answer" in str(e) or "reset by peer" in str(e)
+               else "is nsqd running and is this its HTTP address (usually port 4151)?")
+        return Check(target, FAIL, str(e), fix), {}
+    except ValueError:
+        return Check(target, FAIL, f"/info is not JSON: {body[:60]!r}", "is this nsqd's HTTP address?"), {}
+    if status != 200 or "tcp_port" not in info:
+        return Check(target, FAIL, f"/info answered HTTP {status} without nsqd's fields ({str(info)[:60]})",
+                     "this looks like nsqlookupd or another server: give nsqd's HTTP port (usually 4151)"), {}
+    parts = [f"v{info.get('version', '?')}", f"TCP port {info.get('tcp_port')}"]
+    status_, fix = OK, ""
+    if headers.get("date"):
+        try:
+            # Date has whole seconds: nsqd's clock was somewhere in [date, date + 1)
+            skew = time.time() - (parsedate_to_datetime(headers["date"]).timestamp() + 0.5)
+            whole = round(skew)
+            parts.append(f"clock skew {whole:+d}s (±1s)" if whole else "clock skew 0s (±1s)")
+            if abs(skew) > 2:
+                status_, fix = WARN, ("this machine's clock and nsqd's differ: message timestamps, --since/--until "
+                                      "and rates will be off; run NTP on both")
+        except (TypeError, ValueError):
+            pass
+    try:
+        stats = http_json(address, "/stats", {"format": "json"} | ({"topic": topic} if topic else {}), timeout=3)
+        topics = (stats or {}).get("topics") or []
+        chans = sum(len(t.get("channels") or []) for t in topics)
+        parts.append(f"{len(topics)} topics, {chans} channels" if not topic else "")
+    except NSQError as e:
+        return Check(target, FAIL, f"/stats failed: {e}", "check nsqd's log"), info
+    if topic:
+        mine = [t for t in topics if t.get("topic_name") == topic]
+        if mine:
+            t = mine[0]
+            names = [c.get("channel_name") for c in t.get("channels") or []]
+            parts.append(f"topic {topic!r}: depth {t.get('depth', 0)}, channels {', '.join(names) or 'none'}")
+            if t.get("paused"):
+                status_, fix = WARN, f"topic {topic!r} is paused: nothing is delivered until it is unpaused"
+        else:
+            parts.append(f"no topic {topic!r}")
+    return Check(target, status_, ", ".join(p for p in parts if p), fix), info
+
+
+def _lookupd_check(address: str) -> tuple[Check, list]:
+    from ..client.http import http_json
+    from ..errors import NSQError
+
+    target = f"nsqlookupd {address}"
+    try:
+        info = http_json(address, "/info", timeout=3) or {}
+    except NSQError as e:
+        fix = ("this port speaks TCP: give nsqlookupd's HTTP port (usually 4161)"
+               if "not an HTTP answer" in str(e) or "reset by peer" in str(e) else "is nsqlookupd running and is this its HTTP address (usually port 4161)?")
+        return Check(target, FAIL, str(e), fix), []
+    if not isinstance(info, dict) or "tcp_port" in info or "version" not in info:
+        return Check(target, FAIL, "answered, but not as nsqlookupd" + (" (it is an nsqd)" if isinstance(info, dict)
+                                                                        and "tcp_port" in info else ""),
+                     "give nsqlookupd's HTTP port (usually 4161); nsqd HTTP addresses go to --nsqd-http-address"), []
+    try:
+        nodes = (http_json(address, "/nodes", timeout=3) or {}).get("producers") or []
+        topics = (http_json(address, "/topics", timeout=3) or {}).get("topics") or []
+    except (NSQError, AttributeError) as e:
+        return Check(target, FAIL, f"/nodes or /topics failed: {e}", "check nsqlookupd's log"), []
+    status, fix = OK, ""
+    if not nodes:
+        status, fix = WARN, "no nsqd is registered: start nsqd with --lookupd-tcp-address HOST:4160"
+    return Check(target, status, f"v{info.get('version')}, {len(nodes)} nsqd registered, {len(topics)} topics", fix), nodes
+
+
+@command(examples="""
+nsqcli doctor                                  # the selected context, flags or NSQCLI_* settings
+nsqcli doctor --context prod -t events         # also: where 'events' lives, its depth and channels
+nsqcli doctor --json | jq '.checks[] | select(.status != "ok")'
+""")
+@option("-t", "--topic", type=TOPIC, help="Also check this topic on every nsqd.")
+@option("--nsqd-http-address", "nsqd_http", multiple=True, type=HTTP_ADDRESS, envvar="NSQCLI_NSQD_HTTP_ADDRESS",
+        show_envvar=True, group="Connection", help="nsqd HTTP address to check (default: lookupd's nodes, or TCP port + 1).")
+@option("--json", "as_json", is_flag=True, help="The checks as one JSON document on stdout.")
+@connection_options()
+@click.pass_obj
+def doctor(app, topic, nsqd_http, as_json, **kwargs):
+    """Check every nsqd and nsqlookupd of the configured context (or flags): reachable, the right
+    port (TCP vs HTTP), version, TLS/compression/AUTH as negotiated, clock skew against nsqd, and
+    which topics and channels exist. Prints a checklist with the fix for each failure; exit 1 if
+    anything failed (warnings do not fail).
+    """
+    from ..client.transport import split_address
+    from .app import write_stdout
+
+    conn = pop_connection(kwargs)
+    cfg = build_config(conn)
+    cfg = type(cfg)(**{**cfg.__dict__, "on_notice": None})
+    checks: list[Check] = []
+    if app.context:
+        checks.append(Check(f"context {app.context}", OK, "settings from the context (flags and NSQCLI_* override)"))
+    tcp = list(nsqd_addresses(conn))
+    http = list(nsqd_http)
+    if not nsqd_http:  # by convention nsqd's HTTP port is its TCP port + 1
+        for a in tcp:
+            try:
+                host, port = split_address(a)
+            except ValueError:
+                continue
+            http.append(f"{host}:{port + 1}")
+    for address in conn.get("lookupd_http_addresses") or ():
+        check, nodes = _lookupd_check(address)
+        checks.append(check)
+        for n in nodes:
+            host = n.get("broadcast_address")
+            tcp.append(f"{host}:{n.get('tcp_port')}")
+            http.append(f"{host}:{n.get('http_port')}")
+    for address in dict.fromkeys(tcp):
+        checks.append(_tcp_check(address, cfg))
+    for address in dict.fromkeys(http):
+        checks.append(_http_check(address, topic)[0])
+    if topic and not any(f"topic {topic!r}:" in c.detail for c in checks):
+        checks.append(Check(f"topic {topic}", WARN, "no nsqd has it yet",
+                            "it is created by the first publish (or 'nsqcli pub' to a given nsqd)"))
+    failed = [c for c in checks if c.status == FAIL]
+    if as_json:
+        write_stdout(json.dumps({"ok": not failed, "context": app.context,
+                                 "checks": [asdict(c) for c in checks]}, indent=2) + "\n")
+    else:
+        write_stdout(_render(checks, tty=app.stderr_is_tty and _stdout_tty()))
+    if failed:
+        from ..errors import NSQError
+
+        raise NSQError(f"{len(failed)} of {len(checks)} checks failed")
+    return 0
+
+
+def _stdout_tty() -> bool:
+    import sys
+
+    return sys.stdout.isatty()
+
+
+def _render(checks: list[Check], tty: bool) -> str:
+    marks = {OK: "✓", WARN: "!", FAIL: "✗"} if tty else {OK: "ok  ", WARN: "warn", FAIL: "FAIL"}
+    lines = []
+    for c in checks:
+        lines.append(f"{marks[c.status]} {c.target}: {c.detail}")
+        if c.fix:
+            lines.append(f"    fix: {c.fix}")
+    ok = sum(c.status == OK for c in checks)
+    lines.append(f"{ok} ok, {sum(c.status == WARN for c in checks)} warnings, "
+                 f"{sum(c.status == FAIL for c in checks)} failed")
+    return "\n".join(lines) + "\n"
