@@ -41,7 +41,10 @@ def cluster(tmp_path_factory):
     base = tmp_path_factory.mktemp("cluster")
     env = clean_env({"SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
                      "SPARK_LOG_DIR": str(base), "SPARK_WORKER_DIR": str(base / "work")})
-    port, ui, wui = free_port(), free_port(), free_port()
+    ports: set[int] = set()
+    while len(ports) < 3:  # three distinct ports (a released port can come back at once)
+        ports.add(free_port())
+    port, ui, wui = sorted(ports)
     procs = []
     logs = []
     try:
