@@ -11,7 +11,7 @@ setup: $(VENV)/.installed nsq
 $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,spark]'
+	$(BIN)/pip install -qq -e '.[test,spark]'  # -qq: errors only (setuptools' generic note on editable installs is not ours to fix)
 	touch $@
 
 nsq:
@@ -24,7 +24,7 @@ demo: setup
 	$(BIN)/python scripts/demo
 
 bench: setup
-	$(BIN)/pip install --quiet -e '.[bench]'
+	$(BIN)/pip install -qq -e '.[bench]'
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
 
 bench-spark: setup
