@@ -1,0 +1,158 @@
+"""``nsqcli topic ...``, ``nsqcli channel ...``, ``nsqcli node tombstone``: nsqadmin's buttons
+from the command line (the HTTP calls are planned and made by nsqcli/client/admin.py)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from .command import Command, option
+from .types import CHANNEL, HTTP_ADDRESS, TOPIC
+
+WHAT = {"create": "create", "delete": "delete (with every message in it)", "pause": "pause",
+        "unpause": "unpause", "empty": "empty (drop every message in it)", "tombstone": "tombstone"}
+
+
+def _targets(f):
+    for o in reversed([
+        option("--nsqd-http-address", "nsqd", multiple=True, type=HTTP_ADDRESS, envvar="NSQCLI_NSQD_HTTP_ADDRESS",
+               show_envvar=True, group="Connection", help="Act on these nsqd (repeatable) instead of asking nsqlookupd."),
+        option("--lookupd-http-address", "lookupd", multiple=True, type=HTTP_ADDRESS,
+               envvar="NSQCLI_LOOKUPD_HTTP_ADDRESS", show_envvar=True, group="Connection",
+               help="Find the nsqd that carry the topic here (and create/delete/tombstone in nsqlookupd too)."),
+        option("--dry-run", is_flag=True, help="List what would change; change nothing."),
+        option("-y", "--yes", is_flag=True, help="Do not ask before destroying (needed when stdin is not a terminal)."),
+        option("--json", "as_json", is_flag=True, help="Per-node results as JSON on stdout."),
+    ]):
+        f = o(f)
+    return f
+
+
+def run_action(app, action: str, topic: str, channel: str | None, nsqd, lookupd, dry_run: bool, yes: bool,
+               as_json: bool, node: str | None = None) -> int:
+    from ..client.admin import DESTRUCTIVE, apply, plan
+    from ..errors import NSQError
+    from .app import write_stdout
+
+    nsqd, lookupd = list(nsqd), list(lookupd)
+    if not nsqd and not lookupd:
+        nsqd = ["127.0.0.1:4151"]
+    try:
+        steps, warnings = plan(action, topic, channel, nsqd, lookupd, node)
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
+    for w in warnings:
+        app.warn(w)
+    name = f"{'channel' if channel else 'topic'} {topic}{'/' + channel if channel else ''}"
+    if dry_run:
+        if as_json:
+            write_stdout(json.dumps({"action": action, "dry_run": True, "steps": [s.to_json() for s in steps]}) + "\n")
+        else:
+            write_stdout("".join(f"would {s.describe()}\n" for s in steps))
+        return 0
+    if action in DESTRUCTIVE and not yes:
+        if not sys.stdin.isatty():
+            raise click.UsageError(f"{action} is destructive: add --yes to {WHAT[action]} {name} "
+                                   f"on {len(steps)} node(s) (--dry-run lists them)")
+        for s in steps:
+            click.echo(f"  {s.describe()}", err=True)
+        if not click.confirm(f"{WHAT[action].capitalize()} {name} as above?", err=True):
+            raise click.exceptions.Abort()
+    apply(steps)
+    if as_json:
+        write_stdout(json.dumps({"action": action, "topic": topic, "channel": channel,
+                                 "steps": [s.to_json() for s in steps]}) + "\n")
+    else:
+        write_stdout("".join(f"{'ok  ' if s.ok else 'FAIL'} {s.describe()}{'  ' + s.error if s.error else ''}\n"
+                             for s in steps))
+    failed = [s for s in steps if not s.ok]
+    if failed:
+        raise NSQError(f"{action} failed on {len(failed)} of {len(steps)} node(s): {failed[0].error}")
+    app.info(f"{name}: {action} done on {len(steps)} node(s)")
+    return 0
+
+
+def _group(name: str, doc: str) -> click.Group:
+    return click.Group(name, help=doc, context_settings={"help_option_names": ["-h", "--help"]})
+
+
+topic = _group("topic", """Create, delete, pause, unpause or empty a topic on every nsqd that carries
+it (found through nsqlookupd, like nsqadmin) or on the nsqd given.
+
+\b
+Examples:
+  nsqcli topic create events --lookupd-http-address 127.0.0.1:4161
+  nsqcli topic pause events                        # consumers get nothing until unpause
+  nsqcli topic delete events --dry-run             # what would be deleted where
+  nsqcli topic delete events --yes --json""")
+channel = _group("channel", """Create, delete, pause, unpause or empty a channel of a topic on every
+nsqd that carries the topic (found through nsqlookupd) or on the nsqd given.
+
+\b
+Examples:
+  nsqcli channel create events archive
+  nsqcli channel empty events archive --yes
+  nsqcli channel pause events billing --lookupd-http-address 127.0.0.1:4161""")
+node = _group("node", """Node operations in nsqlookupd.
+
+\b
+Examples:
+  nsqcli node tombstone events 10.0.0.7:4151 --lookupd-http-address 10.0.0.5:4161 --yes""")
+
+
+def _topic_command(action: str, doc: str):
+    @click.command(action, cls=Command, uses_context=True, help=doc,
+                   examples=f"nsqcli topic {action} events{' --yes' if action in ('delete', 'empty') else ''}")
+    @click.argument("topic_name", metavar="TOPIC", type=TOPIC)
+    @_targets
+    @click.pass_obj
+    def cmd(app, topic_name, nsqd, lookupd, dry_run, yes, as_json):
+        return run_action(app, action, topic_name, None, nsqd, lookupd, dry_run, yes, as_json)
+
+    return cmd
+
+
+def _channel_command(action: str, doc: str):
+    @click.command(action, cls=Command, uses_context=True, help=doc,
+                   examples=f"nsqcli channel {action} events archive{' --yes' if action in ('delete', 'empty') else ''}")
+    @click.argument("topic_name", metavar="TOPIC", type=TOPIC)
+    @click.argument("channel_name", metavar="CHANNEL", type=CHANNEL)
+    @_targets
+    @click.pass_obj
+    def cmd(app, topic_name, channel_name, nsqd, lookupd, dry_run, yes, as_json):
+        return run_action(app, action, topic_name, channel_name, nsqd, lookupd, dry_run, yes, as_json)
+
+    return cmd
+
+
+DOCS = {
+    "create": "Create {x} (through nsqlookupd: registered there too, so consumers find it at once).",
+    "delete": "Delete {x} and its messages: on the nsqd nodes first, then in every nsqlookupd.",
+    "pause": "Pause {x}: messages stay queued, nothing is delivered.",
+    "unpause": "Unpause {x}.",
+    "empty": "Drop every queued message of {x} (in memory and on disk).",
+}
+for _action, _doc in DOCS.items():
+    topic.add_command(_topic_command(_action, _doc.format(x="TOPIC")))
+    channel.add_command(_channel_command(_action, _doc.format(x="CHANNEL of TOPIC")))
+
+
+@click.command("tombstone", cls=Command, uses_context=True, examples="""
+nsqcli node tombstone events 10.0.0.7:4151 --lookupd-http-address 10.0.0.5:4161 --yes
+nsqcli node tombstone events 10.0.0.7:4150 --dry-run     # a node's TCP or HTTP address
+""")
+@click.argument("topic_name", metavar="TOPIC", type=TOPIC)
+@click.argument("node_address", metavar="NODE")
+@_targets
+@click.pass_obj
+def tombstone(app, topic_name, node_address, nsqd, lookupd, dry_run, yes, as_json):
+    """Tombstone TOPIC's producer NODE in every nsqlookupd: consumers stop being sent to that node
+    for the topic (e.g. before deleting the topic there, or decommissioning the node)."""
+    if not lookupd:
+        raise click.UsageError("tombstoning is done in nsqlookupd: give --lookupd-http-address")
+    return run_action(app, "tombstone", topic_name, None, (), lookupd, dry_run, yes, as_json, node=node_address)
+
+
+node.add_command(tombstone)
