@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 NSQ_VERSION = "v1.3.0"
-APPS = ("nsqd", "nsqlookupd", "nsq_tail", "nsq_to_file", "to_nsq", "nsq_stat")
+APPS = ("nsqd", "nsqlookupd", "nsq_tail", "nsq_to_file", "to_nsq", "nsq_stat", "nsq_to_nsq", "nsq_to_http")
 BENCHES = ("bench_reader", "bench_writer")
 
 

@@ -17,6 +17,7 @@ COMMANDS = {
     "lookup": "nsqcli.cli.lookup_cmd:lookup",
     "stat": "nsqcli.cli.stat:stat",
     "to-file": "nsqcli.cli.to_file:to_file",
+    "to-nsq": "nsqcli.cli.to_nsq:to_nsq",
     "replay": "nsqcli.cli.replay:replay",
     "query": "nsqcli.cli.query:query",
     "to-parquet": "nsqcli.cli.to_parquet:to_parquet",

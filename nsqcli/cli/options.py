@@ -64,6 +64,41 @@ def connection_options(consumer: bool = False):
     return decorate
 
 
+def destination_options(f):
+    """--destination-*: where `to-nsq` publishes, with its own TLS, compression and AUTH."""
+    opts = [
+        _opt("--destination-nsqd-tcp-address", "dest_nsqd_tcp_addresses", multiple=True, type=HOST_PORT,
+             group="Destination", show_envvar=False, help="nsqd to publish to (repeatable)."),
+        _opt("--destination-lookupd-http-address", "dest_lookupd_http_addresses", multiple=True,
+             type=HTTP_ADDRESS, group="Destination", show_envvar=False,
+             help="Publish to the nsqd this nsqlookupd knows (those carrying the topic, else all)."),
+        _opt("--destination-tls", "dest_tls", is_flag=True, group="Destination", show_envvar=False),
+        _opt("--destination-tls-ca-file", "dest_tls_ca_file", type=click.Path(exists=True, dir_okay=False),
+             group="Destination", show_envvar=False),
+        _opt("--destination-tls-cert", "dest_tls_cert", type=click.Path(exists=True, dir_okay=False),
+             group="Destination", show_envvar=False),
+        _opt("--destination-tls-key", "dest_tls_key", type=click.Path(exists=True, dir_okay=False),
+             group="Destination", show_envvar=False),
+        _opt("--destination-tls-insecure-skip-verify", "dest_tls_insecure_skip_verify", is_flag=True,
+             group="Destination", show_envvar=False),
+        _opt("--destination-snappy", "dest_snappy", is_flag=True, group="Destination", show_envvar=False),
+        _opt("--destination-deflate", "dest_deflate", is_flag=True, group="Destination", show_envvar=False),
+        _opt("--destination-auth-secret", "dest_auth_secret", group="Destination", show_envvar=False,
+             envvar="NSQCLI_DESTINATION_AUTH_SECRET", help="AUTH secret for the destination (env: "
+             "NSQCLI_DESTINATION_AUTH_SECRET)."),
+        _opt("--destination-auth-secret-file", "dest_auth_secret_file", type=click.Path(exists=True, dir_okay=False),
+             group="Destination", show_envvar=False),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def pop_destination(kwargs: dict) -> dict:
+    """The --destination-* options as connection options (same keys as pop_connection)."""
+    return {k[len("dest_"):]: kwargs.pop(k) for k in list(kwargs) if k.startswith("dest_")}
+
+
 CONNECTION_KEYS = ("nsqd_tcp_addresses", "lookupd_http_addresses", "tls", "tls_ca_file", "tls_cert",
                    "tls_key", "tls_min_version", "tls_insecure_skip_verify", "snappy", "deflate",
                    "deflate_level", "auth_secret", "auth_secret_file", "client_id", "heartbeat_interval",

@@ -150,6 +150,11 @@ class Producer:
             self._link(a)
         return targets
 
+    def rotate(self) -> None:
+        """Make the next address the current one (round-robin over destinations)."""
+        with self._lock:
+            self._current = (self._current + 1) % len(self.addresses)
+
     def _active_link(self) -> _Link:
         """The current nsqd, failing over to the next address when it cannot be reached."""
         errors = []

@@ -1,0 +1,138 @@
+"""nsqcli to-nsq between real nsqd: exact copies, kill -9 mid-copy with nothing lost, a dead
+destination (requeue, nothing lost), JSON filters, fanout and round-robin."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+
+from helpers import NSQCLI, clean_env, http_post, run_nsqcli, topic_stats, wait_for
+
+
+def count(node, topic) -> int:
+    t = topic_stats(node, topic)
+    return t["message_count"] if t else 0
+
+
+def drain(node, topic, channel) -> list[bytes]:
+    """Every body waiting in ``channel`` of ``topic`` (read with nsqcli tail)."""
+    r = run_nsqcli(["tail", topic, "-c", channel, "--idle-timeout", "1s", "-0", "--nsqd-tcp-address",
+                    node.tcp_address], timeout=120)
+    assert r.returncode == 0, r.stderr
+    return [b for b in r.stdout.split(b"\0") if b]
+
+
+def publish(node, topic, bodies):
+    for i in range(0, len(bodies), 1000):
+        http_post(node.http_address, "/mpub", b"\n".join(bodies[i:i + 1000]), topic=topic)
+
+
+def test_copies_every_message_and_fins_only_after_the_ok(nsqd_factory, topic):
+    src, dst = nsqd_factory(), nsqd_factory()
+    bodies = [b"m%05d" % i for i in range(5000)]
+    publish(src, topic, bodies)
+    http_post(dst.http_address, "/topic/create", topic="copy")
+    http_post(dst.http_address, "/channel/create", topic="copy", channel="check")
+    r = run_nsqcli(["to-nsq", "-t", topic, "--nsqd-tcp-address", src.tcp_address, "--destination-nsqd-tcp-address",
+                    dst.tcp_address, "--destination-topic", "copy", "-n", "5000"], timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.decode().splitlines()[-1].startswith("nsqcli: copied 5,000, left out by filters 0, failed batches 0")
+    assert count(dst, "copy") == 5000
+    ch = topic_stats(src, topic)["channels"][0]
+    assert (ch["channel_name"], ch["depth"], ch["in_flight_count"], ch["message_count"]) == ("nsq_to_nsq", 0, 0, 5000)
+    assert sorted(drain(dst, "copy", "check")) == bodies
+
+
+def test_kill_9_mid_copy_loses_nothing(nsqd_factory, topic):
+    src, dst = nsqd_factory(msg_timeout="5s"), nsqd_factory()
+    n = 60000
+    bodies = [b"k%06d" % i for i in range(n)]
+    publish(src, topic, bodies)
+    http_post(dst.http_address, "/topic/create", topic=topic)
+    http_post(dst.http_address, "/channel/create", topic=topic, channel="check")
+    cmd = NSQCLI + ["to-nsq", "-t", topic, "--nsqd-tcp-address", src.tcp_address, "--destination-nsqd-tcp-address",
+                    dst.tcp_address, "--max-in-flight", "500", "--rate", "20000"]
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=clean_env())
+    try:
+        wait_for(lambda: count(dst, topic) >= 10000, timeout=30, what="copying under way")
+    finally:
+        p.kill()  # kill -9: in-flight messages were neither FINed nor acknowledged everywhere
+        p.wait(10)
+    copied_before = count(dst, topic)
+    assert 10000 <= copied_before < n, "killed too late to prove anything"
+    wait_for(lambda: topic_stats(src, topic)["channels"][0]["in_flight_count"] == 0, timeout=90,
+             what="nsqd timing out the killed copier's in-flight messages")  # nsqd's --msg-timeout
+    r = run_nsqcli(cmd[3:] + ["--idle-timeout", "2s"], timeout=120)
+    assert r.returncode == 0, r.stderr
+    ch = topic_stats(src, topic)["channels"][0]
+    assert ch["depth"] == 0 and ch["in_flight_count"] == 0
+    got = drain(dst, topic, "check")
+    assert set(got) == set(bodies)                     # every message arrived
+    assert len(got) - n == count(dst, topic) - n >= 0  # duplicates only from the kill (at least once)
+
+
+def test_a_dead_destination_requeues_and_loses_nothing(nsqd_factory, topic):
+    src = nsqd_factory(msg_timeout="10s")
+    publish(src, topic, [b"a", b"b", b"c"])
+    r = run_nsqcli(["to-nsq", "-t", topic, "--nsqd-tcp-address", src.tcp_address, "--destination-nsqd-tcp-address",
+                    "127.0.0.1:1", "--idle-timeout", "3s"], timeout=60)
+    assert r.returncode == 0
+    warnings = [ln for ln in r.stderr.decode().splitlines() if ln.startswith("nsqcli: warning:")]
+    assert warnings == ["nsqcli: warning: destination: 127.0.0.1:1: cannot connect: Connection refused (the batch "
+                        "is requeued; the consumer backs off)"]  # said once, not per batch
+    ch = topic_stats(src, topic)["channels"][0]
+    assert ch["depth"] + ch["in_flight_count"] + ch["deferred_count"] == 3 and ch["requeue_count"] >= 3
+
+
+def test_json_filters_fanout_and_round_robin(nsqd_factory, topic):
+    src, d1, d2 = nsqd_factory(), nsqd_factory(), nsqd_factory()
+    docs = [{"id": i, "region": "eu" if i % 2 else "us", "secret": "x"} for i in range(10)]
+    publish(src, topic, [json.dumps(d).encode() for d in docs] + [b"not json"])
+    for d in (d1, d2):
+        http_post(d.http_address, "/topic/create", topic="eu")
+        http_post(d.http_address, "/channel/create", topic="eu", channel="check")
+    r = run_nsqcli(["to-nsq", "-t", topic, "--nsqd-tcp-address", src.tcp_address, "--destination-nsqd-tcp-address",
+                    d1.tcp_address, "--destination-nsqd-tcp-address", d2.tcp_address, "--destination-topic", "eu",
+                    "--mode", "fanout", "--require-json-field", "region", "--require-json-value", "eu",
+                    "--whitelist-json-field", "id", "--idle-timeout", "2s"], timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "copied 5, left out by filters 6" in r.stderr.decode()
+    for d in (d1, d2):  # fanout: both have all five, with only the whitelisted field
+        assert sorted(drain(d, "eu", "check")) == sorted(b'{"id":%d}' % i for i in range(1, 10, 2))
+    assert topic_stats(src, topic)["channels"][0]["depth"] == 0  # what the filters left out is FINed
+
+    publish(src, "rr", [b"r%d" % i for i in range(4000)])
+    r = run_nsqcli(["to-nsq", "-t", "rr", "--nsqd-tcp-address", src.tcp_address, "--destination-nsqd-tcp-address",
+                    d1.tcp_address, "--destination-nsqd-tcp-address", d2.tcp_address, "--mode", "round-robin",
+                    "--max-in-flight", "100", "-n", "4000"], timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert count(d1, "rr") > 0 and count(d2, "rr") > 0 and count(d1, "rr") + count(d2, "rr") == 4000
+
+
+def test_destination_found_through_lookupd(sandbox, nsqd_factory, topic):
+    src = nsqd_factory()
+    publish(src, topic, [b"x", b"y"])
+    r = run_nsqcli(["to-nsq", "-t", topic, "--nsqd-tcp-address", src.tcp_address,
+                    "--destination-lookupd-http-address", sandbox.lookupd.http_address, "-n", "2"], timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert count(sandbox.nsqd, topic) == 2
+    r = run_nsqcli(["to-nsq", "-t", topic, "--nsqd-tcp-address", src.tcp_address])
+    assert r.returncode == 2 and b"give --destination-nsqd-tcp-address or --destination-lookupd-http-address" in r.stderr
+
+
+def test_sigterm_stops_cleanly(nsqd_factory, topic):
+    src, dst = nsqd_factory(), nsqd_factory()
+    publish(src, topic, [b"s%d" % i for i in range(20000)])
+    p = subprocess.Popen(NSQCLI + ["to-nsq", "-t", topic, "--nsqd-tcp-address", src.tcp_address,
+                                   "--destination-nsqd-tcp-address", dst.tcp_address, "--rate", "5000"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=clean_env())
+    wait_for(lambda: count(dst, topic) >= 1000, timeout=30, what="copying")
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=30)
+    assert p.returncode == 0, err
+    time.sleep(0.5)
+    ch = topic_stats(src, topic)["channels"][0]
+    # every message is either FINed (copied) or back in the channel; nothing in flight
+    assert ch["in_flight_count"] == 0 and ch["depth"] + count(dst, topic) >= 20000
