@@ -18,6 +18,7 @@ COMMANDS = {
     "stat": "nsqcli.cli.stat:stat",
     "to-file": "nsqcli.cli.to_file:to_file",
     "to-nsq": "nsqcli.cli.to_nsq:to_nsq",
+    "to-http": "nsqcli.cli.to_http:to_http",
     "replay": "nsqcli.cli.replay:replay",
     "query": "nsqcli.cli.query:query",
     "to-parquet": "nsqcli.cli.to_parquet:to_parquet",

@@ -1,0 +1,167 @@
+"""nsqcli to-http against a real local HTTP server that the test starts: deliveries, GET
+escaping, 500s, Retry-After, a slow endpoint (timeout), a dead endpoint (backoff, not a spin)."""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from helpers import http_post, run_nsqcli, topic_stats
+
+
+class Endpoint:
+    """Records every request; ``script(body, n)`` (n = how often this body came) returns
+    (status, headers, delay seconds)."""
+
+    def __init__(self, script=None):
+        self.script = script or (lambda body, n: (200, {}, 0))
+        self.requests: list[dict] = []
+        self.lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _any(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                if self.command == "GET":
+                    q = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
+                    body = q.get("msg", [""])[0].encode("utf-8")
+                with outer.lock:
+                    n = sum(1 for r in outer.requests if r["body"] == body) + 1
+                    outer.requests.append({"body": body, "method": self.command, "time": time.monotonic(),
+                                           "headers": dict(self.headers), "path": self.path})
+                status, headers, delay = outer.script(body, n)
+                if delay:
+                    time.sleep(delay)
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                payload = b"" if status in (204, 304) else b"ok"  # no body with 204 (HTTP)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            do_GET = do_POST = _any
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def bodies(self, ok_only=False):
+        return [r["body"] for r in self.requests]
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def endpoint():
+    made = []
+
+    def make(script=None):
+        e = Endpoint(script)
+        made.append(e)
+        return e
+
+    yield make
+    for e in made:
+        e.close()
+
+
+def chan(nsqd, topic):
+    return topic_stats(nsqd, topic)["channels"][0]
+
+
+def test_post_delivers_every_message_with_headers(nsqd, topic, endpoint):
+    ep = endpoint()
+    bodies = [b"m%03d" % i for i in range(300)]
+    http_post(nsqd.http_address, "/mpub", b"\n".join(bodies), topic=topic)
+    r = run_nsqcli(["to-http", "-t", topic, "--post", ep.url + "/ingest", "--header", "X-Token: abc",
+                    "--content-type", "text/plain", "-n", "300", "--nsqd-tcp-address", nsqd.tcp_address], timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert sorted(ep.bodies()) == bodies
+    h = ep.requests[0]["headers"]
+    assert ep.requests[0]["path"] == "/ingest" and h["X-Token"] == "abc" and h["Content-Type"] == "text/plain"
+    c = chan(nsqd, topic)
+    assert (c["depth"], c["in_flight_count"], c["requeue_count"], c["message_count"]) == (0, 0, 0, 300)
+    assert "delivered 300, failed attempts 0" in r.stderr.decode()
+
+
+def test_get_escapes_the_body_and_needs_200(nsqd, topic, endpoint):
+    ep = endpoint(lambda body, n: (204 if n == 1 else 200, {}, 0))
+    http_post(nsqd.http_address, "/pub", "a b&c=ü".encode(), topic=topic)
+    r = run_nsqcli(["to-http", "-t", topic, "--get", ep.url + "/hook?msg=%s", "-n", "1", "--requeue-delay", "100ms",
+                    "--nsqd-tcp-address", nsqd.tcp_address], timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert [rq["body"].decode("utf-8") for rq in ep.requests] == ["a b&c=ü"] * 2  # 204 is not a GET success
+    assert chan(nsqd, topic)["requeue_count"] == 1
+
+
+def test_500s_requeue_until_delivered(nsqd, topic, endpoint):
+    ep = endpoint(lambda body, n: (500, {}, 0) if n <= 2 else (200, {}, 0))
+    http_post(nsqd.http_address, "/mpub", b"a\nb\nc", topic=topic)
+    r = run_nsqcli(["to-http", "-t", topic, "--post", ep.url, "-n", "3", "--requeue-delay", "100ms",
+                    "--nsqd-tcp-address", nsqd.tcp_address], timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert sorted(ep.bodies()) == sorted([b"a", b"b", b"c"] * 3)
+    c = chan(nsqd, topic)
+    assert c["requeue_count"] == 6 and c["depth"] == 0 and c["in_flight_count"] == 0
+    assert r.stderr.decode().count("HTTP 500") == 1  # said once
+
+
+def test_retry_after_sets_when_the_message_comes_back(nsqd, topic, endpoint):
+    ep = endpoint(lambda body, n: (503, {"Retry-After": "2"}, 0) if n == 1 else (200, {}, 0))
+    http_post(nsqd.http_address, "/pub", b"later", topic=topic)
+    r = run_nsqcli(["to-http", "-t", topic, "--post", ep.url, "-n", "1", "--requeue-delay", "100ms",
+                    "--nsqd-tcp-address", nsqd.tcp_address], timeout=60)
+    assert r.returncode == 0, r.stderr
+    first, second = ep.requests
+    assert 1.9 <= second["time"] - first["time"] <= 6, second["time"] - first["time"]
+
+
+def test_a_slow_endpoint_times_out_and_is_retried(nsqd, topic, endpoint):
+    ep = endpoint(lambda body, n: (200, {}, 3.0 if n == 1 else 0))
+    http_post(nsqd.http_address, "/pub", b"slow", topic=topic)
+    t0 = time.monotonic()
+    r = run_nsqcli(["to-http", "-t", topic, "--post", ep.url, "-n", "1", "--http-timeout", "1s",
+                    "--requeue-delay", "100ms", "--nsqd-tcp-address", nsqd.tcp_address], timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert b"timed out" in r.stderr and len(ep.requests) == 2 and chan(nsqd, topic)["requeue_count"] == 1
+    assert time.monotonic() - t0 < 15
+
+
+def test_a_failing_endpoint_backs_the_consumer_off(nsqd, topic, endpoint):
+    ep = endpoint(lambda body, n: (500, {}, 0))
+    http_post(nsqd.http_address, "/mpub", b"\n".join(b"x%d" % i for i in range(50)), topic=topic)
+    r = run_nsqcli(["to-http", "-t", topic, "--post", ep.url, "--requeue-delay", "10ms", "--idle-timeout", "5s",
+                    "--nsqd-tcp-address", nsqd.tcp_address], timeout=60)
+    assert r.returncode == 0
+    # without backoff 50 messages requeued every 10 ms would make thousands of requests in 5 s
+    assert len(ep.requests) < 150, len(ep.requests)
+    c = chan(nsqd, topic)
+    assert c["depth"] + c["in_flight_count"] + c["deferred_count"] == 50  # nothing lost, nothing FINed
+
+
+def test_dead_endpoint_and_bad_flags(nsqd, topic):
+    http_post(nsqd.http_address, "/pub", b"x", topic=topic)
+    r = run_nsqcli(["to-http", "-t", topic, "--post", "http://127.0.0.1:1/x", "--idle-timeout", "2s",
+                    "--nsqd-tcp-address", nsqd.tcp_address], timeout=60)
+    assert r.returncode == 0 and b"POST http://127.0.0.1:1/x: Connection refused" in r.stderr
+    c = chan(nsqd, topic)
+    assert c["depth"] + c["in_flight_count"] + c["deferred_count"] == 1
+    for args, words in ((["--post", "http://a", "--get", "http://b?%s"], b"give --post URL or --get URL (not both)"),
+                        (["--get", "http://b/"], b"a --get URL needs exactly one %s"),
+                        (["--post", "ftp://x"], b"invalid URL 'ftp://x'"),
+                        (["--post", "http://a", "--header", "nocolon"], b"--header 'nocolon' must be 'Key: value'")):
+        r = run_nsqcli(["to-http", "-t", topic, *args])
+        assert r.returncode == 2 and words in r.stderr, r.stderr
