@@ -26,6 +26,7 @@ COMMANDS = {
     "topic": "nsqcli.cli.admin:topic",
     "channel": "nsqcli.cli.admin:channel",
     "node": "nsqcli.cli.admin:node",
+    "bench": "nsqcli.cli.bench:bench",
     "doctor": "nsqcli.cli.doctor:doctor",
     "version": "nsqcli.cli.meta:version",
     "completion": "nsqcli.cli.meta:completion",

@@ -1,0 +1,325 @@
+"""``nsqcli bench pub|sub|pubsub``: how fast is this cluster (and nsqcli's own core)?
+
+Publishers put a send timestamp (8 bytes, ns) at the start of every body; consumers measure
+end-to-end latency from it. Clients are threads (``--processes``: one process each, as Python
+threads share one interpreter lock)."""
+
+from __future__ import annotations
+
+import json
+import struct
+import sys
+import threading
+import time
+
+import click
+
+from .command import Command, option
+from .options import build_config, connection_options, nsqd_addresses, pop_connection
+from .types import CHANNEL, DURATION, TOPIC
+
+STAMP = struct.Struct(">q")
+SAMPLE = 200_000  # latencies kept per consumer for percentiles (every k-th when more)
+
+
+def _guarded(target):
+    """A client's failure becomes one result line ("error", idx, text), never a traceback."""
+    def run(idx, *args):
+        out = args[-1] if target is _publisher else args[-3]
+        try:
+            target(idx, *args)
+        except BaseException as e:  # noqa: BLE001 - reported to the parent, which exits 1
+            out.put(("error", idx, f"{type(e).__name__}: {e}" if not str(e) else str(e), 0, 0.0, []))
+    return run
+
+
+def _publisher(idx, addresses, cfg, topic, size, count, duration, batch, progress, stop, out):
+    from ..client.producer import Producer
+
+    pad = b"x" * max(0, size - STAMP.size)
+    pack, now = STAMP.pack, time.time_ns
+
+    def bodies():
+        k = 0
+        while (not count or k < count) and not stop.is_set():
+            yield pack(now()) + pad
+            k += 1
+
+    p = Producer(addresses, cfg)
+    t0 = time.perf_counter()
+    end = t0 + duration if duration else None
+    sent = 0
+    try:
+        if end is not None:
+            threading.Thread(target=lambda: (time.sleep(duration), stop.set()), daemon=True).start()
+        last = [0]
+
+        def on_progress(n):
+            with progress.get_lock():
+                progress.value += n - last[0]
+            last[0] = n
+
+        r = p.publish_iter(topic, bodies(), batch_size=batch, window=8, on_progress=on_progress)
+        sent = r.published if hasattr(r, "published") else last[0]
+    finally:
+        p.close()
+    out.put(("pub", idx, sent or last[0], (sent or last[0]) * size, time.perf_counter() - t0, []))
+
+
+def _consumer(idx, addresses, lookupds, cfg, topic, channel, size, total, duration, received, stop, out,
+              ready, from_first: bool):
+    from array import array
+
+    from ..client.consumer import Consumer
+
+    lat = array("q")
+    mine = [0]
+    every = [1]
+    lock = threading.Lock()
+    done = threading.Event()
+    unpack, now = STAMP.unpack_from, time.time_ns
+
+    first = [0.0]
+    last_at = [0.0]
+
+    def handle(msgs):
+        t = now()
+        with lock:
+            last_at[0] = time.perf_counter()
+            if not first[0]:
+                first[0] = last_at[0]
+            for m in msgs:
+                mine[0] += 1
+                if mine[0] % every[0] == 0:
+                    lat.append(t - unpack(m.body)[0])
+            if len(lat) >= SAMPLE * 2:  # keep every other one from now on
+                del lat[::2]
+                every[0] *= 2
+        with received.get_lock():
+            received.value += len(msgs)
+            if total and received.value >= total:
+                stop.set()
+
+    c = Consumer(topic, channel, batch_handler=handle, config=cfg, nsqd_tcp_addresses=addresses,
+                 lookupd_http_addresses=lookupds)
+    t0 = time.perf_counter()
+    c.start()
+    with ready.get_lock():
+        ready.value += 1
+    end = t0 + duration if duration else None
+    while not stop.is_set() and not done.is_set():
+        if end is not None and time.perf_counter() >= end:
+            break
+        time.sleep(0.01)
+    # sub: from start (connect included) to the last message; pubsub: from the first message
+    elapsed = (last_at[0] or time.perf_counter()) - (first[0] if from_first and first[0] else t0)
+    c.stop(timeout=10)
+    out.put(("sub", idx, mine[0], mine[0] * size, elapsed, list(lat)))
+
+
+def percentiles(values: list[int]) -> dict:
+    if not values:
+        return {}
+    s = sorted(values)
+
+    def q(p):
+        return s[min(len(s) - 1, int(p * len(s)))] / 1e6
+
+    return {"p50": q(0.50), "p90": q(0.90), "p99": q(0.99), "p99.9": q(0.999), "max": s[-1] / 1e6}
+
+
+def _report(results, size, as_json, app):
+    from .app import write_stdout
+
+    doc = {}
+    for kind in ("pub", "sub"):
+        rows = sorted((r for r in results if r[0] == kind), key=lambda r: r[1])
+        if not rows:
+            continue
+        total_msgs = sum(r[2] for r in rows)
+        wall = max(r[4] for r in rows)
+        clients = [{"client": r[1], "messages": r[2], "seconds": round(r[4], 3),
+                    "msgs_per_sec": round(r[2] / r[4], 1) if r[4] else 0.0,
+                    "mb_per_sec": round(r[3] / r[4] / 1e6, 3) if r[4] else 0.0} for r in rows]
+        section = {"messages": total_msgs, "seconds": round(wall, 3),
+                   "msgs_per_sec": round(total_msgs / wall, 1) if wall else 0.0,
+                   "mb_per_sec": round(total_msgs * size / wall / 1e6, 3) if wall else 0.0, "clients": clients}
+        if kind == "sub":
+            for c, r in zip(clients, rows):
+                c["latency_ms"] = percentiles(r[5])
+            section["latency_ms"] = percentiles([v for r in rows for v in r[5]])
+        doc[kind] = section
+    if as_json:
+        write_stdout(json.dumps(doc) + "\n")
+        return
+    lines = []
+    for kind, name in (("pub", "Pub"), ("sub", "Sub")):
+        if kind not in doc:
+            continue
+        s = doc[kind]
+        lines.append(f"{name}: {s['msgs_per_sec']:,.0f} msgs/s ~ {s['mb_per_sec']:,.2f} MB/s "
+                     f"({s['messages']:,} msgs in {s['seconds']:.2f}s)")
+        for c in s["clients"]:
+            lat = c.get("latency_ms")
+            lines.append(f"  [{c['client'] + 1}] {c['msgs_per_sec']:>12,.0f} msgs/s ~ {c['mb_per_sec']:,.2f} MB/s "
+                         f"({c['messages']:,} msgs)" + (f"  latency p50 {lat['p50']:.2f} ms p99 {lat['p99']:.2f} ms"
+                                                         if lat else ""))
+        if s.get("latency_ms"):
+            lat = s["latency_ms"]
+            lines.append(f"  end-to-end latency: p50 {lat['p50']:.2f} ms, p90 {lat['p90']:.2f} ms, "
+                         f"p99 {lat['p99']:.2f} ms, p99.9 {lat['p99.9']:.2f} ms, max {lat['max']:.2f} ms")
+    write_stdout("\n".join(lines) + "\n")
+
+
+def run_bench(app, mode, topic, channel, size, count, duration, batch_size, publishers, consumers, max_in_flight,
+              processes, as_json, conn):
+    if size < STAMP.size:
+        raise click.BadParameter(f"must be at least {STAMP.size} (the timestamp)", param_hint="'--size'")
+    if duration is not None and duration <= 0:
+        raise click.BadParameter("must be more than 0", param_hint="'--duration'")
+    if count and duration:
+        raise click.UsageError("give --count or --duration, not both")
+    if not count and not duration:
+        count = 100_000
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    addresses = nsqd_addresses(conn)
+    lookupds = list(conn.get("lookupd_http_addresses") or ())
+    if mode != "sub" and not addresses:
+        from .pub import resolve_producers
+
+        addresses = resolve_producers(app, conn, topic)
+    pub_cfg = build_config(conn)
+    sub_cfg = build_config(conn, max_in_flight=max_in_flight, max_attempts=0)
+    out = ctx.Queue()
+    progress, received, ready = ctx.Value("q", 0), ctx.Value("q", 0), ctx.Value("q", 0)
+    stop = ctx.Event() if processes else threading.Event()
+    make = (lambda target, args: ctx.Process(target=target, args=args, daemon=True)) if processes else \
+        (lambda target, args: threading.Thread(target=target, args=args, daemon=True))
+    workers = []
+    if mode in ("sub", "pubsub"):
+        total = count if mode == "sub" else count * publishers if count else 0
+        for j in range(consumers):
+            workers.append(make(_guarded(_consumer), (j, addresses, lookupds, sub_cfg, topic, channel, size, total,
+                                            duration, received, stop, out, ready, mode == "pubsub")))
+    if mode in ("pub", "pubsub"):
+        per = count if count else 0
+        pub_stop = stop if mode == "pub" else (ctx.Event() if processes else threading.Event())
+        for i in range(publishers):
+            workers.append(make(_guarded(_publisher), (i, addresses, pub_cfg, topic, size, per, duration, batch_size,
+                                             progress, pub_stop, out)))
+    if mode == "pubsub":
+        # consumers first: the channel exists before the first message, so none is a backlog
+        for w in workers[:consumers]:
+            w.start()
+        deadline = time.monotonic() + 15
+        while ready.value < consumers and time.monotonic() < deadline and any(w.is_alive() for w in workers):
+            time.sleep(0.01)
+        for w in workers[consumers:]:
+            w.start()
+    else:
+        for w in workers:
+            w.start()
+    expected = {"pub": publishers if mode != "sub" else 0, "sub": consumers if mode != "pub" else 0}
+    results = []
+    bar = _Bar(app, mode, count, publishers, progress, received) if app.stderr_is_tty and not as_json else None
+    try:
+        while len(results) < sum(expected.values()):
+            try:
+                results.append(out.get(timeout=0.2))
+            except Exception:
+                pass
+            if bar:
+                bar.update()
+            alive = [w for w in workers if w.is_alive()]
+            if not alive and out.empty() and len(results) < sum(expected.values()):
+                break
+    finally:
+        stop.set()
+        if bar:
+            bar.stop()
+    from ..errors import NSQError
+
+    errors = [r for r in results if r[0] == "error"]
+    if errors:
+        raise NSQError(f"{len(errors)} bench client(s) failed: {errors[0][2]}")
+    if len(results) < sum(expected.values()):
+        raise NSQError(f"{sum(expected.values()) - len(results)} bench client(s) ended without a result")
+    _report(results, size, as_json, app)
+    return 0
+
+
+class _Bar:
+    def __init__(self, app, mode, count, publishers, progress, received):
+        from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
+
+        self.progress_v, self.received_v = progress, received
+        total = (count * publishers if mode != "sub" else count) or None
+        self.p = Progress(TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
+                          TextColumn("{task.completed:,.0f} msgs"), console=app.console, transient=True)
+        self.pub = self.p.add_task("published", total=total) if mode != "sub" else None
+        self.sub = self.p.add_task("received ", total=total) if mode != "pub" else None
+        self.p.start()
+
+    def update(self):
+        if self.pub is not None:
+            self.p.update(self.pub, completed=self.progress_v.value)
+        if self.sub is not None:
+            self.p.update(self.sub, completed=self.received_v.value)
+
+    def stop(self):
+        self.update()
+        self.p.stop()
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def bench():
+    """How fast is this cluster? Publish, consume, or both, and report msgs/s, MB/s and
+    end-to-end latency percentiles (from a timestamp in each body), per client and in total.
+
+    \b
+    It measures nsqcli's own client core too: see the README for the figures next to the
+    official bench_writer/bench_reader on the same machine.
+
+    \b
+    Examples:
+      nsqcli bench pubsub -n 200000 --size 100
+      nsqcli bench pub --publishers 4 --processes --duration 10s --json
+      nsqcli bench sub -t bench_backlog --consumers 2 -n 1000000
+    """
+
+
+def _mode_command(mode: str, doc: str):
+    @click.command(mode, cls=Command, help=doc, examples={
+        "pub": "nsqcli bench pub -n 1000000 --size 100 --batch-size 200\nnsqcli bench pub --publishers 2 --processes --duration 10s",
+        "sub": "nsqcli bench pub -t backlog -n 500000 && nsqcli bench sub -t backlog -n 500000",
+        "pubsub": "nsqcli bench pubsub -n 200000\nnsqcli bench pubsub --publishers 2 --consumers 2 --processes --json",
+    }[mode])
+    @option("-t", "--topic", type=TOPIC, default="nsqcli_bench", show_default=True)
+    @option("-c", "--channel", type=CHANNEL, default="nsqcli_bench", show_default=True)
+    @option("--size", type=click.IntRange(8, 1 << 20), default=100, show_default=True, help="Message size in bytes.")
+    @option("-n", "--count", type=click.IntRange(0), default=0,
+            help="Messages per publisher (sub: in total); default 100000 unless --duration.")
+    @option("--duration", type=DURATION, help="Run this long instead of a count.")
+    @option("--batch-size", type=click.IntRange(1, 100000), default=200, show_default=True, help="Messages per MPUB.")
+    @option("--publishers", type=click.IntRange(1, 64), default=1, show_default=True)
+    @option("--consumers", type=click.IntRange(1, 64), default=1, show_default=True)
+    @option("--max-in-flight", type=click.IntRange(1, 100000), default=2500, show_default=True,
+            help="Per consumer.")
+    @option("--processes", is_flag=True, help="One process per client (threads share Python's interpreter lock).")
+    @option("--json", "as_json", is_flag=True, help="The report as one JSON document on stdout.")
+    @connection_options()
+    @click.pass_obj
+    def cmd(app, topic, channel, size, count, duration, batch_size, publishers, consumers, max_in_flight, processes,
+            as_json, **kwargs):
+        conn = pop_connection(kwargs)
+        return run_bench(app, mode, topic, channel, size, count, duration, batch_size, publishers, consumers,
+                         max_in_flight, processes, as_json, conn)
+
+    return cmd
+
+
+bench.add_command(_mode_command("pub", "Publish as fast as nsqd acknowledges (pipelined MPUBs)."))
+bench.add_command(_mode_command("sub", "Consume what is in the topic (e.g. after 'bench pub')."))
+bench.add_command(_mode_command("pubsub", "Publish and consume at once: throughput and end-to-end latency."))

@@ -1,0 +1,50 @@
+"""nsqcli bench on a real nsqd: its counts cross-checked against nsqd's /stats."""
+
+from __future__ import annotations
+
+import json
+
+from helpers import http_post, run_nsqcli, topic_stats
+
+
+def bench(nsqd, *args):
+    r = run_nsqcli(["bench", *args, "--json", "--nsqd-tcp-address", nsqd.tcp_address], timeout=300)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_pubsub_counts_match_nsqd(nsqd, topic):
+    doc = bench(nsqd, "pubsub", "-t", topic, "-n", "20000", "--size", "64")
+    assert doc["pub"]["messages"] == doc["sub"]["messages"] == 20000
+    t = topic_stats(nsqd, topic)
+    ch = t["channels"][0]
+    assert t["message_count"] == 20000 and ch["channel_name"] == "nsqcli_bench"
+    assert (ch["message_count"], ch["depth"], ch["in_flight_count"]) == (20000, 0, 0)
+    lat = doc["sub"]["latency_ms"]
+    assert 0 < lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["p99.9"] <= lat["max"] < 60_000
+    assert abs(doc["pub"]["mb_per_sec"] - doc["pub"]["msgs_per_sec"] * 64 / 1e6) < 0.01
+
+
+def test_processes_and_per_client_rows(nsqd, topic):
+    doc = bench(nsqd, "pub", "-t", topic, "-n", "5000", "--publishers", "2", "--processes")
+    assert [c["messages"] for c in doc["pub"]["clients"]] == [5000, 5000]
+    assert topic_stats(nsqd, topic)["message_count"] == 10000
+    other = topic + "_sub"
+    http_post(nsqd.http_address, "/topic/create", topic=other)
+    http_post(nsqd.http_address, "/channel/create", topic=other, channel="b2")
+    bench(nsqd, "pub", "-t", other, "-n", "3000")
+    doc = bench(nsqd, "sub", "-t", other, "-c", "b2", "-n", "3000", "--consumers", "2")
+    assert doc["sub"]["messages"] == 3000 and sum(c["messages"] for c in doc["sub"]["clients"]) == 3000
+    ch = next(c for c in topic_stats(nsqd, other)["channels"] if c["channel_name"] == "b2")
+    assert ch["depth"] == 0 and ch["message_count"] == 3000
+
+
+def test_duration_and_failures(nsqd, topic):
+    doc = bench(nsqd, "pub", "-t", topic, "--duration", "1s", "--size", "16")
+    assert doc["pub"]["messages"] == topic_stats(nsqd, topic)["message_count"] > 0
+    assert 0.9 <= doc["pub"]["seconds"] <= 5
+    r = run_nsqcli(["bench", "pub", "-n", "10", "--nsqd-tcp-address", "127.0.0.1:1"])
+    assert r.returncode == 1 and r.stderr.decode().startswith("nsqcli: error: 1 bench client(s) failed: ")
+    assert b"Traceback" not in r.stderr
+    r = run_nsqcli(["bench", "pub", "-n", "10", "--duration", "1s"])
+    assert r.returncode == 2 and b"give --count or --duration, not both" in r.stderr
