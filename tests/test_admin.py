@@ -92,3 +92,50 @@ def test_tombstone_a_producer_in_lookupd(sandbox, two_nodes, topic):
     assert [p["tcp_port"] for p in producers] == [int(sandbox.nsqd.tcp_address.rsplit(":", 1)[1])]
     r = nsq(["node", "tombstone", topic, "127.0.0.1:9", *lk, "--yes"])
     assert r.returncode == 2 and b"node '127.0.0.1:9' is not registered with nsqlookupd" in r.stderr
+
+
+def test_create_through_lookupd_registers_the_topic(sandbox, topic):
+    r = nsq(["topic", "create", topic, "--lookupd-http-address", sandbox.lookupd.http_address])
+    assert r.returncode == 0, r.stderr
+    assert topic in http_get_json(sandbox.lookupd.http_address, "/topics")["topics"]
+    r = nsq(["channel", "create", topic, "ch", "--lookupd-http-address", sandbox.lookupd.http_address])
+    assert r.returncode == 0 and http_get_json(sandbox.lookupd.http_address, "/channels", topic=topic)["channels"] == ["ch"]
+
+
+def test_destructive_actions_ask_on_a_terminal(nsqd, topic):
+    """On a TTY delete lists the calls and asks; 'n' changes nothing, 'y' deletes."""
+    import os
+    import pty
+    import subprocess
+
+    from helpers import NSQCLI, clean_env
+
+    http_post(nsqd.http_address, "/pub", b"x", topic=topic)
+
+    def run_on_tty(answer: bytes) -> tuple[int, str]:
+        master, slave = pty.openpty()
+        p = subprocess.Popen(NSQCLI + ["topic", "delete", topic, "--nsqd-http-address", nsqd.http_address],
+                             stdin=slave, stdout=subprocess.PIPE, stderr=slave, env=clean_env())
+        os.close(slave)
+        seen = b""
+        deadline = time.monotonic() + 20
+        while b"[y/N]" not in seen and time.monotonic() < deadline:
+            seen += os.read(master, 4096)
+        os.write(master, answer + b"\n")
+        p.wait(timeout=20)
+        try:
+            while True:
+                chunk = os.read(master, 4096)
+                if not chunk:
+                    break
+                seen += chunk
+        except OSError:
+            pass
+        os.close(master)
+        return p.returncode, seen.decode(errors="replace")
+
+    code, screen = run_on_tty(b"n")
+    assert code == 130 and f"nsqd {nsqd.http_address}: POST /topic/delete topic={topic}" in screen
+    assert "Delete (with every message in it) topic" in screen and topic_stats(nsqd, topic) is not None
+    code, screen = run_on_tty(b"y")
+    assert code == 0 and topic_stats(nsqd, topic) is None

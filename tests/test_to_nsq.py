@@ -136,3 +136,27 @@ def test_sigterm_stops_cleanly(nsqd_factory, topic):
     ch = topic_stats(src, topic)["channels"][0]
     # every message is either FINed (copied) or back in the channel; nothing in flight
     assert ch["in_flight_count"] == 0 and ch["depth"] + count(dst, topic) >= 20000
+
+
+def test_destination_with_its_own_tls_and_auth(nsqd_factory, topic, tmp_path):
+    from nsq_fixtures import AuthServer, make_cert
+
+    cert, key = make_cert(tmp_path)
+    src = nsqd_factory()
+    publish(src, topic, [b"t1", b"t2", b"t3"])
+    with AuthServer({"dst-secret": [(".*", [".*"], ["publish", "subscribe"])]}) as auth:
+        dst = nsqd_factory(tls_cert=cert, tls_key=key, auth_http_address=auth.address)
+        secret = tmp_path / "dst-secret"
+        secret.write_text("dst-secret\n")
+        base = ["to-nsq", "-t", topic, "--nsqd-tcp-address", src.tcp_address, "--destination-nsqd-tcp-address",
+                dst.tcp_address, "--destination-tls", "--destination-tls-ca-file", cert]
+        r = run_nsqcli(base + ["--destination-auth-secret", "wrong", "--idle-timeout", "2s", "--requeue-delay", "1s"],
+                       timeout=60)
+        assert r.returncode == 0 and b"E_AUTH_FAILED" in r.stderr and b"wrong" not in r.stderr
+        assert count(dst, topic) == 0 and topic_stats(src, topic)["channels"][0]["requeue_count"] >= 1
+        time.sleep(1.5)  # the requeued batch comes back after its delay
+        r = run_nsqcli(base + ["--destination-auth-secret-file", str(secret), "--destination-snappy", "-n", "3"],
+                       timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert count(dst, topic) == 3
+        assert any(c.get("secret") == "dst-secret" and c.get("tls") == "true" for c in auth.calls), auth.calls

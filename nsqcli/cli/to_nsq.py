@@ -134,6 +134,8 @@ nsqcli to-nsq -t events --destination-nsqd-tcp-address 10.1.0.7:4150 --destinati
 @option("--require-json-value", help="... whose value (as text) is this (needs --require-json-field).")
 @option("--whitelist-json-field", "whitelist", multiple=True,
         help="Copy only these top-level fields of each JSON message (repeatable).")
+@option("--requeue-delay", type=DURATION, default="90s", show_default=True,
+        help="A batch the destination refused comes back after this x its attempts (capped at 15m).")
 @option("-n", "--count", type=click.IntRange(0), default=0, help="Stop after copying N messages (0 = run until stopped).")
 @option("--idle-timeout", type=DURATION, help="Stop after no message for this long.")
 @option("--live/--no-live", default=None, help="Live connections table (default: when stderr is a TTY).")
@@ -143,7 +145,7 @@ nsqcli to-nsq -t events --destination-nsqd-tcp-address 10.1.0.7:4150 --destinati
 @connection_options(consumer=True)
 @click.pass_obj
 def to_nsq(app, topics, channel, destination_topic, mode, max_in_flight, concurrency, rate, require_json_field,
-           require_json_value, whitelist, count, idle_timeout, live, status_interval, **kwargs):
+           require_json_value, whitelist, requeue_delay, count, idle_timeout, live, status_interval, **kwargs):
     """Copy TOPIC(s) from one NSQ to another (nsq_to_nsq), in pipelined MPUB batches.
 
     A message is FINed only after the destination acknowledged it; when the destination fails,
@@ -165,7 +167,8 @@ def to_nsq(app, topics, channel, destination_topic, mode, max_in_flight, concurr
         raise click.BadParameter("must be more than 0", param_hint="'--idle-timeout'")
     if rate:  # a batch is at most ~100 ms of the rate
         max_in_flight = min(max_in_flight, max(1, int(rate / 10)))
-    cfg = build_config(conn, max_in_flight=max_in_flight, max_attempts=0, concurrency=concurrency)
+    cfg = build_config(conn, max_in_flight=max_in_flight, max_attempts=0, concurrency=concurrency,
+                       default_requeue_delay=requeue_delay)
     dest_cfg = build_config(dest)
     done = threading.Event()
     producer = Producer(destination_addresses(app, dest, list(topics)), dest_cfg, fanout=mode == "fanout")
