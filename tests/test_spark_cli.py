@@ -166,9 +166,29 @@ def test_to_parquet_sigterm_then_restart_loses_nothing(nsqd, topic, tmp_path):
     r = nsqcli(base + ["--available-now"], timeout=240)
     assert r.returncode == 0, r.stderr
     import pyarrow.dataset as ds
-    got = ds.dataset(str(out), format="parquet", partitioning="hive").to_table().column("body").to_pylist()
+    files = committed_files(out)  # what Spark's readers see: the batches the sink committed
+    got = ds.dataset(files, format="parquet", partitioning=ds.partitioning(flavor="hive"),
+                     partition_base_dir=str(out)).to_table().column("body").to_pylist()
     assert set(got) == bodies
     assert len(got) == len(bodies)  # --dedupe dropped any redelivered duplicate
+
+
+def committed_files(out) -> list[str]:
+    """The Parquet files Spark's file sink committed (its _spark_metadata log, compactions too)."""
+    import urllib.parse
+
+    paths = set()
+    for log in sorted((out / "_spark_metadata").iterdir()):
+        if not log.name.split(".")[0].isdigit():
+            continue
+        for line in log.read_text().splitlines()[1:]:
+            entry = json.loads(line)
+            path = urllib.parse.urlsplit(entry["path"]).path
+            if entry.get("action", "add") == "add":
+                paths.add(urllib.parse.unquote(path))
+            else:
+                paths.discard(urllib.parse.unquote(path))
+    return sorted(paths)
 
 
 def test_spark_commands_without_the_extra_say_what_to_install(tmp_path):

@@ -93,10 +93,25 @@ def _run(app, spark, topics, channel, output, checkpoint, cols, trigger, per_bat
                          f"{sum(seen.values())} rows in {len(seen)} batches")
         if stopping.is_set():
             app.info("to-parquet: stopping (committed batches are FINed; nsqd delivers the rest again)")
-            q.stop()
+            _stop_between_batches(q)
             break
     if q.exception() is not None:
         raise spark_error(q.exception()) from None
     collect()
     app.info(f"to-parquet: {sum(seen.values())} rows in {len(seen)} batches written to {output}")
     return 0
+
+
+def _stop_between_batches(q, patience: float = 30.0) -> None:
+    """Stop when no micro-batch is running, if that moment comes within ``patience`` seconds:
+    a batch interrupted by stop() leaves Parquet files that Spark's _spark_metadata log does not
+    list (Spark's readers ignore them; a plain glob of the directory would not)."""
+    deadline = time.monotonic() + patience
+    while time.monotonic() < deadline:
+        try:
+            if not q.status.get("isTriggerActive"):
+                break
+        except Exception:  # the query ended meanwhile
+            break
+        time.sleep(0.02)
+    q.stop()
