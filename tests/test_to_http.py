@@ -165,3 +165,51 @@ def test_dead_endpoint_and_bad_flags(nsqd, topic):
                         (["--post", "http://a", "--header", "nocolon"], b"--header 'nocolon' must be 'Key: value'")):
         r = run_nsqcli(["to-http", "-t", topic, *args])
         assert r.returncode == 2 and words in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("answer,status,left", [
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokNEXT", 200, b"NEXT"),
+    (b"HTTP/1.1 201 Created\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n3;x=1\r\nabc\r\n0\r\n\r\nNEXT", 201, b"NEXT"),
+    (b"HTTP/1.1 204 No Content\r\nRetry-After: 7\r\n\r\nNEXT", 204, b"NEXT"),
+    (b"HTTP/1.0 500 Oops\r\n\r\nbody until close", 500, b""),
+])
+def test_response_reader_frames_answers_on_a_kept_alive_socket(answer, status, left):
+    """to-http's own HTTP/1.1 reader (no email parser): Content-Length, chunked, no body,
+    close-delimited; what follows an answer stays for the next one."""
+    import socket
+
+    from nsqcli.cli.to_http import _read_response
+
+    a, b = socket.socketpair()
+    try:
+        for i in range(0, len(answer), 7):  # trickled in small pieces
+            b.sendall(answer[i:i + 7])
+        if status == 500:
+            b.close()
+        got_status, _, headers, rest = _read_response(a, b"", time.monotonic() + 5)
+    finally:
+        a.close()
+        if status != 500:
+            b.close()
+    assert (got_status, rest) == (status, left)
+    if status == 204:
+        assert headers["retry-after"] == "7"
+    if status == 500:
+        assert headers["connection"] == "close"
+
+
+def test_response_reader_gives_up_at_its_deadline():
+    import socket
+
+    from nsqcli.cli.to_http import _read_response
+
+    a, b = socket.socketpair()
+    try:
+        b.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc")
+        t0 = time.monotonic()
+        with pytest.raises(TimeoutError):
+            _read_response(a, b"", time.monotonic() + 0.3)
+        assert time.monotonic() - t0 < 2
+    finally:
+        a.close()
+        b.close()
