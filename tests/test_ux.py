@@ -467,6 +467,19 @@ def test_mpub_progress_bar_ends_at_100_percent(tmp_path):
     assert "100%" in App.console.export_text()
 
 
+def read_terminal(master: int) -> bytes:
+    """Everything the program wrote to the pty (its side is closed: read until EIO/EOF)."""
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:
+            return out
+        if not chunk:
+            return out
+        out += chunk
+
+
 def test_tail_live_refuses_to_draw_over_its_own_output(nsqd, topic):
     """stdout and stderr on the same terminal: the table would tear the messages - refused
     before connecting; with stdout redirected the table draws on the terminal (stderr)."""
@@ -478,15 +491,7 @@ def test_tail_live_refuses_to_draw_over_its_own_output(nsqd, topic):
                              stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, env=clean_env())
         assert p.wait(timeout=30) == 2
         os.close(slave)
-        out = b""
-        while True:
-            try:
-                chunk = os.read(master, 4096)
-            except OSError:
-                break
-            if not chunk:
-                break
-            out += chunk
+        out = read_terminal(master)
     finally:
         os.close(master)
     assert out.decode().strip() == ("nsqcli: error: --live draws on the terminal that also gets the messages: "
@@ -508,15 +513,7 @@ def test_tail_live_draws_the_table_on_the_terminal(nsqd, topic, tmp_path):
                                  env=clean_env({"COLUMNS": "80", "LINES": "24"}))
             assert p.wait(timeout=30) == 0
         os.close(slave)
-        screen = b""
-        while True:
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            screen += chunk
+        screen = read_terminal(master)
     finally:
         os.close(master)
     assert out_file.read_bytes() == b"a\nb\nc\n"
