@@ -1,17 +1,22 @@
-"""Connection: one link to one nsqd.
+"""Connection: one link to one nsqd. I/O only: the protocol state lives in the pure
+:class:`nsqcli.protocol.session.Session` (after :class:`~nsqcli.protocol.session.Handshake`).
 
 Lifecycle: dial -> magic "  V2" -> IDENTIFY (feature negotiation) -> TLS -> snappy|deflate ->
 AUTH -> (SUB/PUB...) -> CLS -> CLOSE_WAIT -> close.
 
-Threading: after the handshake ONE I/O thread owns the socket. It reads, decodes frames,
-answers heartbeats with NOP at once, hands messages/responses to the delegate, and writes.
-Other threads never touch the socket: ``write()`` appends to a buffer and wakes the I/O thread
-through a pipe, so every command written between two wake-ups goes out in one ``send`` (many
-FIN/RDY coalesced, compressed once) and TLS is never read and written concurrently.
+Threading: after the handshake ONE I/O thread owns the socket. It reads, decodes frames, feeds
+them to the session (which queues the NOP for a heartbeat and matches each publish to its
+answer), and writes. Other threads never touch the socket: ``write()`` / ``send()`` pass the
+command through the session and append its bytes to a buffer under one lock, then wake the I/O
+thread through a pipe, so every command written between two wake-ups goes out in one ``send``
+(many FIN/RDY coalesced, compressed once) and TLS is never read and written concurrently.
 
-The delegate (Producer or Consumer) receives, on the I/O thread:
-``on_messages(conn, [Message])``, ``on_response(conn, bytes)``,
-``on_server_error(conn, ServerError)``, ``on_close(conn, error_or_None)``. It must not block.
+A publish is sent with a token (a :class:`~nsqcli.client.producer.Future`): the connection
+that sent it resolves it - OK, nsqd's error, or a TransportError when the connection closed
+first (``not_processed`` True when nsqd certainly did not publish it). Nothing else can answer
+it: a replacement connection to the same address has its own session.
+
+The delegate (:class:`ConnectionDelegate`: Consumer, Producer) hears from the I/O thread.
 """
 
 from __future__ import annotations
@@ -24,11 +29,12 @@ from dataclasses import dataclass, field
 
 from .config import Config
 from ..errors import (LocalProtocolError, NSQError, ReadError, RemoteProtocolError, Timeout,
-                      TransportError, server_error)
-from ..protocol import FRAME_ERROR, NEED_DATA, FrameDecoder
-from ..protocol.commands import CLS, NOP
-from ..protocol.constants import CLOSE_WAIT, HEARTBEAT
-from ..protocol.session import Handshake, Negotiated, Upgrade
+                      TransportError)
+from ..protocol import NEED_DATA, FrameDecoder
+from ..protocol.commands import CLS
+from ..protocol.constants import CLOSE_WAIT
+from ..protocol.session import (CLOSE_WAIT_EVENT, MUST_CLOSE, NOT_PROCESSED, Answered, Handshake, Negotiated, ServerErrorEvent,
+                                Session, Unanswered, Upgrade)
 from .message import Message
 from .transport import Stream
 
@@ -55,6 +61,24 @@ class ConnStats:
     backoff: str = ""
     lost: int = 0            # FIN/REQ not delivered (connection gone)
     late: int = 0            # messages that arrived after CLS, left for nsqd to redeliver
+
+
+class ConnectionDelegate:
+    """What a Connection tells its owner (go-nsq's delegates.go), always on the connection's
+    I/O thread; none of these may block. The defaults do nothing."""
+
+    def on_messages(self, conn: "Connection", msgs: list) -> None:
+        """Messages arrived (one recv's worth, in order)."""
+
+    def on_response(self, conn: "Connection", data: bytes) -> None:
+        """A response that answers no publish (CLOSE_WAIT)."""
+
+    def on_server_error(self, conn: "Connection", err: NSQError) -> None:
+        """An error frame that answers no publish (E_FIN_FAILED, ...; fatal ones close next)."""
+
+    def on_close(self, conn: "Connection", error: BaseException | None) -> None:
+        """The connection is closed (``error`` None after a clean close); its publishes are
+        already resolved."""
 
 
 class Connection:
@@ -85,11 +109,11 @@ class Connection:
         self.requeued = 0
         self.timed_out = 0
         self.lost = 0            # FIN/REQ that could not be written: the connection was gone
-        self.heartbeats = 0
         self.late_messages = 0
         self.last_message: float | None = None
         self.connected_at: float | None = None
         self.last_rdy_change = 0.0
+        self.session = Session(address)
         self._stream: Stream | None = None
         self._decoder = FrameDecoder(config.max_frame_size)
         self._wlock = threading.Lock()
@@ -102,6 +126,10 @@ class Connection:
 
     def __repr__(self) -> str:
         return f"<Connection {self.address} {self.state}>"
+
+    @property
+    def heartbeats(self) -> int:
+        return self.session.heartbeats
 
     # -- handshake (synchronous, before the I/O thread exists) ------------------------------
     def connect(self, subscribe: tuple[str, str] | None = None, deadline: float | None = None,
@@ -230,7 +258,11 @@ class Connection:
             if items:
                 self._dispatch(items, delegate)
             while not self._closing or self._wbuf:
-                self._flush()
+                try:
+                    self._flush()
+                except TransportError as e:
+                    self._drain(sel, delegate)
+                    raise e
                 if self._closing:
                     break
                 if stream.pending():
@@ -260,6 +292,27 @@ class Connection:
         finally:
             sel.close()
 
+    def _drain(self, sel, delegate, timeout: float = 2.0) -> None:
+        """A write failed (nsqd closed after an error, often with a RST): what nsqd said before
+        closing is still in our receive buffer - the OKs of earlier publishes and the error
+        that explains the close. Read and dispatch it (a fatal error frame raises) so that no
+        acknowledged publish is reported unknown and resent."""
+        stream, decoder = self._stream, self._decoder
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            if not stream.pending() and not sel.select(left):
+                return
+            try:
+                data = stream.recv()
+            except NSQError:
+                return
+            if data is None:
+                return
+            decoder.receive_data(data)
+            items = decoder.decode_all(self.responder, Message)
+            if items:
+                self._dispatch(items, delegate)
+
     def _linger(self, sel, timeout: float = 2.0) -> None:
         """Close politely: half-close, then read until nsqd closes its side. Closing with unread
         bytes in our receive buffer sends a RST, and a RST can make nsqd drop the FIN/REQ it
@@ -282,40 +335,58 @@ class Connection:
                 return
             self._decoder.receive_data(data)
             try:
-                self.late_messages += sum(type(x) is Message for x in self._decoder.decode_all(None, Message))
+                with self._wlock:
+                    msgs, events = self.session.receive(self._decoder.decode_all(None, Message))
             except RemoteProtocolError:
                 return
+            self.late_messages += len(msgs)
+            for event in events:  # a publish answered while we close still counts
+                if type(event) is Answered:
+                    _resolve(event.token, event.error)
 
     def _dispatch(self, items: list, delegate) -> None:
-        msgs = None
-        for item in items:
-            if type(item) is Message:
-                if msgs is None:
-                    msgs = []
-                msgs.append(item)
-                continue
-            if msgs:
-                self._deliver(msgs, delegate)
-                msgs = None
-            if item.type == FRAME_ERROR:
-                err = server_error(item.data, self.address)
-                if err.fatal:  # nsqd closes the connection after this: stop offering it now
-                    self._closing = True
-                    self.state = CLOSING
-                delegate.on_server_error(self, err)
-                if err.fatal:
-                    raise err
-            elif item.data == HEARTBEAT:
-                self.heartbeats += 1
-                self._wbuf.append(NOP)
-            elif item.data == CLOSE_WAIT:
+        """Frames through the session (under the write lock: publishes are matched in the
+        order they were written), then messages to the delegate, then the events."""
+        with self._wlock:
+            msgs, events = self.session.receive(items)
+            nops = self.session.data_to_send()
+            if nops:
+                self._wbuf += nops
+            if self.session.state == MUST_CLOSE:  # before any future is resolved: whoever
+                self._closing = True              # wakes on it must not reuse this connection
                 self.state = CLOSING
-                self.close_wait_event.set()
-                delegate.on_response(self, item.data)
-            else:
-                delegate.on_response(self, item.data)
         if msgs:
             self._deliver(msgs, delegate)
+        fatal = None
+        for event in events:
+            if type(event) is Answered:
+                _resolve(event.token, event.error)
+            elif type(event) is Unanswered:
+                _resolve(event.token, self._unanswered(event.reason, fatal))
+            elif event is CLOSE_WAIT_EVENT:
+                self.state = CLOSING
+                self.close_wait_event.set()
+                delegate.on_response(self, CLOSE_WAIT)
+            else:  # ServerErrorEvent
+                delegate.on_server_error(self, event.error)
+            if type(event) is Answered and event.error is not None:
+                fatal = event.error  # an E_* to a publish is fatal; so is an answer that is not OK
+            elif type(event) is ServerErrorEvent and event.fatal:
+                fatal = event.error
+        if fatal is not None:  # nsqd closes the connection after this
+            self._closing = True
+            self.state = CLOSING
+            raise fatal
+
+    def _unanswered(self, reason: str, cause: BaseException | None) -> TransportError:
+        if reason == NOT_PROCESSED:
+            err = TransportError(f"not processed: nsqd closed the connection after an earlier error ({cause})",
+                                 self.address)
+            err.not_processed = True
+            return err
+        err = TransportError(f"connection lost before nsqd answered ({cause or 'closed'})", self.address)
+        err.not_processed = False
+        return err
 
     def _deliver(self, msgs: list, delegate) -> None:
         self.received += len(msgs)
@@ -331,15 +402,19 @@ class Connection:
         self._stream.sendall(buf[0] if len(buf) == 1 else b"".join(buf))
 
     def _shutdown(self, error: BaseException | None) -> None:
-        self.state = CLOSED
+        with self._wlock:  # no writer can queue (or wake through a reused fd) from here on
+            self.state = CLOSED
+            lost = self.session.connection_lost()
+            for fd in (self._wake_r, self._wake_w):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+            self._wake_r = self._wake_w = -1
         self.close_error = error
         self._stream.close()
-        for fd in (self._wake_r, self._wake_w):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        self._wake_r = self._wake_w = -1
+        for event in lost:
+            _resolve(event.token, self._unanswered(event.reason, error))
         self.closed_event.set()
         try:
             self.delegate.on_close(self, error)
@@ -348,19 +423,34 @@ class Connection:
 
     # -- API for any thread ------------------------------------------------------------------
     def write(self, data: bytes) -> None:
-        """Queue bytes for the I/O thread; they go out coalesced with other queued commands."""
-        if self.state == CLOSED:
-            raise TransportError("connection is closed", self.address)
+        """Queue a command that gets no answer (FIN, RDY, REQ, TOUCH, CLS...) for the I/O thread;
+        it goes out coalesced with other queued commands."""
+        self.send(data)
+
+    def send(self, command: bytes, token=None) -> None:
+        """Queue ``command``; a publish needs a ``token`` (set_result/set_exception), resolved
+        by this connection alone. Raises TransportError (nothing queued) when the connection
+        is closed or closing after a fatal error."""
         with self._wlock:
+            if self.state == CLOSED:
+                raise TransportError("connection is closed", self.address)
+            try:
+                data = self.session.send(command, token)
+            except LocalProtocolError as e:
+                raise TransportError(str(e), self.address) from None
             self._wbuf.append(data)
-            if self._woken or threading.get_ident() == self._io_ident:
+            if self._woken or self._wake_w < 0 or threading.get_ident() == self._io_ident:
                 return
             self._woken = True
-            wake = self._wake_w
-        try:
-            os.write(wake, b"w")
-        except OSError:
-            pass
+            try:  # under the lock: _shutdown cannot close (and the OS reuse) this fd meanwhile
+                os.write(self._wake_w, b"w")
+            except OSError:
+                pass
+
+    def waiting_tokens(self) -> list:
+        """The publishes sent on this connection and not answered yet, oldest first."""
+        with self._wlock:
+            return list(self.session.pending)
 
     def abort(self) -> None:
         """From another thread: make a handshake in progress fail at once (close the socket)."""
@@ -398,3 +488,13 @@ class Connection:
                          self.finished, self.requeued, self.timed_out, self.last_message,
                          self.connected_at, dict(self.features), backoff, self.lost,
                          self.late_messages)
+
+
+def _resolve(token, error: BaseException | None) -> None:
+    """Settle a publish's token (a Future) once."""
+    if token.done():
+        return
+    if error is None:
+        token.set_result(b"OK")
+    else:
+        token.set_exception(error)

@@ -132,10 +132,17 @@ class Stream:
 
     def enter_io_mode(self, write_timeout: float) -> None:
         """For the I/O thread: a blocking socket (it only reads after select() said readable)
-        with the write timeout enforced by the kernel (SO_SNDTIMEO). Python's own socket
+        with the write timeout enforced by the kernel (SO_SNDTIMEO); on TLS, Python's timeout
+        for reads and writes alike. Python's own socket
         timeout would poll() before every recv and send: one syscall more per read and write."""
         import struct
 
+        if self.tls_version is not None:
+            # select() says readable when part of a TLS record is there; SSL_read then blocks for
+            # the rest. Python's timeout bounds that wait (and writes): a peer stalling
+            # mid-record is a Timeout, not a hung I/O thread.
+            self.sock.settimeout(write_timeout)
+            return
         self.sock.settimeout(None)
         secs = int(write_timeout)
         tv = struct.pack("ll", secs, int((write_timeout - secs) * 1e6))

@@ -1,4 +1,5 @@
-"""The connection handshake as a pure state machine (h11's Connection is the model).
+"""One NSQ connection as a pure state machine (h11's Connection is the model): the handshake,
+then the commands and their answers. No sockets, threads or clocks.
 
     magic "  V2" + IDENTIFY  ->  IDENTIFY reply (OK, or JSON with the negotiated features)
     [TLS upgrade]            ->  OK (read over TLS)
@@ -12,13 +13,33 @@ to :meth:`Handshake.receive_frame`, and carries out the actions that come back (
 ``Upgrade`` to perform). Everything nsqd says is checked here: wrong types in the IDENTIFY
 reply, a feature that was not asked for, anything but OK where OK is due. Heartbeats during the
 handshake are answered with NOP.
+
+After the handshake, :class:`Session` is the connection's protocol state: commands go in
+through :meth:`Session.send` (a publish with the token that will receive its answer), frames
+come back through :meth:`Session.receive` and turn into events. nsqd answers the commands of
+one connection in order, so PUB/MPUB/DPUB are matched to OK or E_* here, in one FIFO that
+belongs to this connection alone:
+
+    send(PUB|MPUB|DPUB, token)  ->  token queued
+    OK                          ->  Answered(token, None)           (published)
+    E_* (fatal)                 ->  Answered(head, error), then Unanswered(t, NOT_PROCESSED)
+                                    for every later token: nsqd closes the connection without
+                                    reading them, so they were certainly not published
+    connection_lost()           ->  Unanswered(t, UNKNOWN) for every token still waiting:
+                                    nsqd may or may not have published those
+    _heartbeat_                 ->  NOP queued (data_to_send), counted
+    CLS / CLOSE_WAIT            ->  state CLOSING, CloseWait event
+    E_FIN_FAILED & co.          ->  ServerErrorEvent (non-fatal; never the answer to a publish)
 """
 
 from __future__ import annotations
 
+import collections
 import json
-from ..errors import AuthError, ConnectError, RemoteProtocolError, server_error
-from .commands import NOP, encode_auth, encode_identify, encode_sub
+
+from ..errors import AuthError, ConnectError, LocalProtocolError, RemoteProtocolError, server_error
+from .commands import CLS, NOP, encode_auth, encode_identify, encode_sub
+from .frames import Frame
 from .constants import CLOSE_WAIT, DEFAULT_MAX_RDY_COUNT, FRAME_ERROR, FRAME_MESSAGE, HEARTBEAT, MAGIC_V2, OK
 
 # states
@@ -222,3 +243,165 @@ class Handshake:
             return [self._sub]
         self.state = READY
         return []
+
+
+# -- after the handshake --------------------------------------------------------------------
+
+#: why a publish got no answer (Unanswered.reason)
+NOT_PROCESSED = "not processed"   # nsqd closed after an earlier error: certainly not published
+UNKNOWN = "unknown"               # the connection was lost: nsqd may have published it
+
+#: commands whose answer is OK or E_* (everything else gets no answer, or CLOSE_WAIT for CLS)
+_ANSWERED = (b"PUB ", b"MPUB", b"DPUB")
+
+# session states
+OPEN, CLOSING, MUST_CLOSE, CLOSED = "open", "closing", "must-close", "closed"
+
+
+class Answered:
+    """nsqd answered the publish ``token``: ``error`` is None for OK, else the ServerError
+    (or RemoteProtocolError for an answer that is neither)."""
+
+    __slots__ = ("token", "error")
+
+    def __init__(self, token, error=None):
+        self.token = token
+        self.error = error
+
+    def __repr__(self) -> str:
+        return f"Answered({self.token!r}, {self.error!r})"
+
+
+class Unanswered:
+    """The publish ``token`` will never be answered; ``reason`` is NOT_PROCESSED or UNKNOWN."""
+
+    __slots__ = ("token", "reason")
+
+    def __init__(self, token, reason: str):
+        self.token = token
+        self.reason = reason
+
+    def __repr__(self) -> str:
+        return f"Unanswered({self.token!r}, {self.reason!r})"
+
+
+class ServerErrorEvent:
+    """An error frame that answers no publish (E_FIN_FAILED..., or a fatal one on a consumer)."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error):
+        self.error = error
+
+    @property
+    def fatal(self) -> bool:
+        return self.error.fatal
+
+    def __repr__(self) -> str:
+        return f"ServerErrorEvent({self.error!r})"
+
+
+class CloseWaitEvent:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "CloseWait"
+
+
+CLOSE_WAIT_EVENT = CloseWaitEvent()
+
+
+class Session:
+    """The state of one connection after its handshake. Pure; the caller serialises calls
+    (one lock around :meth:`send` + writing its bytes, and around :meth:`receive`), so the
+    order of tokens is the order of bytes on the wire.
+
+    Messages pass through :meth:`receive` untouched (the hot path: a list in, the same
+    objects out); everything else becomes an event."""
+
+    def __init__(self, address: str | None = None):
+        self.address = address
+        self.state = OPEN
+        self.pending: collections.deque = collections.deque()  # tokens, in wire order
+        self.heartbeats = 0
+        self._out: list[bytes] = []
+
+    @property
+    def waiting(self) -> int:
+        """Publishes sent and not answered yet."""
+        return len(self.pending)
+
+    def send(self, command: bytes, token=None) -> bytes:
+        """The bytes to write for ``command``. A publish needs a ``token`` (any object, e.g. a
+        future): it comes back in the Answered/Unanswered event for this command. Raises
+        LocalProtocolError after a fatal error or once the connection is lost (nothing is
+        queued then)."""
+        if self.state in (MUST_CLOSE, CLOSED):  # after CLS, FIN/REQ/RDY still go out
+            raise LocalProtocolError(f"connection is {self.state}: {command[:12]!r} not sent")
+        if command[:4] in _ANSWERED:
+            if token is None:
+                raise LocalProtocolError("a publish needs a token for its answer")
+            self.pending.append(token)
+        elif command == CLS:
+            self.state = CLOSING
+        return command
+
+    def data_to_send(self) -> list[bytes]:
+        """Bytes the session itself wants sent (NOP for heartbeats), oldest first."""
+        out, self._out = self._out, []
+        return out
+
+    def receive(self, items: list) -> tuple[list, list]:
+        """Decoded frames in (``FrameDecoder.decode_all``), ``(messages, events)`` out, in
+        order within each list. Raises RemoteProtocolError for an answer nobody asked for."""
+        msgs, events = [], []
+        for item in items:
+            if type(item) is not Frame:
+                msgs.append(item)
+            elif item.type == FRAME_ERROR:
+                self._error(server_error(item.data, self.address), events)
+            else:
+                self._response(item.data, events)
+        return msgs, events
+
+    def _response(self, data: bytes, events: list) -> None:
+        if data == HEARTBEAT:
+            self.heartbeats += 1
+            self._out.append(NOP)
+        elif data == CLOSE_WAIT and self.state == OPEN and self.pending:
+            # nsqd closes instead of answering (we sent no CLS): the publish failed
+            events.append(Answered(self.pending.popleft(), RemoteProtocolError(
+                f"{self.address}: nsqd is closing the connection (CLOSE_WAIT) instead of answering a publish")))
+            self.state = MUST_CLOSE
+            events.extend(Unanswered(t, NOT_PROCESSED) for t in self.pending)
+            self.pending.clear()
+        elif data == CLOSE_WAIT:
+            self.state = CLOSING if self.state == OPEN else self.state
+            events.append(CLOSE_WAIT_EVENT)
+        elif self.pending:
+            token = self.pending.popleft()
+            error = None if data == OK else RemoteProtocolError(
+                f"{self.address}: expected OK to a publish, got {data[:60]!r}")
+            events.append(Answered(token, error))
+        else:
+            where = f"{self.address}: " if self.address else ""
+            raise RemoteProtocolError(f"{where}unexpected response {data[:60]!r} (nothing was asked)")
+
+    def _error(self, err, events: list) -> None:
+        if not err.fatal:
+            events.append(ServerErrorEvent(err))
+            return
+        self.state = MUST_CLOSE  # nsqd closes the connection after a fatal error
+        if self.pending:
+            events.append(Answered(self.pending.popleft(), err))
+            events.extend(Unanswered(t, NOT_PROCESSED) for t in self.pending)
+            self.pending.clear()
+        else:
+            events.append(ServerErrorEvent(err))
+
+    def connection_lost(self) -> list:
+        """The connection is gone: every publish still waiting gets Unanswered(UNKNOWN)."""
+        self.state = CLOSED
+        events = [Unanswered(t, UNKNOWN) for t in self.pending]
+        self.pending.clear()
+        return events
