@@ -1,8 +1,10 @@
-"""Producer: PUB / MPUB / DPUB with responses correlated in order.
+"""Producer: PUB / MPUB / DPUB, each answered through a future.
 
-nsqd answers the commands of one connection in order, so each connection keeps a FIFO of
-futures: a command's future is queued, then the command is written; the I/O thread resolves the
-head on ``OK`` or an error frame. ``publish``/``multi_publish`` block until nsqd said OK (or raise
+nsqd answers the commands of one connection in order; the connection's session
+(nsqcli.protocol.session) matches every publish to its answer and the connection resolves the
+future: OK, nsqd's error, or a TransportError when the connection closed first. Publishing many
+batches (``publish_iter``, ``publish_framed``, ``multi_publish``) is counted in one
+:class:`~nsqcli.client.ledger.Ledger`. ``publish``/``multi_publish`` block until nsqd said OK (or raise
 a typed error); ``publish_async``/``multi_publish_async`` return futures and keep many commands in
 flight on one connection.
 
@@ -13,7 +15,6 @@ connection cannot be made or is lost; ``fanout=True`` publishes every message to
 
 from __future__ import annotations
 
-import collections
 import threading
 from dataclasses import dataclass
 
@@ -21,11 +22,10 @@ import time
 from collections.abc import Callable, Iterable
 
 from .config import Config
-from .conn import Connection
-from ..errors import (LocalProtocolError, NSQError, PublishError, RemoteProtocolError, ServerError,
-                      Timeout, TransportError)
+from .conn import Connection, ConnectionDelegate
+from .ledger import Entry, Ledger
+from ..errors import LocalProtocolError, NSQError, PublishError, ServerError, Timeout, TransportError
 from ..protocol import encode_dpub, encode_mpub, encode_mpub_framed, encode_pub, split_framed, validate_topic
-from ..protocol.session import check_ok
 
 
 class Future:
@@ -98,16 +98,7 @@ class Framed:
 RETRIABLE = ("E_PUB_FAILED", "E_MPUB_FAILED", "E_DPUB_FAILED")
 
 
-class _Link:
-    """A connection plus the FIFO of futures waiting for its responses."""
-
-    def __init__(self, conn: Connection):
-        self.conn = conn
-        self.pending: collections.deque[Future] = collections.deque()
-        self.lock = threading.Lock()
-
-
-class Producer:
+class Producer(ConnectionDelegate):
     def __init__(self, addresses: str | list[str], config: Config | None = None,
                  fanout: bool = False, deadline: float | None = None, dial=None):
         """``deadline`` (time.monotonic()) bounds every connection attempt (a CLI's --timeout);
@@ -119,7 +110,7 @@ class Producer:
             raise ValueError("Producer needs at least one nsqd address")
         self.config = config or Config()
         self.fanout = fanout
-        self._links: dict[str, _Link] = {}
+        self._links: dict[str, Connection] = {}
         self._current = 0
         self._lock = threading.Lock()
         self._closed = False
@@ -131,21 +122,29 @@ class Producer:
         self.close()
 
     # -- connection management -------------------------------------------------------------
-    def _link(self, address: str) -> _Link:
+    def _link(self, address: str) -> Connection:
         with self._lock:
-            link = self._links.get(address)
-            if link is not None and link.conn.alive:
-                return link
+            conn = self._links.get(address)
+            if conn is not None and conn.alive:
+                return conn
             if self._closed:
                 raise TransportError("producer is closed", address)
-            link = _Link(Connection(address, self.config, self, name="producer", dial=self._dial))
-            link.conn.connect(deadline=self.deadline)
-            self._links[address] = link
-            return link
+            conn = Connection(address, self.config, self, name="producer", dial=self._dial)
+            conn.connect(deadline=self.deadline)
+            self._links[address] = conn
+            return conn
+
+    def _drop(self, conn: Connection) -> None:
+        """Close a connection whose answers can no longer be trusted (a publish timed out):
+        nothing it says later can count, and its waiting futures fail now."""
+        with self._lock:
+            if self._links.get(conn.address) is conn:
+                del self._links[conn.address]
+        conn.close(0.5)
 
     def connect(self) -> list[str]:
         """Connect now (otherwise the first publish connects). Returns the connected addresses."""
-        targets = self.addresses if self.fanout else [self._active_link().conn.address]
+        targets = self.addresses if self.fanout else [self._active_link().address]
         for a in targets:
             self._link(a)
         return targets
@@ -155,7 +154,7 @@ class Producer:
         with self._lock:
             self._current = (self._current + 1) % len(self.addresses)
 
-    def _active_link(self) -> _Link:
+    def _active_link(self) -> Connection:
         """The current nsqd, failing over to the next address when it cannot be reached."""
         errors = []
         for i in range(len(self.addresses)):
@@ -171,58 +170,16 @@ class Producer:
             raise errors[0]
         raise TransportError("no nsqd reachable: " + "; ".join(str(e) for e in errors))
 
-    # -- delegate callbacks (I/O thread) ----------------------------------------------------
-    def _link_of(self, conn: Connection) -> _Link | None:
-        link = self._links.get(conn.address)
-        return link if link is not None and link.conn is conn else None
-
-    def _pop(self, conn: Connection) -> Future | None:
-        """The future of the oldest unanswered command on this connection (nsqd answers in order)."""
-        link = self._link_of(conn)
-        if link is None:
-            return None
-        with link.lock:
-            return link.pending.popleft() if link.pending else None
-
-    def on_response(self, conn: Connection, data: bytes) -> None:
-        fut = self._pop(conn)
-        if fut is not None:
-            try:  # only OK acknowledges a publish (not CLOSE_WAIT, not anything else)
-                check_ok(data, "a publish")
-            except RemoteProtocolError as e:
-                fut.set_exception(RemoteProtocolError(f"{conn.address}: {e}"))
-                return
-            fut.set_result(data)
-
-    def on_server_error(self, conn: Connection, err: ServerError) -> None:
-        fut = self._pop(conn)
-        if fut is not None:
-            fut.set_exception(err)
-
-    def on_close(self, conn: Connection, error: BaseException | None) -> None:
-        link = self._link_of(conn)
-        if link is None:
-            return
-        with link.lock:
-            waiting, link.pending = list(link.pending), collections.deque()
-        exc = TransportError(f"connection lost before nsqd answered ({error or 'closed'})", conn.address)
-        for fut in waiting:
-            if not fut.done():
-                fut.set_exception(exc)
-
-    def on_messages(self, conn: Connection, msgs: list) -> None:  # never for a producer
-        pass
-
     # -- sending ----------------------------------------------------------------------------
-    def _send(self, link: _Link, command: bytes) -> Future:
+    @staticmethod
+    def _send(conn: Connection, command: bytes) -> Future:
+        """Write a publish; its future is resolved by ``conn`` alone (never by a connection
+        that replaced it)."""
         fut: Future = Future()
-        with link.lock:
-            link.pending.append(fut)
-            try:
-                link.conn.write(command)
-            except TransportError as e:
-                link.pending.pop()
-                fut.set_exception(e)
+        try:
+            conn.send(command, fut)
+        except TransportError as e:
+            fut.set_exception(e)
         return fut
 
     def _command_async(self, command: bytes) -> list[Future]:
@@ -248,9 +205,17 @@ class Producer:
         errors: list[NSQError] = []
         for _ in range(len(self.addresses)):
             try:
-                link = self._active_link()
-                self._wait(self._send(link, command), timeout, link.conn.address)
-                return [link.conn.address]
+                conn = self._active_link()
+            except TransportError as e:  # no nsqd reachable at all
+                errors.append(e)
+                break
+            except NSQError as e:  # refused at the handshake (AUTH)
+                raise PublishError(f"not published: {e}", 0, count, e) from e
+            try:
+                self._wait(self._send(conn, command), timeout, conn)
+                return [conn.address]
+            except Timeout as e:  # no answer: it may be published; sending it again may duplicate it
+                raise PublishError(f"not known whether published: {e}", 0, count, e) from e
             except TransportError as e:  # unreachable or connection lost: try the next nsqd
                 errors.append(e)
                 self._current = (self._current + 1) % len(self.addresses)
@@ -263,7 +228,8 @@ class Producer:
         ok, failed = [], []
         for address in self.addresses:
             try:
-                self._wait(self._send(self._link(address), command), timeout, address)
+                conn = self._link(address)
+                self._wait(self._send(conn, command), timeout, conn)
                 ok.append(address)
             except NSQError as e:
                 failed.append(e)
@@ -274,12 +240,15 @@ class Producer:
                 count if ok else 0, count, failed[0])
         return ok
 
-    @staticmethod
-    def _wait(fut: Future, timeout: float, address: str) -> bytes:
+    def _wait(self, fut: Future, timeout: float, conn: Connection) -> bytes:
+        """nsqd's answer; after ``timeout`` seconds without one the connection is dropped (a
+        late OK must not count, and must not be mistaken for another command's) and Timeout
+        raised."""
         try:
             return fut.result(timeout)
-        except TimeoutError as e:
-            raise Timeout(f"no answer from nsqd within {timeout}s", address) from e
+        except TimeoutError:
+            self._drop(conn)
+            raise Timeout(f"no answer from nsqd within {timeout:g}s", conn.address) from None
 
     # -- MPUB -------------------------------------------------------------------------------
     def batches(self, bodies: list[bytes], batch_size: int = 0) -> list[list[bytes]]:
@@ -327,32 +296,43 @@ class Producer:
     def publish_iter(self, topic: str, bodies: Iterable[bytes], *, batch_size: int = 0,
                      window: int = 8, timeout: float = 30.0, rate: float | None = None,
                      on_progress: Callable[[int], None] | None = None,
-                     retries: int = 0, retry_backoff: float = 1.0) -> PublishResult:
+                     retries: int = 0, retry_backoff: float = 1.0, stop=None) -> PublishResult:
         """Publish an iterable of any length in bounded memory: MPUB batches under
         max_body_size (and ``batch_size``), up to ``window`` in flight, each OK awaited in order.
 
         ``rate`` (messages/s) paces batches so that no second sees more than ~5 % over it.
-        ``on_progress(acknowledged)`` is called as OKs arrive. A connection lost mid-way fails
-        over to the next nsqd address (unacknowledged batches are sent again: at-least-once).
-        A batch nsqd refuses as a whole (E_BAD_MESSAGE) is retried message by message so the
-        ones before the bad one are published. On any failure - including KeyboardInterrupt or
-        an exception raised by the iterable - PublishError says exactly how many messages nsqd
-        acknowledged: the first ``published`` messages, in order.
+        ``on_progress(acknowledged)`` is called as OKs arrive. Every batch is counted in one
+        :class:`~nsqcli.client.ledger.Ledger`:
+
+        - a connection lost mid-way, or nsqd's E_PUB_FAILED/E_MPUB_FAILED, sends every
+          unacknowledged batch again, in order, on the next nsqd address (at-least-once: a batch
+          nsqd took before the connection died may be published twice);
+        - a batch nsqd refuses as too big (E_BAD_BODY, E_BAD_MESSAGE) is split and its halves
+          sent; after E_BAD_BODY later batches stay under half its size (nsqd does not tell its
+          --max-body-size). Only a single message can be refused: PublishError names it;
+        - no answer within ``timeout``: the connection is dropped and PublishError says those
+          messages may or may not be published (they are not sent again);
+        - ``stop`` (a threading.Event) set: nothing more is read from ``bodies``; the batches in
+          flight are settled and PublishError (cause :class:`Stopped`) reports them.
+
+        On any failure - including an exception raised by the iterable - PublishError says
+        exactly how many messages nsqd acknowledged: the first ``published`` messages, in order,
+        and no other.
 
         ``retries``: when every nsqd address failed (unreachable, connection lost, or nsqd
         answered E_PUB_FAILED/E_MPUB_FAILED), wait ``retry_backoff`` seconds (doubling, at most
         30) and go round the addresses again, this many times, before giving up."""
         validate_topic(topic)
         return _IterPublish(self, topic, batch_size, window, timeout, rate, on_progress,
-                            retries, retry_backoff).run(bodies)
+                            retries, retry_backoff, stop).run(bodies)
 
     def publish_framed(self, frames: Iterable[Framed], *, window: int = 8, timeout: float = 30.0,
                        rate: float | None = None, on_progress: Callable[[int], None] | None = None,
-                       retries: int = 0, retry_backoff: float = 1.0) -> PublishResult:
+                       retries: int = 0, retry_backoff: float = 1.0, stop=None) -> PublishResult:
         """publish_iter for batches already encoded (:class:`Framed`, any topics): the same
-        window, pacing, failover, retries and exact acknowledged count."""
+        window, pacing, failover, splitting, retries and exact acknowledged count."""
         return _IterPublish(self, "", 0, window, timeout, rate, on_progress,
-                            retries, retry_backoff).run_framed(frames)
+                            retries, retry_backoff, stop).run_framed(frames)
 
     def close(self, timeout: float = 10.0) -> None:
         """Wait (up to ``timeout``) for nsqd's answer to every command sent, then close. Every
@@ -360,23 +340,14 @@ class Producer:
         answer never came."""
         with self._lock:
             self._closed = True
-            links = list(self._links.values())
+            conns = list(self._links.values())
         deadline = time.monotonic() + timeout
-        for link in links:
-            with link.lock:
-                waiting = list(link.pending)
-            for fut in waiting:
+        for conn in conns:
+            for fut in conn.waiting_tokens():
                 if not fut._event.wait(max(0.0, deadline - time.monotonic())):
                     break
-        for link in links:
-            link.conn.close(max(0.1, deadline - time.monotonic()))
-        for link in links:
-            with link.lock:
-                waiting, link.pending = list(link.pending), collections.deque()
-            exc = TransportError("producer closed before nsqd answered", link.conn.address)
-            for fut in waiting:
-                if not fut.done():
-                    fut.set_exception(exc)
+        for conn in conns:  # what is still waiting fails as the connection closes
+            conn.close(max(0.1, deadline - time.monotonic()))
         with self._lock:
             self._links = {}
 
@@ -397,12 +368,25 @@ class Pacer:
             time.sleep(delay)
 
 
+class Stopped(Exception):
+    """publish_iter's ``stop`` event was set: the source was not read further."""
+
+    def __init__(self):
+        super().__init__("stopped")
+
+
+#: nsqd refused a batch as too big (E_BAD_BODY: over --max-body-size; E_BAD_MESSAGE: one of its
+#: messages over --max-msg-size): split it and send the halves
+TOO_BIG = ("E_BAD_BODY", "E_BAD_MESSAGE")
+
+
 class _IterPublish:
-    """The state of one publish_iter call (see Producer.publish_iter)."""
+    """The state of one publish_iter / publish_framed call: a :class:`Ledger` of the batches
+    taken from the source, driven through a window of futures (see Producer.publish_iter)."""
 
     def __init__(self, producer: Producer, topic: str, batch_size: int, window: int,
                  timeout: float, rate: float | None, on_progress, retries: int = 0,
-                 retry_backoff: float = 1.0):
+                 retry_backoff: float = 1.0, stop=None):
         self.p = producer
         self.topic = topic
         if rate:
@@ -411,19 +395,19 @@ class _IterPublish:
         self.batch_size = batch_size
         self.window = max(1, window)
         self.timeout = timeout
-        self.rate = rate
         self.on_progress = on_progress
-        self.inflight: collections.deque = collections.deque()  # (bodies, future, address)
-        self.done = 0
-        self.batches = 0
-        self.taken = 0
+        self.ledger = Ledger()
+        self.body_limit = producer.config.max_body_size  # lowered when nsqd refuses a size
         self.failovers = 0
         self.addresses: list[str] = []
         self.pacer = Pacer(rate) if rate else None
         self.retries_left = max(0, retries)
         self.retry_backoff = retry_backoff
         self.retried = 0
+        self.stop = stop
         self.source_error: BaseException | None = None
+        self._sent = 0  # entries of the ledger (from the head) that are sent, all on _conn
+        self._conn: Connection | None = None
 
     def run(self, bodies: Iterable[bytes]) -> PublishResult:
         return self._drive(self._batches(bodies))
@@ -431,11 +415,13 @@ class _IterPublish:
     def run_framed(self, frames: Iterable[Framed]) -> PublishResult:
         return self._drive(self._counted(frames))
 
+    # -- the source -----------------------------------------------------------------------------
     def _batches(self, bodies: Iterable[bytes]):
-        """MPUB batches of the caller's bodies. An error of the iterable (or a bad body) ends
-        the batches, keeping what came before (the last partial batch still goes out)."""
-        cfg = self.p.config
-        limit, max_msg, batch_size = cfg.max_body_size, cfg.max_msg_size, self.batch_size or (1 << 62)
+        """(batch, count, nbytes, topic) of the caller's bodies, under the body limit. An error
+        of the iterable (or a bad body) ends the batches, keeping what came before (the last
+        partial batch still goes out)."""
+        max_msg, batch_size = self.p.config.max_msg_size, self.batch_size or (1 << 62)
+        topic = self.topic
         cur: list[bytes] = []
         append = cur.append
         size = 4
@@ -448,9 +434,9 @@ class _IterPublish:
                 if n == 0 or n > max_msg:
                     why = "is empty" if n == 0 else f"is {n} bytes, over the {max_msg}-byte max message size"
                     raise LocalProtocolError(f"message {taken + 1} {why}")
-                if size + 4 + n > limit or len(cur) >= batch_size:
-                    self.taken = taken
-                    yield cur
+                if size + 4 + n > self.body_limit or len(cur) >= batch_size:
+                    if cur:
+                        yield cur, len(cur), size, topic
                     cur = []
                     append = cur.append
                     size = 4
@@ -461,34 +447,130 @@ class _IterPublish:
             raise
         except BaseException as e:  # the iterable failed (or a signal): what came before still goes out
             self.source_error = e
-        finally:
-            self.taken = taken
         if cur:
-            yield cur
+            yield cur, len(cur), size, topic
 
     def _counted(self, frames: Iterable[Framed]):
         try:
             for frame in frames:
-                self.taken += frame.count
-                yield frame
+                yield frame, frame.count, len(frame.payload) + 4, frame.topic
         except GeneratorExit:
             raise
         except BaseException as e:  # building the frames failed: what came before still goes out
             self.source_error = e
 
+    # -- driving ---------------------------------------------------------------------------------
     def _drive(self, batches) -> PublishResult:
         """Send every batch (windowed, paced), settle them all; on any failure raise
         PublishError with the exact acknowledged count."""
+        stop = self.stop
         try:
-            for batch in batches:
-                self._send(batch)
-            self._settle_all()
+            for batch, count, nbytes, topic in batches:
+                if self.pacer is not None:
+                    self.pacer.wait(count)
+                self.ledger.take(batch, count, nbytes, topic)
+                self._fill()
+                while len(self.ledger) >= self.window:
+                    self._settle_head()
+                if stop is not None and stop.is_set():
+                    raise Stopped()
+            while self.ledger.entries:
+                self._settle_head()
         except BaseException as e:
             batches.close()
             self._fail(e)
         if self.source_error is not None:
             self._fail(self.source_error)
-        return PublishResult(self.done, self.batches, self.addresses, self.retried)
+        return PublishResult(self.ledger.acked, self.ledger.batches, self.addresses, self.retried)
+
+    def _fill(self) -> None:
+        """Send every entry not sent yet, in order (a new batch, or all of them after a
+        failover or a split). Every unsettled entry is on one connection: when that one is
+        gone, nothing is sent on its replacement until the head's failure resends them all
+        (otherwise a later batch could be published there before an earlier one, and then
+        again with the resend)."""
+        entries = self.ledger.entries
+        while self._sent < len(entries):
+            entry = entries[self._sent]
+            conn = self._link()
+            if self._sent and conn is not self._conn:
+                return
+            self._conn = conn
+            if conn.address not in self.addresses:
+                self.addresses.append(conn.address)
+            entry.future = fut = Future()  # before the write: a send is never untracked
+            entry.address = conn.address
+            try:
+                conn.send(entry.command(), fut)
+            except TransportError as e:
+                fut.set_exception(e)
+            self._sent += 1
+
+    def _settle_head(self) -> None:
+        """Wait for the oldest batch's answer and act on it."""
+        entry = self.ledger.head()
+        if entry.future is None:
+            self._fill()
+        try:
+            self._wait(entry)
+        except ServerError as e:
+            if e.code in TOO_BIG:
+                self._split(entry, e)
+            elif e.code in RETRIABLE:
+                self._failover(e)
+            else:
+                raise
+        except TransportError as e:  # lost or not processed: nsqd may have it, or certainly not
+            self._failover(e)
+        else:
+            self.ledger.ack_head()
+            self._sent -= 1
+            self.failovers = 0
+            if self.on_progress is not None:
+                self.on_progress(self.ledger.acked)
+            if self._sent < len(self.ledger):
+                self._fill()
+
+    def _wait(self, entry: Entry) -> None:
+        conn = self._conn
+        try:
+            entry.future.result(self.timeout)
+        except TimeoutError as e:
+            if isinstance(e, Timeout):
+                raise
+            if conn is not None:
+                self.p._drop(conn)
+            raise Timeout(f"no answer from nsqd within {self.timeout:g}s to messages {entry.start + 1}-"
+                          f"{entry.start + entry.count}: they may or may not be published",
+                          entry.address) from None
+
+    def _split(self, entry: Entry, error: ServerError) -> None:
+        """nsqd refused the head batch as too big (and closed the connection, so nothing after
+        it was processed): split it, learn the smaller body limit, send everything again."""
+        if entry.count < 2:
+            error.index = entry.start + 1
+            ledger = self.ledger
+            raise PublishError(f"published {ledger.acked} of {ledger.taken} messages: message {entry.start + 1} "
+                               f"({len(entry.bodies()[0])} bytes) refused by nsqd: {error}",
+                               ledger.acked, ledger.outstanding, error)
+        if error.code == "E_BAD_BODY":
+            self.body_limit = min(self.body_limit, max(8, entry.nbytes // 2))
+        self.ledger.split_head()
+        self.ledger.unsend_all()
+        self.ledger.refit(self.body_limit)
+        self._sent = 0
+        self._fill()
+
+    def _failover(self, error: BaseException) -> None:
+        """The head batch got no OK: send it and everything after it again on the next nsqd."""
+        if self.failovers >= len(self.p.addresses) - 1:
+            self._retry_pause(error)
+        else:
+            self.failovers += 1
+        self.p._current = (self.p._current + 1) % len(self.p.addresses)
+        self.ledger.unsend_all()
+        self._sent = 0
+        self._fill()
 
     def _retry_pause(self, error: BaseException) -> None:
         """Every address failed: wait and go round again, or re-raise when no retry is left."""
@@ -499,90 +581,30 @@ class _IterPublish:
         self.retried += 1
         self.failovers = 0
 
-    def _link(self) -> _Link:
+    def _link(self) -> Connection:
         while True:
             try:
                 return self.p._active_link()
             except TransportError as e:
                 self._retry_pause(e)
 
-    def _send(self, batch: list[bytes]) -> None:
-        """Pace, MPUB, and keep at most ``window`` batches waiting for their OK."""
-        if not batch:
-            return
-        if self.pacer is not None:
-            self.pacer.wait(len(batch))
-        self._enqueue(batch)
-        self.batches += 1
-        while len(self.inflight) >= self.window:
-            self._settle_one()
-
-    def _enqueue(self, batch) -> None:
-        link = self._link()
-        address = link.conn.address
-        if address not in self.addresses:
-            self.addresses.append(address)
-        command = batch.command() if type(batch) is Framed else encode_mpub(self.topic, batch)
-        self.inflight.append((batch, self.p._send(link, command), address))
-
-    def _settle_all(self) -> None:
-        while self.inflight:
-            self._settle_one()
-
-    def _settle_one(self) -> None:
-        batch, fut, address = self.inflight[0]
-        try:
-            Producer._wait(fut, self.timeout, address)
-        except ServerError as e:
-            if e.code in ("E_BAD_MESSAGE", "E_BAD_BODY") and len(batch) > 1:
-                self.inflight.clear()  # nsqd closed the connection: later batches are lost
-                self._one_by_one(batch)
-                return
-            if e.code not in RETRIABLE:
-                raise
-            self._failover(e)
-        except TransportError as e:
-            self._failover(e)
-        else:
-            self.inflight.popleft()
-            self._acked(len(batch))
-
-    def _failover(self, error: BaseException) -> None:
-        """The head batch got no OK: send it and everything after it again on the next nsqd."""
-        if self.failovers >= len(self.p.addresses) - 1:
-            self._retry_pause(error)
-        else:
-            self.failovers += 1
-        self.p._current = (self.p._current + 1) % len(self.p.addresses)
-        again = [b for b, _, _ in self.inflight]
-        self.inflight.clear()
-        for b in again:  # not acknowledged: send again, in order, on the next nsqd
-            self._enqueue(b)
-
-    def _one_by_one(self, batch) -> None:
-        topic = batch.topic if type(batch) is Framed else self.topic
-        for body in (batch.bodies() if type(batch) is Framed else batch):
-            self.p._sync(encode_pub(topic, body), 1, self.timeout)
-            self._acked(1)
-
-    def _acked(self, n: int) -> None:
-        self.done += n
-        if self.on_progress is not None:
-            self.on_progress(self.done)
-
     def _fail(self, e: BaseException) -> None:
         """Settle what is in flight (OKs count, in order, until the first failure), then raise
         PublishError with the exact acknowledged count."""
+        ledger = self.ledger
         try:
-            while self.inflight:
-                batch, fut, address = self.inflight.popleft()
-                Producer._wait(fut, self.timeout, address)
-                self._acked(len(batch))
+            while ledger.entries and ledger.head().future is not None:
+                ledger.head().future.result(self.timeout)
+                ledger.ack_head()
+                if self.on_progress is not None:
+                    self.on_progress(ledger.acked)
         except BaseException:
             pass
-        cause = e.cause if isinstance(e, PublishError) and e.cause is not None else e
-        if not isinstance(e, Exception):  # KeyboardInterrupt, a signal, SystemExit
-            message = f"interrupted: published {self.done} of {self.taken} messages"
+        if isinstance(e, PublishError):
+            e.published, e.failed = ledger.acked, ledger.outstanding
+            raise e
+        if isinstance(e, Stopped) or not isinstance(e, Exception):  # stop event, a signal, SystemExit
+            message = f"interrupted: published {ledger.acked} of {ledger.taken} messages"
         else:
-            message = f"published {self.done} of {self.taken} messages before an error: {cause}"
-        raise PublishError(message, self.done, max(0, self.taken - self.done), cause) from e
+            message = f"published {ledger.acked} of {ledger.taken} messages before an error: {e}"
+        raise PublishError(message, ledger.acked, ledger.outstanding, e) from e

@@ -107,6 +107,9 @@ def publish_partition(settings: SinkSettings, batches) -> NSQCommitMessage:
                            "it, the acknowledged messages are published again: at-least-once)") from None
     finally:
         producer.close()
+    if result.published != framer.rows:  # the ledger's count is the only truth: never commit less
+        raise RuntimeError(f"nsq sink, partition {partition}: nsqd acknowledged {result.published} of "
+                           f"{framer.rows} rows (the task fails; a retry publishes them again)")
     return NSQCommitMessage(partition, result.published, framer.bytes, result.batches,
                             result.retries, result.nsqd, time.monotonic() - start)
 
