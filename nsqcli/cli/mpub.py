@@ -16,13 +16,21 @@ from .types import DELIMITER, DURATION, TOPIC
 CHUNK = 1 << 20
 
 
-def read_records(stream, delimiter: bytes):
+def read_records(stream, delimiter: bytes, blocking=None):
     """Yield records split by one delimiter byte. A missing final delimiter keeps the last
-    record whole (the official to_nsq drops its last byte). Empty records are yielded as b""."""
+    record whole (the official to_nsq drops its last byte). Empty records are yielded as b"".
+    ``blocking``: a context manager around each read (a signal may interrupt it there)."""
     from ..archive.formats import split_records
 
     read = getattr(stream, "read1", stream.read)  # what is there now: a slow pipe is not held back
-    return split_records(iter(lambda: read(CHUNK), b""), delimiter)
+    if blocking is None:
+        return split_records(iter(lambda: read(CHUNK), b""), delimiter)
+
+    def chunk() -> bytes:
+        with blocking():
+            return read(CHUNK)
+
+    return split_records(iter(chunk, b""), delimiter)
 
 
 class Stats:
@@ -54,6 +62,7 @@ class Records:
         self.last_done = 0  # the last record skipped or handed to the producer
         self.listeners: list = []
         self.limit = 0  # -n: stop after this many bodies
+        self.blocking = None  # GracefulStop.blocking: reads a signal may interrupt
 
     def __iter__(self):
         from ..archive.formats import envelope_body
@@ -61,7 +70,7 @@ class Records:
         stats = self.stats
         given = 0
         for src in self.sources:
-            for rec in read_records(src, self.delimiter):
+            for rec in read_records(src, self.delimiter, self.blocking):
                 stats.records += 1
                 if stats.records <= self.skip:
                     stats.handled = self.last_done = stats.records
@@ -122,14 +131,16 @@ class Records:
         return self.unacked[0] - 1 if self.unacked else self.stats.handled
 
 
-def _publish_deferred(producer, topic, records, defer, rate, timeout=10.0):
+def _publish_deferred(producer, topic, records, defer, rate, stop, timeout=10.0):
     """DPUB one by one (nsqd has no deferred MPUB), paced like publish_iter."""
-    from ..client.producer import Pacer
+    from ..client.producer import Pacer, Stopped
     from ..errors import PublishError
 
     pacer, done = Pacer(rate) if rate else None, 0
     try:
         for body in records:
+            if stop.is_set():
+                raise Stopped()
             if pacer is not None:
                 pacer.wait(1)
             producer.publish(topic, body, defer=defer, timeout=timeout)
@@ -179,9 +190,10 @@ def mpub(app, topic, files, delimiter, null, count, as_json, fmt, batch_size, ra
     every record was published (nsqd said OK to every batch); otherwise exit 1 saying how many
     were published before the failure.
     """
-    from ..client.producer import Producer
+    from ..client.producer import Producer, Stopped
     from ..errors import PublishError
-    from .app import Interrupted, interrupt_on_signals
+    from .app import Interrupted
+    from .signals import GracefulStop
 
     conn = pop_connection(kwargs)
     cfg = build_config(conn, max_msg_size=max_msg_size, max_body_size=max_body_size)
@@ -199,16 +211,17 @@ def mpub(app, topic, files, delimiter, null, count, as_json, fmt, batch_size, ra
     progress = _Progress(app, stats, sources) if app.stderr_is_tty else None
     if progress:
         records.listeners.append(progress.update)
-    interrupt_on_signals()
+    stopper = GracefulStop().install()
+    records.blocking = stopper.blocking
     try:
         if defer is not None:
-            _publish_deferred(producer, topic, records, defer, rate)
+            _publish_deferred(producer, topic, records, defer, rate, stopper.event)
         else:
             producer.publish_iter(topic, records, batch_size=batch_size, window=8, rate=rate,
-                                  on_progress=records.on_progress)
+                                  on_progress=records.on_progress, stop=stopper.event)
         if progress:
             progress.finish()
-    except (PublishError, Interrupted) as e:
+    except (PublishError, Interrupted, Stopped) as e:
         if progress:
             progress.stop()
             progress = None
@@ -220,8 +233,8 @@ def mpub(app, topic, files, delimiter, null, count, as_json, fmt, batch_size, ra
             _json_summary(topic, stats, failed, records.resume_at, str(cause))
         where = (f"nsqd acknowledged {stats.published} records in this run; resume with "
                  f"--skip {records.resume_at}")
-        if isinstance(cause, Interrupted):
-            raise Interrupted(cause.signum, where) from None
+        if isinstance(cause, (Interrupted, Stopped)):
+            raise Interrupted(stopper.signum or getattr(cause, "signum", 2), where) from None
         bad = getattr(cause, "record", None)
         if records.unacked and getattr(cause, "code", "") in ("E_BAD_MESSAGE", "E_BAD_BODY"):
             bad = records.unacked[0]

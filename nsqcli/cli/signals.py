@@ -1,0 +1,52 @@
+"""Signals for work that must finish its bookkeeping before it stops (``mpub``).
+
+A signal handler that raises can land between any two bytecodes: between writing a batch and
+recording it, between counting an acknowledgement and dropping it from a queue. So the first
+SIGINT/SIGTERM only sets an event, and the work stops at its next safe point and reports
+exactly what it finished. The one exception is a read that may never return (stdin from a
+quiet pipe): inside :meth:`GracefulStop.blocking` the signal raises ``Interrupted`` there, where
+nothing has been counted yet. A second signal forces the exit (130).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from contextlib import contextmanager
+
+from .app import Interrupted
+
+
+class GracefulStop:
+    def __init__(self):
+        self.event = threading.Event()
+        self.signum: int | None = None
+        self._blocking = 0
+
+    def install(self, signals=None) -> "GracefulStop":
+        import signal
+
+        for sig in signals or (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._handler)
+        return self
+
+    def _handler(self, signum, frame) -> None:
+        if self.event.is_set():
+            print("nsqcli: forced exit", file=sys.stderr, flush=True)
+            os._exit(130)
+        self.signum = signum
+        self.event.set()
+        if self._blocking:
+            raise Interrupted(signum)
+
+    @contextmanager
+    def blocking(self):
+        """A call that may block for ever: a signal during it raises Interrupted."""
+        self._blocking += 1
+        try:
+            if self.event.is_set():
+                raise Interrupted(self.signum or 2)
+            yield
+        finally:
+            self._blocking -= 1
