@@ -174,3 +174,93 @@ def test_pause_with_zero_max_in_flight():
     assert f.set_max_in_flight(3, 2.0) == [("a", 3)]
     with pytest.raises(ValueError):
         f.set_max_in_flight(-1, 0)
+
+
+# -- backoff with connections that come and go (the RDY 0 stall) ----------------------------------
+def in_testing_state(conns="ab"):
+    """Level 1, the timer expired, one connection holds RDY 1 as the test connection."""
+    f = make(10, backoff_multiplier=1.0)
+    for k in conns:
+        f.add(k, 2500, 0.0)
+        f.received(k, 1, 0.0)
+    f.failure(1.0)
+    f.tick(3.0)
+    assert f.level == 1 and f.backoff_until is None and f.total_rdy == 1
+    return f
+
+
+def holders(f):
+    return [k for k, c in f.conns.items() if c.rdy]
+
+
+def test_test_connection_drops_another_one_takes_over():
+    f = in_testing_state("ab")
+    [lost] = holders(f)
+    [other] = [k for k in "ab" if k != lost]
+    assert f.remove(lost, 3.5) == [(other, 1)]
+    assert holders(f) == [other]
+
+
+def test_only_connection_drops_in_testing_then_a_new_one_tests():
+    f = in_testing_state("a")
+    assert f.remove("a", 3.5) == []
+    assert f.add("b", 2500, 4.0) == [("b", 1)]  # nsqd came back: it tests the water at once
+    assert f.level == 1 and f.total_rdy == 1
+    f.received("b", 1, 4.1)
+    assert f.total_rdy == 1  # still testing, one message at a time
+    f.success(4.2)
+    assert f.level == 0 and f.total_rdy == 10
+
+
+def test_every_connection_gone_when_the_timer_fires_then_one_comes_back():
+    f = make(10)
+    f.add("a", 2500, 0.0)
+    f.received("a", 1, 0.0)
+    f.failure(1.0)
+    f.remove("a", 2.0)
+    assert f.tick(3.0) == []  # expired with nobody to test
+    assert f.add("b", 2500, 3.5) == [("b", 1)]
+    assert f.next_wakeup(3.5) > 0
+
+
+def test_timer_still_running_when_connection_comes_back_waits_for_it():
+    f = make(10)
+    f.add("a", 2500, 0.0)
+    f.failure(1.0)  # level 1, until 3.0
+    f.remove("a", 1.5)
+    assert f.add("b", 2500, 2.0) == []  # no RDY while the timer runs
+    assert f.tick(3.0) == [("b", 1)]
+
+
+@pytest.mark.parametrize("drop_at", range(7))
+def test_backoff_transcript_with_a_drop_at_each_step(drop_at):
+    """The backoff walk of test_backoff_sequence, with the connection holding RDY lost (and 'c'
+    added) at one step: whatever the step, exactly one connection holds RDY whenever a level is
+    set and no timer runs, and the walk ends at full speed."""
+    f = make(10)
+    for k in "ab":
+        f.add(k, 2500, 0.0)
+        f.received(k, 1, 0.0)
+    t = 1.0
+    steps = [lambda t: f.failure(t), lambda t: f.tick(t), lambda t: f.failure(t), lambda t: f.tick(t),
+             lambda t: f.success(t), lambda t: f.tick(t), lambda t: f.success(t)]
+    for i, step in enumerate(steps):
+        if i == drop_at:
+            f.remove((holders(f) or sorted(f.conns))[0], t)
+            check_rdy(f, (i, "after the drop"))
+            f.add("c", 2500, t)
+            check_rdy(f, (i, "after the add"))
+        step(t)
+        check_rdy(f, i)
+        t = f.backoff_until if f.backoff_until is not None else t + 0.5
+    assert f.level == 0 and f.total_rdy == 10
+
+
+def check_rdy(f, where):
+    """No RDY while a timer runs; while testing exactly one holder; at full speed some holder."""
+    if f.backoff_until is not None:
+        assert f.total_rdy == 0, where
+    elif f.conns and f.level > 0:
+        assert f.total_rdy == 1 and len(holders(f)) == 1, (where, rdy(f))
+    elif f.conns:
+        assert f.total_rdy >= 1, (where, rdy(f))

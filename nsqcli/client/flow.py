@@ -18,6 +18,8 @@ multiplier * 2**level (or a full-jitter draw below it). Results that arrive whil
 are ignored: one result counts per window. When the timer expires one random connection gets
 RDY 1 to test the water; its success lowers the level (and, above 0, waits again), its failure
 raises it. At level 0 full speed resumes. max_backoff_duration = 0 disables backoff.
+Whenever the level is above 0 and no timer runs, exactly one live connection holds RDY 1: if
+the test connection is lost, another one (or the next to connect) takes over at once.
 """
 
 from __future__ import annotations
@@ -164,7 +166,7 @@ class Flow:
         changes = []
         if self.backoff_until is not None and now >= self.backoff_until:
             self.backoff_until = None
-            self.test_key = self.rng.choice(sorted(self.conns, key=str)) if self.conns else None
+            self.test_key = None  # _apply picks a random one
             changes += self._apply(now)
         if self._next_redistribute is None:
             self._next_redistribute = now + self.redistribute_interval
@@ -204,7 +206,16 @@ class Flow:
                 targets[c.key] = min(base + (1 if i < extra else 0), c.max_rdy)
         return targets
 
+    def _pick_tester(self) -> None:
+        """Level > 0 and no timer: exactly one live connection tests the water. When the test
+        connection is lost (or there was none when the timer fired) another one - or the next
+        one to arrive - takes over; otherwise nothing would ever send RDY again (go-nsq PR #106)."""
+        if self.level == 0 or self.backoff_until is not None or self.test_key in self.conns:
+            return
+        self.test_key = self.rng.choice(sorted(self.conns, key=str)) if self.conns else None
+
     def _apply(self, now: float) -> list:
+        self._pick_tester()
         if self._rotating:
             keep = [k for k, c in self.conns.items() if c.rdy > 0]
             return self._assign_rotation(keep, set(), now)

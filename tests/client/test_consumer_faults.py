@@ -1,0 +1,63 @@
+"""Consumer faults against REAL nsqd/nsqlookupd (and a memory stream where nsqd cannot misbehave
+on cue): backoff across an nsqd restart, handler parallelism, TOUCH/FIN ordering in pull mode,
+rediscovery after an outage, the in-flight byte budget."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from helpers import http_post, wait_for
+from nsqcli import Config, Consumer
+
+
+class Bodies:
+    """A handler collecting bodies; raises for the bodies in ``bad``."""
+
+    def __init__(self, bad=()):
+        self.bad = set(bad)
+        self.got: list[bytes] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, m):
+        if m.body in self.bad:
+            raise RuntimeError(f"cannot handle {m.body!r}")
+        with self.lock:
+            self.got.append(m.body)
+
+
+def flow_state(c):
+    with c._lock:
+        f = c.flow
+        return f.level, f.backoff_until, f.total_rdy
+
+
+def mpub(server, topic, bodies):
+    http_post(server.http_address, "/mpub", b"\n".join(bodies), topic=topic)
+
+
+# bug 1: stalled at RDY 0 after the test connection dropped ------------------------------------
+def test_backoff_survives_an_nsqd_restart_while_testing_the_water(nsqd_factory, topic):
+    """In backoff, with the one connection holding RDY 1 to test the water, nsqd restarts: the
+    new connection must test the water too, so messages published after recovery arrive (the
+    old flow control left every connection at RDY 0 forever)."""
+    server = nsqd_factory()
+    mpub(server, topic, [b"bad"])
+    handler = Bodies(bad=[b"bad"])
+    cfg = Config(max_in_flight=10, backoff_multiplier=0.2, default_requeue_delay=60,
+                 reconnect_min_delay=0.2, reconnect_max_delay=1.0)
+    c = Consumer(topic, "c", handler, nsqd_tcp_addresses=[server.tcp_address], config=cfg,
+                 on_error=lambda e: None)
+    c.start()
+    try:
+        # "bad" failed (REQ for 60 s): level 1, then the timer expires and the only connection
+        # holds RDY 1 with nothing to deliver
+        wait_for(lambda: flow_state(c)[0] >= 1 and flow_state(c)[1:] == (None, 1), what="testing the water")
+        server.restart()
+        wait_for(lambda: c.connections == [server.tcp_address], timeout=15, what="reconnected")
+        good = [b"good-%d" % i for i in range(50)]
+        mpub(server, topic, good)
+        wait_for(lambda: len(handler.got) == 50, timeout=10, what="messages after recovery")
+        assert sorted(handler.got) == sorted(good)
+    finally:
+        c.stop()
