@@ -1,8 +1,11 @@
-"""RDY distribution and backoff transcripts with an injected clock: no sleeps, no sockets."""
+"""RDY distribution and backoff transcripts with an injected clock: no sleeps, no sockets; and a
+stateful property test of the same Flow against a small model."""
 
 import random
 
 import pytest
+from hypothesis import settings, strategies as st
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, initialize, invariant, rule
 
 from nsqcli.client.flow import Flow
 
@@ -264,3 +267,125 @@ def check_rdy(f, where):
         assert f.total_rdy == 1 and len(holders(f)) == 1, (where, rdy(f))
     elif f.conns:
         assert f.total_rdy >= 1, (where, rdy(f))
+
+
+# -- stateful property test: Flow against a small model ---------------------------------------------
+
+
+class FlowMachine(RuleBasedStateMachine):
+    """Random connection churn, messages, results and time against a model of what was sent:
+    the RDY each connection was told (the changes applied in order), the messages in flight."""
+
+    conns = Bundle("conns")
+
+    @initialize(mif=st.integers(0, 12), strategy=st.sampled_from(["exponential", "full_jitter"]),
+                seed=st.integers(0, 2 ** 16))
+    def setup(self, mif, strategy, seed):
+        self.flow = Flow(mif, backoff_multiplier=0.5, max_backoff_duration=20.0, backoff_strategy=strategy,
+                         low_rdy_idle_timeout=10.0, low_rdy_timeout=30.0, redistribute_interval=5.0,
+                         rng=random.Random(seed))
+        self.now = 0.0
+        self.sent: dict[str, int] = {}       # RDY as the nsqds were told, change by change
+        self.in_flight: dict[str, int] = {}
+        self.next_key = 0
+
+    def send(self, changes):
+        """Apply changes in order: the running total never goes above max_in_flight, except
+        that the cuts of a lowered max_in_flight come before any raise."""
+        raised = False
+        for key, n in changes:
+            assert key in self.sent, "RDY for a connection that is gone"
+            if n > self.sent[key]:
+                raised = True
+            self.sent[key] = n
+            if raised:
+                assert sum(self.sent.values()) <= self.flow.max_in_flight, changes
+        assert self.sent == {k: c.rdy for k, c in self.flow.conns.items()}
+
+    @rule(target=conns, max_rdy=st.sampled_from([1, 2, 3, 2500]))
+    def add(self, max_rdy):
+        key = f"c{self.next_key}"
+        self.next_key += 1
+        self.sent[key] = 0
+        self.in_flight[key] = 0
+        self.send(self.flow.add(key, max_rdy, self.now))
+        return key
+
+    @rule(key=consumes(conns))
+    def remove(self, key):
+        del self.sent[key], self.in_flight[key]
+        self.send(self.flow.remove(key, self.now))
+
+    @rule(key=conns, n=st.integers(1, 5))
+    def receive(self, key, n):
+        n = min(n, max(1, self.sent[key] - self.in_flight[key]))  # nsqd sends up to RDY (+ a late one)
+        self.in_flight[key] += n
+        self.send(self.flow.received(key, n, self.now))
+
+    @rule(key=conns, n=st.integers(1, 5))
+    def settle(self, key, n):
+        n = min(n, self.in_flight[key])
+        self.in_flight[key] -= n
+        self.flow.settled(key, n)
+
+    @rule()
+    def success(self):
+        self.send(self.flow.success(self.now))
+
+    @rule()
+    def failure(self):
+        self.send(self.flow.failure(self.now))
+
+    @rule()
+    def neutral(self):
+        self.send(self.flow.neutral(self.now))
+
+    @rule(dt=st.sampled_from([0.0, 0.1, 0.5, 1.0, 5.0, 11.0, 31.0, 70.0]))
+    def tick(self, dt):
+        self.now += dt
+        self.send(self.flow.tick(self.now))
+
+    @rule()
+    def tick_when_due(self):
+        self.now += self.flow.next_wakeup(self.now)
+        self.send(self.flow.tick(self.now))
+
+    @rule(n=st.integers(0, 12))
+    def set_max_in_flight(self, n):
+        self.send(self.flow.set_max_in_flight(n, self.now))
+
+    # -- invariants ----------------------------------------------------------------------------
+    @invariant()
+    def total_within_max_in_flight(self):
+        assert self.flow.total_rdy <= self.flow.max_in_flight
+
+    @invariant()
+    def each_within_its_max_rdy(self):
+        assert all(0 <= c.rdy <= c.max_rdy for c in self.flow.conns.values())
+
+    @invariant()
+    def no_rdy_while_a_backoff_timer_runs(self):
+        if self.flow.backoff_until is not None:
+            assert self.flow.total_rdy == 0
+
+    @invariant()
+    def one_tester_while_testing_the_water(self):
+        f = self.flow
+        if f.level > 0 and f.backoff_until is None and f.conns and f.max_in_flight > 0:
+            assert sorted(c.rdy for c in f.conns.values() if c.rdy) == [1]
+
+    @invariant()
+    def liveness_someone_can_receive(self):
+        """The invariant the RDY 0 stall broke."""
+        f = self.flow
+        if f.conns and f.max_in_flight > 0 and f.backoff_until is None:
+            assert f.total_rdy > 0, {k: c.rdy for k, c in f.conns.items()}
+
+    @invariant()
+    def in_flight_matches_the_model(self):
+        assert {k: c.in_flight for k, c in self.flow.conns.items()} == self.in_flight
+
+
+FlowMachine.TestCase.settings = settings(max_examples=200, stateful_step_count=40, deadline=None,
+                                         derandomize=True, database=None)
+test_flow_state_machine = FlowMachine.TestCase
