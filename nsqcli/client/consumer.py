@@ -2,7 +2,8 @@
 nsqlookupd, with RDY distribution and backoff (nsqcli.client.flow) and handler threads.
 
 Threads: one I/O thread per connection (nsqcli.client.conn), ``concurrency`` handler threads fed with
-per-recv batches through a SimpleQueue (the I/O thread never blocks on handlers, so heartbeats
+per-recv batches through a SimpleQueue (for a per-message handler each batch is cut into up to
+``concurrency`` chunks, so the threads share it) (the I/O thread never blocks on handlers, so heartbeats
 are always answered), one control thread for timers only (RDY redistribution, backoff expiry,
 TOUCH of held messages), and the discovery thread (nsqcli.client.discovery: lookupd polls,
 reconnects - every blocking network call). Errors in any thread go to ``on_error``; nothing
@@ -376,7 +377,18 @@ class Consumer:
                 held = self._held
                 for m in msgs:
                     held[id(m)] = m
-        self._queue.put((handle, msgs))
+        for chunk in self._chunks(msgs):
+            self._queue.put((handle, chunk))
+
+    def _chunks(self, msgs: list) -> list:
+        """Per-message handlers: one recv batch split into up to ``concurrency`` chunks, so the
+        handler threads share it (each chunk is FINed in one write). Batch handlers and poll()
+        keep whole batches."""
+        n = self.config.concurrency
+        if self.handler is None or n <= 1 or len(msgs) <= 1:
+            return [msgs]
+        size = -(-len(msgs) // n)
+        return [msgs[i:i + size] for i in range(0, len(msgs), size)]
 
     def on_response(self, conn: Connection, data: bytes) -> None:
         pass  # OK to SUB is read during connect; CLOSE_WAIT sets conn.close_wait_event

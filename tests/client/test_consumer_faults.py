@@ -61,3 +61,38 @@ def test_backoff_survives_an_nsqd_restart_while_testing_the_water(nsqd_factory, 
         assert sorted(handler.got) == sorted(good)
     finally:
         c.stop()
+
+
+# bug 3: concurrency=N runs N handlers at once, even for messages of one recv batch -------------
+class Concurrent:
+    """A slow handler counting how many of its calls run at the same time."""
+
+    def __init__(self, want: int):
+        self.want = want
+        self.running = self.peak = self.done = 0
+        self.lock = threading.Lock()
+        self.all_done = threading.Event()
+
+    def __call__(self, m):
+        with self.lock:
+            self.running += 1
+            self.peak = max(self.peak, self.running)
+        time.sleep(0.05)
+        with self.lock:
+            self.running -= 1
+            self.done += 1
+            if self.done >= self.want:
+                self.all_done.set()
+
+
+def test_concurrency_runs_handlers_in_parallel_within_one_batch(nsqd, topic):
+    mpub(nsqd, topic, [b"m%d" % i for i in range(100)])
+    handler = Concurrent(100)
+    c = Consumer(topic, "c", handler, nsqd_tcp_addresses=[nsqd.tcp_address],
+                 config=Config(max_in_flight=100, concurrency=10))
+    c.start()
+    try:
+        assert handler.all_done.wait(30), handler.done
+    finally:
+        c.stop()
+    assert handler.peak >= 5, f"at most {handler.peak} handlers ran at once with concurrency 10"
