@@ -428,9 +428,14 @@ class Consumer:
     # -- responses (any thread) --------------------------------------------------------------
     def _respond(self, handle: _Handle, command: bytes, n: int, kind: str) -> bool:
         """Write a FIN/REQ for ``n`` messages; False (and counted in lost_responses) when the
-        connection is gone: nsqd will redeliver those messages."""
-        ok = self._write(handle.conn, command)
-        self._settle(handle, n, kind if ok else "lost")
+        connection is gone: nsqd will redeliver those messages.
+
+        Written under the consumer lock, as TOUCHes are (touch_many): the message is marked
+        responded before this, so a TOUCH either goes out before the FIN/REQ or sees the mark
+        and is skipped - never a TOUCH after the FIN of its message (E_TOUCH_FAILED)."""
+        with self._lock:
+            ok = self._write(handle.conn, command)
+            self._settle(handle, n, kind if ok else "lost")
         return ok
 
     @staticmethod
@@ -496,11 +501,13 @@ class Consumer:
 
     def touch_many(self, msgs: list) -> list:
         """TOUCH many un-answered messages (resets nsqd's timeout); returns those whose
-        connection is gone."""
+        connection is gone. The un-answered check and the write happen under the lock that
+        FIN/REQ writes take (see _respond)."""
         lost = []
-        for handle, ms in self._by_handle(msgs, claim=False).items():
-            if not self._write(handle.conn, b"".join([encode_touch(m.id) for m in ms])):
-                lost += ms
+        with self._lock:
+            for handle, ms in self._by_handle(msgs, claim=False).items():
+                if not self._write(handle.conn, b"".join([encode_touch(m.id) for m in ms])):
+                    lost += ms
         return lost
 
     # -- held batches (pull=True) ----------------------------------------------------------------

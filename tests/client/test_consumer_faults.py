@@ -96,3 +96,46 @@ def test_concurrency_runs_handlers_in_parallel_within_one_batch(nsqd, topic):
     finally:
         c.stop()
     assert handler.peak >= 5, f"at most {handler.peak} handlers ran at once with concurrency 10"
+
+
+# bug 4: pull mode, a TOUCH must never follow the FIN of the same message ------------------------
+def test_touch_never_follows_the_fin_of_its_message(monkeypatch):
+    """Through a memory stream: a TOUCH of held messages is being built when another thread FINs
+    them. The bytes nsqd receives never hold a TOUCH after the FIN of the same id (nsqd would
+    answer E_TOUCH_FAILED). The FIN is started from inside the TOUCH's encoding - the moment
+    between the un-answered check and the write - and given a second to go out first."""
+    from fakes import FRAME_RESPONSE, MemoryStream, frame, message
+    from nsqcli.client import consumer as consumer_module
+
+    ids = [b"a" * 16, b"b" * 16]
+    stream = MemoryStream()
+    c = Consumer("t", "c", pull=True, nsqd_tcp_addresses=["memory:1"], dial=MemoryStream.dialer([stream]),
+                 config=Config(max_in_flight=5, heartbeat_interval=0, read_timeout=30))
+    stream.feed(frame(FRAME_RESPONSE, b"OK"))  # IDENTIFY
+    stream.feed(frame(FRAME_RESPONSE, b"OK") + message(b"1", ids[0]) + message(b"2", ids[1]))
+    c.start()
+    try:
+        got = wait_for(lambda: c.held == 2 and c.poll(10, timeout=0.5), what="two held messages")
+        real_encode, racing = consumer_module.encode_touch, []
+
+        def encode_touch_racing_a_fin(msg_id):
+            if not racing:
+                racing.append(threading.Thread(target=c.finish_many, args=(got,)))
+                racing[0].start()
+                racing[0].join(1.0)
+            return real_encode(msg_id)
+
+        monkeypatch.setattr(consumer_module, "encode_touch", encode_touch_racing_a_fin)
+        c.touch_many(got)
+        racing[0].join(5)
+        for i in ids:
+            stream.wait_sent(b"FIN " + i + b"\n")
+        c.set_max_in_flight(4)  # a last command: once it is out, so is everything before it
+        stream.wait_sent(b"RDY 4\n")
+        sent = bytes(stream.sent)
+        for i in ids:
+            touch = sent.find(b"TOUCH " + i + b"\n")
+            assert touch == -1 or touch < sent.find(b"FIN " + i + b"\n"), sent
+    finally:
+        stream.feed(None)
+        c.stop(timeout=2)
