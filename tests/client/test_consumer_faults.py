@@ -139,3 +139,39 @@ def test_touch_never_follows_the_fin_of_its_message(monkeypatch):
     finally:
         stream.feed(None)
         c.stop(timeout=2)
+
+
+# bug 5: a lookupd-found nsqd that is back is read within seconds --------------------------------
+def test_lookupd_found_nsqd_back_after_an_outage_is_read_within_seconds(nsqd, lookupd, extra_nsqd, topic):
+    """One of two nsqd is down long enough for the consumer to back off its re-polls of lookupd
+    (four quick polls without it: the old schedule then waited 8-16 s, then 16-32 s); once it
+    is back, its messages arrive within a few seconds."""
+    from helpers import http_get_json
+
+    server = extra_nsqd()
+    for s in (nsqd, server):
+        http_post(s.http_address, "/topic/create", topic=topic)
+    wait_for(lambda: len(http_get_json(lookupd.http_address, "/lookup", topic=topic)["producers"]) == 2,
+             what="both registered")
+    got = Bodies()
+    c = Consumer(topic, "c", got, lookupd_http_addresses=[lookupd.http_address], on_error=lambda e: None)
+    c.start()
+    try:
+        assert sorted(c.connections) == sorted([nsqd.tcp_address, server.tcp_address])
+        server.stop()
+        wait_for(lambda: c.discovery.fast_polls >= 4, timeout=20, what="four quick re-polls without it")
+        server.restart()
+        http_post(server.http_address, "/pub", b"back", topic=topic)
+        wait_for(lambda: got.got == [b"back"], timeout=8, what="its message, read after the outage")
+    finally:
+        c.stop()
+
+
+def test_direct_nsqd_retries_stay_a_few_seconds_apart():
+    """However long a direct nsqd stays away, the next attempt is at most reconnect_max_delay
+    (4 s by default) away - and the exponent never overflows."""
+    c = Consumer("t", "c", lambda m: None, nsqd_tcp_addresses=["127.0.0.1:1"])
+    for _ in range(2000):
+        c.discovery.schedule_reconnect("127.0.0.1:1")
+    failures, when = c.discovery.reconnect["127.0.0.1:1"]
+    assert failures == 2000 and when - time.monotonic() <= 4.0
