@@ -269,6 +269,61 @@ def check_rdy(f, where):
         assert f.total_rdy >= 1, (where, rdy(f))
 
 
+# -- the in-flight byte budget ----------------------------------------------------------------------
+MiB = 1024 * 1024
+
+
+def test_big_messages_shrink_rdy_to_the_byte_budget():
+    f = make(200, max_in_flight_bytes=64 * MiB)
+    f.add("a", 2500, 0.0)
+    assert f.received("a", 1, 0.1, nbytes=10 * MiB) == [("a", 6)]  # 6 x 10 MiB <= 64 MiB
+    assert f.total_rdy * 10 * MiB <= 64 * MiB
+
+
+def test_small_messages_keep_full_rdy_then_a_big_batch_cuts_it_at_once():
+    f = make(200, max_in_flight_bytes=64 * MiB)
+    f.add("a", 2500, 0.0)
+    f.received("a", 100, 0.1, nbytes=100 * 200)
+    assert rdy(f) == {"a": 200}
+    assert f.received("a", 2, 0.2, nbytes=2 * 8 * MiB) == [("a", 8)]
+
+
+def test_rdy_grows_back_when_messages_get_small_again():
+    f = make(200, max_in_flight_bytes=64 * MiB)
+    f.add("a", 2500, 0.0)
+    f.received("a", 1, 0.1, nbytes=32 * MiB)
+    assert rdy(f) == {"a": 2}
+    t = 0.1
+    for _ in range(50):
+        t += 0.1
+        f.received("a", 10, t, nbytes=10 * 1000)
+        f.tick(t)
+        assert f.total_rdy <= 200
+    assert rdy(f) == {"a": 200}
+
+
+def test_byte_budget_never_takes_rdy_below_one():
+    f = make(50, max_in_flight_bytes=1 * MiB)
+    f.add("a", 2500, 0.0)
+    f.received("a", 1, 0.1, nbytes=100 * MiB)
+    assert rdy(f) == {"a": 1}
+
+
+def test_byte_budget_below_the_connection_count_rotates_one_each():
+    f = make(100, max_in_flight_bytes=20 * MiB)
+    for k in "abcd":
+        f.add(k, 2500, 0.0)
+    f.received("a", 1, 0.1, nbytes=10 * MiB)  # limit 2 for 4 connections
+    assert f.total_rdy == 2 and all(c.rdy <= 1 for c in f.conns.values())
+
+
+def test_no_byte_budget_ignores_sizes():
+    f = make(200)
+    f.add("a", 2500, 0.0)
+    f.received("a", 1, 0.1, nbytes=500 * MiB)
+    assert rdy(f) == {"a": 200}
+
+
 # -- stateful property test: Flow against a small model ---------------------------------------------
 
 
@@ -279,11 +334,11 @@ class FlowMachine(RuleBasedStateMachine):
     conns = Bundle("conns")
 
     @initialize(mif=st.integers(0, 12), strategy=st.sampled_from(["exponential", "full_jitter"]),
-                seed=st.integers(0, 2 ** 16))
-    def setup(self, mif, strategy, seed):
+                budget=st.sampled_from([0, 1000, 64 * MiB]), seed=st.integers(0, 2 ** 16))
+    def setup(self, mif, strategy, budget, seed):
         self.flow = Flow(mif, backoff_multiplier=0.5, max_backoff_duration=20.0, backoff_strategy=strategy,
                          low_rdy_idle_timeout=10.0, low_rdy_timeout=30.0, redistribute_interval=5.0,
-                         rng=random.Random(seed))
+                         max_in_flight_bytes=budget, rng=random.Random(seed))
         self.now = 0.0
         self.sent: dict[str, int] = {}       # RDY as the nsqds were told, change by change
         self.in_flight: dict[str, int] = {}
@@ -316,11 +371,11 @@ class FlowMachine(RuleBasedStateMachine):
         del self.sent[key], self.in_flight[key]
         self.send(self.flow.remove(key, self.now))
 
-    @rule(key=conns, n=st.integers(1, 5))
-    def receive(self, key, n):
+    @rule(key=conns, n=st.integers(1, 5), size=st.sampled_from([0, 10, 100, 400, 3000]))
+    def receive(self, key, n, size):
         n = min(n, max(1, self.sent[key] - self.in_flight[key]))  # nsqd sends up to RDY (+ a late one)
         self.in_flight[key] += n
-        self.send(self.flow.received(key, n, self.now))
+        self.send(self.flow.received(key, n, self.now, nbytes=n * size))
 
     @rule(key=conns, n=st.integers(1, 5))
     def settle(self, key, n):
@@ -358,6 +413,12 @@ class FlowMachine(RuleBasedStateMachine):
     @invariant()
     def total_within_max_in_flight(self):
         assert self.flow.total_rdy <= self.flow.max_in_flight
+
+    @invariant()
+    def total_within_the_byte_budget(self):
+        f = self.flow
+        if f.max_in_flight_bytes and f.avg_size:
+            assert f.total_rdy <= max(1, f.max_in_flight_bytes // f.avg_size)
 
     @invariant()
     def each_within_its_max_rdy(self):

@@ -54,6 +54,9 @@ class Config:
 
     # -- consumer -------------------------------------------------------------------------------
     max_in_flight: int = 1                  # go-nsq 1; commands set their own
+    # nsqcli only: RDY shrinks so that (average message size x RDY) stays within this many
+    # bytes (never below RDY 1); 0 = no byte budget. Big messages cannot fill memory at RDY 200.
+    max_in_flight_bytes: int = 64 * 1024 * 1024
     max_attempts: int = 5                   # 0 = unlimited
     default_requeue_delay: float = 90.0     # x attempts
     max_requeue_delay: float = 15 * 60.0

@@ -111,7 +111,8 @@ class Consumer:
                          backoff_strategy=cfg.backoff_strategy,
                          low_rdy_idle_timeout=cfg.low_rdy_idle_timeout,
                          low_rdy_timeout=cfg.low_rdy_timeout,
-                         redistribute_interval=cfg.rdy_redistribute_interval, rng=self.rng)
+                         redistribute_interval=cfg.rdy_redistribute_interval,
+                         max_in_flight_bytes=cfg.max_in_flight_bytes, rng=self.rng)
         self._lock = threading.RLock()
         self._handles: dict[str, _Handle] = {}
         self._connecting: set[Connection] = set()
@@ -370,7 +371,8 @@ class Consumer:
     def on_messages(self, conn: Connection, msgs: list) -> None:
         handle = conn.responder  # already attached to each message by the decoder
         with self._lock:
-            changes = self.flow.received(conn, len(msgs), time.monotonic())
+            nbytes = sum([len(m.body) for m in msgs]) if self.flow.max_in_flight_bytes else 0
+            changes = self.flow.received(conn, len(msgs), time.monotonic(), nbytes)
             if changes:
                 self._send_rdy(changes)
             if self.pull:  # held from arrival: TOUCHed even before poll() takes them

@@ -175,3 +175,28 @@ def test_direct_nsqd_retries_stay_a_few_seconds_apart():
         c.discovery.schedule_reconnect("127.0.0.1:1")
     failures, when = c.discovery.reconnect["127.0.0.1:1"]
     assert failures == 2000 and when - time.monotonic() <= 4.0
+
+
+# bug 6: in-flight memory bounded in bytes too -----------------------------------------------------
+def test_big_messages_shrink_the_rdy_sent_to_nsqd(nsqd_factory, topic):
+    """~2 MB messages with an 8 MiB in-flight byte budget: the consumer asks nsqd for 4 at a
+    time, not max_in_flight 50 (as nsqd's /stats and the consumer's stats show)."""
+    from helpers import channel_stats
+
+    server = nsqd_factory(max_msg_size=3 * 1024 * 1024)
+    bodies = [bytes([65 + i]) * 2_000_000 for i in range(6)]
+    for body in bodies:
+        http_post(server.http_address, "/pub", body, topic=topic)
+    got = Bodies()
+    c = Consumer(topic, "c", got, nsqd_tcp_addresses=[server.tcp_address],
+                 config=Config(max_in_flight=50, max_in_flight_bytes=8 * 1024 * 1024))
+    c.start()
+    try:
+        wait_for(lambda: len(got.got) == 6, timeout=20, what="six big messages")
+        assert sorted(got.got) == bodies
+        [stats] = c.stats()
+        assert stats.rdy == 4
+        wait_for(lambda: [cl["ready_count"] for cl in channel_stats(server, topic, "c")["clients"]] == [4],
+                 what="nsqd sees RDY 4")
+    finally:
+        c.stop()
