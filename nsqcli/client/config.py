@@ -54,6 +54,9 @@ class Config:
 
     # -- consumer -------------------------------------------------------------------------------
     max_in_flight: int = 1                  # go-nsq 1; commands set their own
+    # nsqcli only: RDY shrinks so that (average message size x RDY) stays within this many
+    # bytes (never below RDY 1); 0 = no byte budget. Big messages cannot fill memory at RDY 200.
+    max_in_flight_bytes: int = 64 * 1024 * 1024
     max_attempts: int = 5                   # 0 = unlimited
     default_requeue_delay: float = 90.0     # x attempts
     max_requeue_delay: float = 15 * 60.0
@@ -67,7 +70,9 @@ class Config:
     lookupd_poll_jitter: float = 0.3
     lookupd_poll_timeout: float = 5.0       # go-nsq 60s; a down lookupd must not stall discovery
     reconnect_min_delay: float = 1.0        # go-nsq: fixed 60s; nsqcli: 1s, 2s, 4s ... + jitter
-    reconnect_max_delay: float = 60.0
+    # nsqcli 4s (was 60s): a node back after an outage is read within seconds; a refused dial
+    # every ~4 s costs nothing. Also caps the quick lookupd re-polls after a lookupd-found loss.
+    reconnect_max_delay: float = 4.0
     concurrency: int = 1                    # handler threads
     touch_interval: float = 0.0             # pull mode: TOUCH held messages this often (0 = never)
 

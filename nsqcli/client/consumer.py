@@ -2,7 +2,8 @@
 nsqlookupd, with RDY distribution and backoff (nsqcli.client.flow) and handler threads.
 
 Threads: one I/O thread per connection (nsqcli.client.conn), ``concurrency`` handler threads fed with
-per-recv batches through a SimpleQueue (the I/O thread never blocks on handlers, so heartbeats
+per-recv batches through a SimpleQueue (for a per-message handler each batch is cut into up to
+``concurrency`` chunks, so the threads share it) (the I/O thread never blocks on handlers, so heartbeats
 are always answered), one control thread for timers only (RDY redistribution, backoff expiry,
 TOUCH of held messages), and the discovery thread (nsqcli.client.discovery: lookupd polls,
 reconnects - every blocking network call). Errors in any thread go to ``on_error``; nothing
@@ -110,7 +111,8 @@ class Consumer:
                          backoff_strategy=cfg.backoff_strategy,
                          low_rdy_idle_timeout=cfg.low_rdy_idle_timeout,
                          low_rdy_timeout=cfg.low_rdy_timeout,
-                         redistribute_interval=cfg.rdy_redistribute_interval, rng=self.rng)
+                         redistribute_interval=cfg.rdy_redistribute_interval,
+                         max_in_flight_bytes=cfg.max_in_flight_bytes, rng=self.rng)
         self._lock = threading.RLock()
         self._handles: dict[str, _Handle] = {}
         self._connecting: set[Connection] = set()
@@ -369,14 +371,26 @@ class Consumer:
     def on_messages(self, conn: Connection, msgs: list) -> None:
         handle = conn.responder  # already attached to each message by the decoder
         with self._lock:
-            changes = self.flow.received(conn, len(msgs), time.monotonic())
+            nbytes = sum([len(m.body) for m in msgs]) if self.flow.max_in_flight_bytes else 0
+            changes = self.flow.received(conn, len(msgs), time.monotonic(), nbytes)
             if changes:
                 self._send_rdy(changes)
             if self.pull:  # held from arrival: TOUCHed even before poll() takes them
                 held = self._held
                 for m in msgs:
                     held[id(m)] = m
-        self._queue.put((handle, msgs))
+        for chunk in self._chunks(msgs):
+            self._queue.put((handle, chunk))
+
+    def _chunks(self, msgs: list) -> list:
+        """Per-message handlers: one recv batch split into up to ``concurrency`` chunks, so the
+        handler threads share it (each chunk is FINed in one write). Batch handlers and poll()
+        keep whole batches."""
+        n = self.config.concurrency
+        if self.handler is None or n <= 1 or len(msgs) <= 1:
+            return [msgs]
+        size = -(-len(msgs) // n)
+        return [msgs[i:i + size] for i in range(0, len(msgs), size)]
 
     def on_response(self, conn: Connection, data: bytes) -> None:
         pass  # OK to SUB is read during connect; CLOSE_WAIT sets conn.close_wait_event
@@ -416,9 +430,14 @@ class Consumer:
     # -- responses (any thread) --------------------------------------------------------------
     def _respond(self, handle: _Handle, command: bytes, n: int, kind: str) -> bool:
         """Write a FIN/REQ for ``n`` messages; False (and counted in lost_responses) when the
-        connection is gone: nsqd will redeliver those messages."""
-        ok = self._write(handle.conn, command)
-        self._settle(handle, n, kind if ok else "lost")
+        connection is gone: nsqd will redeliver those messages.
+
+        Written under the consumer lock, as TOUCHes are (touch_many): the message is marked
+        responded before this, so a TOUCH either goes out before the FIN/REQ or sees the mark
+        and is skipped - never a TOUCH after the FIN of its message (E_TOUCH_FAILED)."""
+        with self._lock:
+            ok = self._write(handle.conn, command)
+            self._settle(handle, n, kind if ok else "lost")
         return ok
 
     @staticmethod
@@ -484,11 +503,13 @@ class Consumer:
 
     def touch_many(self, msgs: list) -> list:
         """TOUCH many un-answered messages (resets nsqd's timeout); returns those whose
-        connection is gone."""
+        connection is gone. The un-answered check and the write happen under the lock that
+        FIN/REQ writes take (see _respond)."""
         lost = []
-        for handle, ms in self._by_handle(msgs, claim=False).items():
-            if not self._write(handle.conn, b"".join([encode_touch(m.id) for m in ms])):
-                lost += ms
+        with self._lock:
+            for handle, ms in self._by_handle(msgs, claim=False).items():
+                if not self._write(handle.conn, b"".join([encode_touch(m.id) for m in ms])):
+                    lost += ms
         return lost
 
     # -- held batches (pull=True) ----------------------------------------------------------------

@@ -1,11 +1,13 @@
 """Where a Consumer's nsqd come from, on a thread of its own (all the blocking network calls).
 
 - Direct addresses (``--nsqd-tcp-address``): reconnected after a loss with exponential backoff
-  and jitter (reconnect_min_delay x 2^n, 50-100 %, up to reconnect_max_delay).
+  and jitter (reconnect_min_delay x 2^n, 50-100 %, up to reconnect_max_delay: 4 s by default,
+  so a node that is back is read within seconds).
 - nsqlookupd: every lookupd is asked every lookupd_poll_interval (jittered); each producer not
   connected yet is dialed. When a lookupd-found nsqd is lost, the lookupds are asked again after
-  ~1 s, 2 s, 4 s ... (for at most one poll interval): not at once - an immediate SUB would
-  re-create a topic that was just deleted - and not only at the next regular poll, a minute away.
+  ~1 s, 2 s, 4 s, 4 s ... (the same backoff, for LOST_WINDOW or one poll interval, whichever is
+  longer): not at once - an immediate SUB would re-create a topic that was just deleted - and
+  not only at the next regular poll, a minute away.
 
 The consumer's timer thread never waits for any of this.
 """
@@ -17,6 +19,11 @@ import time
 
 from ..errors import NSQError
 from .http import lookup_all
+
+#: seconds after the loss of a lookupd-found nsqd during which lookupd is re-polled quickly
+LOST_WINDOW = 300.0
+#: 2**n stays a float-sized number however many attempts failed
+MAX_EXPONENT = 30
 
 
 class Discovery:
@@ -51,20 +58,25 @@ class Discovery:
         self.reconnect.pop(address, None)
         self.lost.pop(address, None)
 
-    def schedule_reconnect(self, address: str) -> None:
+    def retry_delay(self, failures: int, cap: float | None = None) -> float:
+        """reconnect_min_delay x 2^failures, capped at reconnect_max_delay (and ``cap``), with
+        50-100 % jitter."""
         cfg = self.config
+        delay = min(cfg.reconnect_max_delay, cfg.reconnect_min_delay * 2 ** min(failures, MAX_EXPONENT))
+        if cap is not None:
+            delay = min(delay, cap)
+        return delay * (0.5 + self.rng.random() * 0.5)
+
+    def schedule_reconnect(self, address: str) -> None:
+        """A direct nsqd is gone (or refused us): try again after retry_delay."""
         with self.lock:
             failures, _ = self.reconnect.get(address, (0, 0.0))
-            delay = min(cfg.reconnect_max_delay, cfg.reconnect_min_delay * 2 ** failures)
-            delay *= 0.5 + self.rng.random() * 0.5  # jitter: 50-100 %
-            self.reconnect[address] = (failures + 1, time.monotonic() + delay)
+            self.reconnect[address] = (failures + 1, time.monotonic() + self.retry_delay(failures))
         self.wake.set()
 
     def lost_lookupd_producer(self, address: str) -> None:
         """A lookupd-found nsqd went away: look for it again soon (see the module doc)."""
-        cfg = self.config
-        delay = min(cfg.lookupd_poll_interval, cfg.reconnect_min_delay * 2 ** self.fast_polls)
-        delay *= 0.5 + self.rng.random() * 0.5
+        delay = self.retry_delay(self.fast_polls, self.config.lookupd_poll_interval)
         with self.lock:
             self.lost[address] = time.monotonic()
             self.next_poll = min(self.next_poll, time.monotonic() + delay)
@@ -126,19 +138,19 @@ class Discovery:
 
     def _plan_next_poll(self) -> None:
         """Regular polls every lookupd_poll_interval (jittered); quick ones with backoff while a
-        lost nsqd has not come back (for at most one poll interval after the loss); every 5 s
-        at most while no nsqd carries the topic yet."""
+        lost nsqd has not come back (for LOST_WINDOW or one poll interval after the loss); every
+        5 s at most while no nsqd carries the topic yet."""
         cfg = self.config
         now = time.monotonic()
         nxt = now + cfg.lookupd_poll_interval * (1 + cfg.lookupd_poll_jitter * (self.rng.random() - 0.5))
+        window = max(LOST_WINDOW, cfg.lookupd_poll_interval)
         with self.lock:
             for address, lost_at in list(self.lost.items()):
-                if address in self.consumer._handles or now - lost_at > cfg.lookupd_poll_interval:
+                if address in self.consumer._handles or now - lost_at > window:
                     del self.lost[address]
             if self.lost:
                 self.fast_polls += 1
-                delay = min(cfg.lookupd_poll_interval, cfg.reconnect_min_delay * 2 ** self.fast_polls)
-                nxt = min(nxt, now + delay * (0.5 + self.rng.random() * 0.5))
+                nxt = min(nxt, now + self.retry_delay(self.fast_polls, cfg.lookupd_poll_interval))
             else:
                 self.fast_polls = 0
             if not self.consumer._handles:  # nothing to read yet: find a new topic's first nsqd soon

@@ -2,7 +2,7 @@
 clocks: every call takes ``now`` (seconds, monotonic) and returns the RDY changes to send as a
 list of ``(key, count)``, decreases first, so the total never exceeds max_in_flight.
 
-Distribution (n connections, M = max_in_flight):
+Distribution (n connections, M = max_in_flight, or less under the byte budget below):
 
 - n <= M: a new connection gets RDY 1 until it delivers its first message (or the next
   redistribution tick), then every established connection gets M // n, and the remainder
@@ -12,12 +12,21 @@ Distribution (n connections, M = max_in_flight):
   holding longer than low_rdy_timeout give it up, and free RDY goes to random other connections,
   so no nsqd is starved forever (go-nsq #179/#208).
 
+Byte budget (max_in_flight_bytes, 0 = none): received() is told the body bytes too, and the
+flow keeps an average message size (it jumps up to a bigger batch's mean at once - memory first -
+and decays towards smaller ones, 10 % per message). M is then at most budget // average, never
+below 1, so big messages mean a small RDY: ten 10 MB messages in flight, not two hundred. A
+lower M applies at once; a higher one when it is 25 % above the current, or at the next
+redistribution tick (no RDY churn from every message).
+
 Backoff (go-nsq's consumer-wide counter): a failure raises the level (while the next duration
 stays within max_backoff_duration), sets RDY 0 everywhere and starts a timer of
 multiplier * 2**level (or a full-jitter draw below it). Results that arrive while the timer runs
 are ignored: one result counts per window. When the timer expires one random connection gets
 RDY 1 to test the water; its success lowers the level (and, above 0, waits again), its failure
 raises it. At level 0 full speed resumes. max_backoff_duration = 0 disables backoff.
+Whenever the level is above 0 and no timer runs, exactly one live connection holds RDY 1: if
+the test connection is lost, another one (or the next to connect) takes over at once.
 """
 
 from __future__ import annotations
@@ -26,6 +35,10 @@ import random
 from dataclasses import dataclass
 
 STARVED_RATIO = 0.85
+#: weight of each smaller message in the average message size (bigger ones count at once)
+SIZE_DECAY = 0.1
+#: the byte-budget limit rises only when it grew by this factor (or at a redistribution tick)
+LIMIT_GROWTH = 1.25
 
 
 @dataclass
@@ -43,12 +56,16 @@ class Flow:
     def __init__(self, max_in_flight: int, *, backoff_multiplier: float = 1.0,
                  max_backoff_duration: float = 120.0, backoff_strategy: str = "exponential",
                  low_rdy_idle_timeout: float = 10.0, low_rdy_timeout: float = 30.0,
-                 redistribute_interval: float = 5.0, rng: random.Random | None = None):
+                 redistribute_interval: float = 5.0, max_in_flight_bytes: int = 0,
+                 rng: random.Random | None = None):
         if max_in_flight < 0:
             raise ValueError("max_in_flight must be >= 0")
         if backoff_strategy not in ("exponential", "full_jitter"):
             raise ValueError(f"unknown backoff strategy {backoff_strategy!r}")
         self.max_in_flight = max_in_flight
+        self.max_in_flight_bytes = max(0, max_in_flight_bytes)
+        self.avg_size: float | None = None  # bytes per message, once some arrived
+        self.limit = max_in_flight          # max_in_flight within the byte budget
         self.multiplier = backoff_multiplier
         self.max_backoff = max_backoff_duration
         self.strategy = backoff_strategy
@@ -110,16 +127,43 @@ class Flow:
         if n < 0:
             raise ValueError("max_in_flight must be >= 0")
         self.max_in_flight = n
+        self.limit = self._budget_limit()
         return self._apply(now)
 
+    # -- the byte budget ------------------------------------------------------------------------
+    def _budget_limit(self) -> int:
+        """max_in_flight, lowered so that limit x average size stays within the byte budget."""
+        m = self.max_in_flight
+        if m == 0 or not self.max_in_flight_bytes or not self.avg_size:
+            return m
+        return max(1, min(m, int(self.max_in_flight_bytes // self.avg_size)))
+
+    def _observe_sizes(self, n: int, nbytes: int) -> bool:
+        """Fold a batch's body sizes into the average; True when the limit changed."""
+        if not self.max_in_flight_bytes or n <= 0:
+            return False
+        mean = nbytes / n
+        if self.avg_size is None or mean >= self.avg_size:
+            self.avg_size = mean
+        else:
+            keep = (1 - SIZE_DECAY) ** n
+            self.avg_size = self.avg_size * keep + mean * (1 - keep)
+        limit = self._budget_limit()
+        if limit < self.limit or limit >= self.limit * LIMIT_GROWTH:
+            self.limit = limit
+            return True
+        return False
+
     # -- messages and results ---------------------------------------------------------------
-    def received(self, key, n: int, now: float) -> list:
+    def received(self, key, n: int, now: float, nbytes: int = 0) -> list:
+        """``n`` messages with ``nbytes`` of bodies in all arrived on ``key``."""
         c = self.conns.get(key)
         if c is None:
             return []
         c.in_flight += n
         c.last_message = now
-        if not c.established:
+        resized = self._observe_sizes(n, nbytes)
+        if not c.established or resized:
             c.established = True
             return self._apply(now)
         return []
@@ -164,12 +208,13 @@ class Flow:
         changes = []
         if self.backoff_until is not None and now >= self.backoff_until:
             self.backoff_until = None
-            self.test_key = self.rng.choice(sorted(self.conns, key=str)) if self.conns else None
+            self.test_key = None  # _apply picks a random one
             changes += self._apply(now)
         if self._next_redistribute is None:
             self._next_redistribute = now + self.redistribute_interval
         elif now >= self._next_redistribute:
             self._next_redistribute = now + self.redistribute_interval
+            self.limit = self._budget_limit()
             for c in self.conns.values():
                 c.established = True
             changes += self._rotate(now) if self._rotating else self._apply(now)
@@ -177,10 +222,10 @@ class Flow:
 
     @property
     def _rotating(self) -> bool:
-        return not self.in_backoff and len(self.conns) > self.max_in_flight > 0
+        return not self.in_backoff and len(self.conns) > self.limit > 0
 
     def _rotate(self, now: float) -> list:
-        """n > max_in_flight: take RDY from idle/long holders, give it to random others."""
+        """n > limit: take RDY from idle/long holders, give it to random others."""
         dropped = {k for k, c in self.conns.items() if c.rdy > 0 and (
             now - c.last_message > self.idle_timeout or now - c.rdy_since > self.hold_timeout)}
         keep = [k for k, c in self.conns.items() if c.rdy > 0 and k not in dropped]
@@ -188,7 +233,7 @@ class Flow:
 
     # -- targets ---------------------------------------------------------------------------------
     def _targets(self) -> dict:
-        conns, m = self.conns, self.max_in_flight
+        conns, m = self.conns, self.limit
         if m == 0 or self.backoff_until is not None:
             return {k: 0 for k in conns}
         if self.level > 0:
@@ -204,19 +249,28 @@ class Flow:
                 targets[c.key] = min(base + (1 if i < extra else 0), c.max_rdy)
         return targets
 
+    def _pick_tester(self) -> None:
+        """Level > 0 and no timer: exactly one live connection tests the water. When the test
+        connection is lost (or there was none when the timer fired) another one - or the next
+        one to arrive - takes over; otherwise nothing would ever send RDY again (go-nsq PR #106)."""
+        if self.level == 0 or self.backoff_until is not None or self.test_key in self.conns:
+            return
+        self.test_key = self.rng.choice(sorted(self.conns, key=str)) if self.conns else None
+
     def _apply(self, now: float) -> list:
+        self._pick_tester()
         if self._rotating:
             keep = [k for k, c in self.conns.items() if c.rdy > 0]
             return self._assign_rotation(keep, set(), now)
         return self._emit(self._targets(), now)
 
     def _assign_rotation(self, keep: list, avoid: set, now: float) -> list:
-        keep = sorted(keep, key=str)[: self.max_in_flight]
+        keep = sorted(keep, key=str)[: self.limit]
         others = sorted((k for k in self.conns if k not in keep), key=str)
         preferred = [k for k in others if k not in avoid] or others
         rest = [k for k in others if k not in preferred]
         self.rng.shuffle(preferred)
-        chosen = keep + (preferred + rest)[: self.max_in_flight - len(keep)]
+        chosen = keep + (preferred + rest)[: self.limit - len(keep)]
         return self._emit({k: (1 if k in chosen else 0) for k in self.conns}, now)
 
     def _emit(self, targets: dict, now: float) -> list:
