@@ -23,21 +23,14 @@ class Check:
     fix: str = ""
 
 
-class _Quiet:
-    """A connection delegate that ignores everything (doctor only handshakes)."""
-
-    def __getattr__(self, name):
-        return lambda *a, **k: None
-
-
 def _tcp_check(address: str, cfg) -> Check:
-    from ..client.conn import Connection
+    from ..client.conn import Connection, ConnectionDelegate
     from ..errors import AuthError, NSQError
 
     target = f"nsqd {address} (TCP)"
     t0 = time.monotonic()
     try:
-        conn = Connection(address, cfg, _Quiet()).connect()
+        conn = Connection(address, cfg, ConnectionDelegate()).connect()
     except AuthError as e:
         return Check(target, FAIL, str(e), "give --auth-secret-file FILE (or NSQCLI_AUTH_SECRET), or save it in the context")
     except NSQError as e:

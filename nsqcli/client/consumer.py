@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 
 from .config import Config
-from .conn import CLOSED, Connection, ConnStats
+from .conn import CLOSED, Connection, ConnectionDelegate, ConnStats
 from ..errors import NSQError, ServerError, TransportError
 from .flow import Flow
 from .discovery import Discovery
@@ -77,7 +77,7 @@ class _Handle:
             raise TransportError("cannot TOUCH: the connection is gone (nsqd will redeliver)", self.address)
 
 
-class Consumer:
+class Consumer(ConnectionDelegate):
     """Subscribe ``topic``/``channel``. Give exactly one of ``handler`` (per message),
     ``batch_handler`` (per recv batch) or ``pull=True`` (held batches: take messages with
     :meth:`poll`, answer them with :meth:`finish_many` / :meth:`requeue_many` /

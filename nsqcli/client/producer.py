@@ -520,6 +520,8 @@ class _IterPublish:
                 self._failover(e)
             else:
                 raise
+        except Timeout:  # no answer: nsqd may have published it; sending it again may duplicate it
+            raise
         except TransportError as e:  # lost or not processed: nsqd may have it, or certainly not
             self._failover(e)
         else:
