@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
-import importlib
+import os
+import sys
 
-import click
+if os.path.basename(sys.argv[0] if sys.argv else "") == "nsqcli":  # the console script: before click
+    from ..__main__ import install_early_signals
 
-from .. import __version__
+    install_early_signals()
+
+import importlib  # noqa: E402
+
+import click  # noqa: E402
+
+from .. import __version__  # noqa: E402
 
 #: subcommand name -> "module:function"; a module per command.
 COMMANDS = {
