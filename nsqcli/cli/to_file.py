@@ -181,8 +181,21 @@ def _check_same_filesystem(output_dir: str, work_dir: str | None) -> None:
                                "put --work-dir on the same file system (e.g. OUTPUT_DIR/.work)")
 
 
+class _StderrLines(logging.Handler):
+    """Log records as whole lines through the app's one stderr lock (never glued to a warning
+    another thread is writing)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from .app import write_stderr
+
+        try:
+            write_stderr(self.format(record))
+        except Exception:
+            self.handleError(record)
+
+
 def _setup_logging(level: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _StderrLines()
     handler.setFormatter(logging.Formatter("%(asctime)s nsqcli to-file %(levelname)s: %(message)s",
                                            "%Y-%m-%dT%H:%M:%S"))
     handler.formatter.converter = time.gmtime
