@@ -152,6 +152,30 @@ class Outages:
         return time.strftime("%H:%M:%S", time.localtime(t))
 
 
+def source_error(outages: Outages, err) -> None:
+    """A consumer's error (its nsqd lost or refusing, a lookupd failing): said when it starts,
+    counted while it lasts; :func:`sources_recovered` says when the nsqd is back."""
+    outages.failed(("source", getattr(err, "address", None) or getattr(err, "endpoint", None)), f"source: {err}")
+
+
+def sources_recovered(outages: Outages, consumers) -> None:
+    """Called periodically: a source that failed and whose nsqd is connected again (or, for an
+    error without an address, any connection) recovered."""
+    failing = [k for k in outages.failing() if isinstance(k, tuple) and k[0] == "source"]
+    if not failing:
+        return
+    connected = {a for c in consumers for a in c.connections}  # a property: the connected nsqd
+    for key in failing:
+        if key[1] in connected or (connected and not _is_nsqd(key[1], consumers)):
+            outages.ok(key, f"source {key[1]}" if key[1] else "source")
+
+
+def _is_nsqd(address, consumers) -> bool:
+    """An explicitly given nsqd (recovers only when connected again); other addresses (lookupd,
+    an nsqd found through lookupd that is gone) recover once anything is connected."""
+    return address is not None and any(address in c.nsqd_addresses for c in consumers)
+
+
 def stop_on_signals(event, signals=None) -> None:
     """SIGINT/SIGTERM set ``event`` for a clean stop; a second one forces the exit (130) when
     the clean stop hangs (an unreachable nsqd, a stuck disk)."""

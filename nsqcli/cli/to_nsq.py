@@ -248,7 +248,7 @@ def to_nsq(app, topics, channel, destination_topic, mode, max_in_flight, concurr
     """
     from ..client.consumer import Consumer
     from ..client.producer import Pacer, Producer
-    from .app import Outages, stop_on_signals
+    from .app import Outages, sources_recovered, stop_on_signals
 
     dest = pop_destination(kwargs)
     conn = pop_connection(kwargs)
@@ -312,24 +312,15 @@ def to_nsq(app, topics, channel, destination_topic, mode, max_in_flight, concurr
 
 
 def _say(outages, err) -> None:
+    from .app import source_error
+
     """Errors of the consumers: a destination failure (the batch is requeued) or a source nsqd
     lost/refusing; each said when it starts, counted while it lasts, and 'recovered' after."""
     if isinstance(err, DestinationError):
         cause = getattr(err.cause, "cause", None) or err.cause
         outages.failed("destination", f"destination: {cause} (the batch is requeued; the consumer backs off)")
         return
-    outages.failed(("source", getattr(err, "address", None)), f"source: {err}")
-
-
-def sources_recovered(outages, consumers) -> None:
-    """A source nsqd that failed and is connected again: say it recovered."""
-    failing = [k for k in outages.failing() if isinstance(k, tuple) and k[0] == "source"]
-    if not failing:
-        return
-    connected = {a for c in consumers for a in c.connections()}
-    for key in failing:
-        if key[1] in connected or (key[1] is None and connected):
-            outages.ok(key, f"source nsqd {key[1]}" if key[1] else "source")
+    source_error(outages, err)
 
 
 def _norm(address: str) -> str:
