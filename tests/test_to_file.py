@@ -424,3 +424,25 @@ def test_a_torn_last_record_left_by_a_crash_is_cut_before_new_records(nsqd, topi
     cut = len(content) - kept
     lines = [ln for ln in err.decode().splitlines() if "torn last" in ln]
     assert len(lines) == 1 and f"{name}: cut {cut} bytes of a torn last " in lines[0], err
+
+
+def test_losing_the_nsqd_is_said_once_counted_and_recovered(nsqd_factory, topic, tmp_path):
+    src = nsqd_factory()
+    publish(src, topic, numbered(1))
+    p = start(["-t", topic, "--nsqd-tcp-address", src.tcp_address, "--output-dir", str(tmp_path / "out"),
+               "--sync-interval", "0.2s"])
+    log = StderrLog(p)
+    try:
+        wait_for(lambda: drained(src, topic, total=1), what="drained")
+        for round_ in (1, 2):
+            src.stop()
+            wait_for(lambda: log.text.count(b"WARNING: source:") - log.text.count(b" (x") >= round_,
+                     timeout=20, what="the outage said")
+            time.sleep(3)  # reconnects keep failing: counted, not said each time
+            assert log.text.count(b"WARNING: source:") <= 2 * round_, log.text
+            src.restart()
+            wait_for(lambda: log.text.count(b"recovered: source " + src.tcp_address.encode()) == round_,
+                     timeout=30, what=f"recovery {round_}: {log.text!r}")
+    finally:
+        rc, _, _ = stop(p)
+    assert rc == 0
