@@ -213,3 +213,45 @@ def test_response_reader_gives_up_at_its_deadline():
     finally:
         a.close()
         b.close()
+
+
+def test_losing_the_source_nsqd_is_said_counted_and_recovered_twice(nsqd_factory, topic, endpoint):
+    """to-http's consumer errors reach stderr: the lost nsqd is said once when it goes (its
+    reconnect failures are counted, not printed), 'recovered' when it is back, and a second
+    outage is said again."""
+    import subprocess
+
+    from helpers import NSQCLI, clean_env, wait_for
+
+    src = nsqd_factory()
+    ep = endpoint()
+    http_post(src.http_address, "/pub", b"one", topic=topic)
+    env = clean_env()
+    p = subprocess.Popen(NSQCLI + ["to-http", "-t", topic, "--post", ep.url, "--nsqd-tcp-address", src.tcp_address],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(ln.decode() for ln in iter(p.stderr.readline, b"")),
+                              daemon=True)
+    reader.start()
+    try:
+        wait_for(lambda: ep.bodies() == [b"one"], timeout=20, what="first delivery")
+        def started():  # outages said as new (a changed text is said again with its count "(xN ")
+            return sum("warning: source:" in ln and " (x" not in ln for ln in lines)
+
+        for round_ in (1, 2):
+            src.stop()
+            wait_for(lambda: started() == round_, timeout=20, what=f"outage {round_} said")
+            time.sleep(3)  # reconnects keep failing (~5 times) meanwhile: counted, not said each time
+            assert started() == round_, lines
+            # "connection closed" then "cannot connect" (a change): at most 2 lines per outage
+            assert sum("warning: source:" in ln for ln in lines) <= 2 * round_, lines
+            src.restart()
+            wait_for(lambda: sum(f"recovered: source {src.tcp_address}" in ln for ln in lines) == round_,
+                     timeout=30, what=f"recovery {round_} said: {lines}")
+            http_post(src.http_address, "/pub", b"again%d" % round_, topic=topic)
+            wait_for(lambda: b"again%d" % round_ in ep.bodies(), timeout=20, what="delivery after recovery")
+    finally:
+        p.terminate()
+        p.wait(30)
+        reader.join(5)
+    assert p.returncode == 0, lines

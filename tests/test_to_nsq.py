@@ -160,3 +160,100 @@ def test_destination_with_its_own_tls_and_auth(nsqd_factory, topic, tmp_path):
         assert r.returncode == 0, r.stderr
         assert count(dst, topic) == 3
         assert any(c.get("secret") == "dst-secret" and c.get("tls") == "true" for c in auth.calls), auth.calls
+
+
+def test_a_2_mib_message_is_copied_when_both_nsqd_accept_it(nsqd_factory, topic):
+    src = nsqd_factory(max_msg_size=4 << 20, max_body_size=8 << 20)
+    dst = nsqd_factory(max_msg_size=4 << 20, max_body_size=8 << 20)
+    big = (bytes(range(1, 256)) * 8300)[:2 << 20]  # 2 MiB, no NUL (drain splits on it)
+    http_post(src.http_address, "/pub", big, topic=topic)
+    publish(src, topic, [b"small-1", b"small-2"])
+    http_post(dst.http_address, "/topic/create", topic=topic)
+    http_post(dst.http_address, "/channel/create", topic=topic, channel="check")
+    r = run_nsqcli(["to-nsq", "-t", topic, "--nsqd-tcp-address", src.tcp_address, "--destination-nsqd-tcp-address",
+                    dst.tcp_address, "--destination-max-msg-size", "4M", "-n", "3"], timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert count(dst, topic) == 3
+    assert sorted(drain(dst, topic, "check"), key=len) == [b"small-1", b"small-2", big]
+
+
+def test_a_message_over_the_destination_limit_is_said_once_and_given_up(nsqd_factory, topic):
+    """Without --destination-max-msg-size the 2 MiB message cannot be copied: the small ones are
+    copied all the same, the big one is requeued alone, said once with its size and the limit
+    (not per retry), and after --max-attempts given up (FINed) with one line."""
+    src = nsqd_factory(max_msg_size=4 << 20, max_body_size=8 << 20)
+    dst = nsqd_factory(max_msg_size=4 << 20, max_body_size=8 << 20)
+    http_post(src.http_address, "/pub", b"x" * (2 << 20), topic=topic)
+    publish(src, topic, [b"small-1", b"small-2"])
+    r = run_nsqcli(["to-nsq", "-t", topic, "--nsqd-tcp-address", src.tcp_address, "--destination-nsqd-tcp-address",
+                    dst.tcp_address, "--max-attempts", "3", "--requeue-delay", "0.2s", "--idle-timeout", "8s"],
+                   timeout=60)  # 8 s: nsqd looks at a new channel's deferred messages only every 5 s
+    assert r.returncode == 0, r.stderr
+    err = r.stderr.decode()
+    warnings = [ln for ln in err.splitlines() if ln.startswith("nsqcli: warning:")]
+    assert len(warnings) == 2, err
+    assert "a message of 2,097,152 bytes is over the destination's 1,048,576-byte message limit" in warnings[0]
+    assert "gave up on message" in warnings[1] and "after 3 attempts" in warnings[1] and "NOT copied" in warnings[1]
+    assert "copied 2," in err.splitlines()[-1] and "over the destination's message limit 3 (given up 1)" in err
+    assert count(dst, topic) == 2
+    ch = topic_stats(src, topic)["channels"][0]
+    assert ch["depth"] == ch["in_flight_count"] == ch["deferred_count"] == 0  # the big one was FINed at last
+
+
+def test_copying_a_topic_onto_itself_is_a_usage_error(sandbox, topic):
+    nsqd = sandbox.nsqd
+    lookupd = sandbox.lookupd.http_address
+    cases = [
+        ["--nsqd-tcp-address", nsqd.tcp_address, "--destination-nsqd-tcp-address", nsqd.tcp_address],
+        ["--nsqd-tcp-address", nsqd.tcp_address, "--destination-nsqd-tcp-address", nsqd.tcp_address,
+         "--destination-topic", topic],
+        ["--lookupd-http-address", lookupd, "--destination-lookupd-http-address", f"http://{lookupd}/"],
+    ]
+    for args in cases:
+        r = run_nsqcli(["to-nsq", "-t", topic, *args, "--idle-timeout", "1s"], timeout=30)
+        assert r.returncode == 2, (args, r.stderr)
+        lines = r.stderr.decode().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("nsqcli: error: to-nsq onto itself:"), lines
+    assert topic_stats(nsqd, topic) is None  # refused before connecting: nothing was created
+    # another topic on the same nsqd is fine
+    r = run_nsqcli(["to-nsq", "-t", topic, "--nsqd-tcp-address", nsqd.tcp_address, "--destination-nsqd-tcp-address",
+                    nsqd.tcp_address, "--destination-topic", topic + "_copy", "--idle-timeout", "1s"], timeout=30)
+    assert r.returncode == 0, r.stderr
+
+
+class _Msg:
+    def __init__(self, body, topic="t"):
+        self.body, self.topic, self.attempts, self.id = body, topic, 1, b"0123456789abcdef"
+        self.answer = None
+
+    def requeue(self, delay=None, backoff=True):
+        self.answer = "REQ"
+
+    def finish(self):
+        self.answer = "FIN"
+
+
+def test_a_batch_is_fined_only_when_the_destination_acknowledged_all_of_it():
+    """multi_publish's PublishResult decides: fewer acknowledged than sent raises (the consumer
+    requeues the batch) and nothing is counted as copied."""
+    import threading
+
+    import pytest
+    from nsqcli.cli.to_nsq import Copier, DestinationError
+    from nsqcli.client.producer import PublishResult
+
+    class Producer:
+        def __init__(self, acked):
+            self.acked = acked
+
+        def multi_publish(self, topic, bodies):
+            return PublishResult(min(self.acked, len(bodies)), 1, ["dst:4150"])
+
+    msgs = [_Msg(b"a"), _Msg(b"b"), _Msg(b"c")]
+    copier = Copier(Producer(2), None, "hostpool", None, (), None, 0, threading.Event())
+    with pytest.raises(DestinationError, match="acknowledged 2 of 3"):
+        copier(msgs)
+    assert copier.copied == 0 and copier.failed_batches == 1 and copier.active == 0
+    copier = Copier(Producer(3), None, "hostpool", None, (), None, 0, threading.Event())
+    copier(msgs)
+    assert copier.copied == 3 and copier.wait_idle(0)

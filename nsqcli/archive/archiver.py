@@ -31,6 +31,12 @@ from .writer import ArchiveFile, FileOptions
 log = logging.getLogger("nsqcli.archive.archiver")
 
 
+def say_trimmed(path: Path, trimmed: int) -> None:
+    log.warning("%s: cut %d byte%s of a torn last %s left by a crash (never FINed: nsqd delivers "
+                "those messages again)", path, trimmed, "s" if trimmed != 1 else "",
+                "gzip member" if path.name.endswith(".gz") else "record")
+
+
 class TopicArchiver:
     """One topic: a Consumer, an ArchiveFile, and the un-FINed messages the file holds."""
 
@@ -38,7 +44,7 @@ class TopicArchiver:
                  config: Config, nsqd: list[str], lookupd: list[str], on_error: Callable,
                  on_fatal: Callable):
         self.topic = topic
-        self.file = ArchiveFile(topic, opts)
+        self.file = ArchiveFile(topic, opts, on_trim=say_trimmed)
         self.format = formatter
         self.on_fatal = on_fatal
         self.lock = threading.Lock()
@@ -164,7 +170,7 @@ class Archiver:
         out = Path(self.opts.output_dir)
         out.mkdir(parents=True, exist_ok=True)
         self.opts.work.mkdir(parents=True, exist_ok=True)
-        for path in recover(self.opts.work, out):
+        for path in recover(self.opts.work, out, on_trim=say_trimmed):
             log.info("recovered %s from a previous run", path)
         for t in self.fixed_topics:
             self._add_topic(t, fail_fast=True)

@@ -81,10 +81,12 @@ def _fsync_dir(path: Path) -> None:
 class ArchiveFile:
     """One topic's current archive file. Not thread-safe: the caller holds a lock."""
 
-    def __init__(self, topic: str, opts: FileOptions, clock=time.time):
+    def __init__(self, topic: str, opts: FileOptions, clock=time.time, on_trim=None):
         self.topic = topic
         self.opts = opts
         self.clock = clock
+        self.on_trim = on_trim             # (path, bytes) when a torn tail left by a crash was cut
+        self._checked: set[Path] = set()   # files of earlier runs already checked for a torn tail
         self._records: list[bytes] = []
         self._count = 0
         self._fd: int | None = None
@@ -121,27 +123,55 @@ class ArchiveFile:
         if base != self._base:
             self._base, self._rev = base, 0
         flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC
+        previous = None  # the newest file an earlier run left under this name (REV below ours)
         while True:
             name = self._name(now, self._rev if o.needs_rev else None)
             path = o.work / name
             path.parent.mkdir(parents=True, exist_ok=True)
             if o.needs_rev:
                 if (Path(o.output_dir) / name).exists():
+                    previous = Path(o.output_dir) / name
                     self._rev += 1
                     continue
                 try:
                     fd = os.open(path, flags | os.O_EXCL, 0o644)
                 except FileExistsError:
+                    previous = path
                     self._rev += 1
                     continue
             else:  # no rotation: append to the same file across restarts, like nsq_to_file
+                self._trim_torn_tail(path)  # never glue new records onto a torn one
                 fd = os.open(path, flags | os.O_APPEND, 0o644)
             break
+        if previous is not None and not self._separate_work_dir:
+            # without a work dir the file a crash tore is in the output dir: the newest one
+            # of this name (with a work dir, recovery.recover already trimmed it at start-up)
+            self._trim_torn_tail(previous)
         self._fd, self.path, self.name = fd, path, name
         self.opened_at = now
         self.size = os.fstat(fd).st_size
         self.written = 0
         _fsync_dir(path.parent)
+
+    @property
+    def _separate_work_dir(self) -> bool:
+        o = self.opts
+        return bool(o.work_dir) and Path(o.work_dir).resolve() != Path(o.output_dir).resolve()
+
+    def _trim_torn_tail(self, path: Path) -> None:
+        """Once per file of an earlier run: cut a torn last record / gzip member (a crash or a
+        power loss mid-write) and tell on_trim. Linear: raw files are read from the end."""
+        if path in self._checked or path in self.closed_files:
+            return
+        self._checked.add(path)
+        from .recovery import trim_torn_tail
+
+        try:
+            trimmed = trim_torn_tail(path, self.opts.gzip or path.name.endswith(".gz"))
+        except FileNotFoundError:
+            return
+        if trimmed and self.on_trim is not None:
+            self.on_trim(path, trimmed)
 
     # -- records --------------------------------------------------------------------------------
     def add(self, record: bytes) -> None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
+import time
 
 import click
 
@@ -34,6 +36,21 @@ class Interrupted(BaseException):
 class StdoutClosed(Exception):
     """stdout's reader went away (`| head`): a normal end, exit 0. (Not an OSError: click turns
     an EPIPE OSError into a silent exit 1.)"""
+
+
+_stderr_lock = threading.RLock()  # re-entrant: a signal handler may say a line mid-write
+
+
+def write_stderr(line: str) -> None:
+    """One whole line on stderr, written in one call under one lock: lines from several threads
+    never glue together (``print`` writes the text and the newline separately)."""
+    data = line if line.endswith("\n") else line + "\n"
+    with _stderr_lock:
+        try:
+            sys.stderr.write(data)
+            sys.stderr.flush()
+        except (OSError, ValueError):  # stderr closed: nowhere left to say it
+            pass
 
 
 def write_stdout(text: str) -> None:
@@ -68,15 +85,95 @@ class App:
 
     def info(self, text: str) -> None:
         if self.verbosity >= 0:
-            print(f"nsqcli: {text}", file=sys.stderr, flush=True)
+            write_stderr(f"nsqcli: {text}")
 
     def warn(self, text: str) -> None:
         if self.verbosity >= 0:
-            print(f"nsqcli: warning: {text}", file=sys.stderr, flush=True)
+            write_stderr(f"nsqcli: warning: {text}")
 
     def debug(self, text: str) -> None:
         if self.verbosity >= 1:
-            print(f"nsqcli: {text}", file=sys.stderr, flush=True)
+            write_stderr(f"nsqcli: {text}")
+
+    def error(self, text: str) -> None:
+        write_stderr(f"nsqcli: error: {text}")
+
+
+class Outages:
+    """Repeated warnings for failures that last (a dead destination, an nsqd refusing every
+    reconnect), one state per ``key``:
+
+    - the first failure is said at once (``warning: TEXT``);
+    - repeats of the same text while it lasts are counted, and said again with the count
+      (``TEXT (x9 since 12:00:01)``) at most every ``every`` seconds, or at once when the text
+      changes;
+    - the next success says one ``recovered`` line; a later outage is said again.
+
+    Thread-safe; the clock is injectable for tests."""
+
+    def __init__(self, app: "App", every: float = 30.0, clock=time.monotonic, wall=time.time):
+        self.app, self.every, self.clock, self.wall = app, every, clock, wall
+        self._lock = threading.Lock()
+        self._open: dict = {}  # key -> [text, count, first wall time, last said (clock)]
+
+    def failed(self, key, text: str) -> None:
+        """One more failure of ``key``; says it when new, changed, or due."""
+        now = self.clock()
+        with self._lock:
+            state = self._open.get(key)
+            if state is None:
+                self._open[key] = [text, 1, self.wall(), now]
+                line = text
+            else:
+                state[1] += 1
+                if text == state[0] and now - state[3] < self.every:
+                    return
+                state[0], state[3] = text, now
+                line = f"{text} (x{state[1]} since {self._hms(state[2])})"
+        self.app.warn(line)
+
+    def ok(self, key, what: str | None = None) -> None:
+        """``key`` works again: one ``recovered`` line if it was failing, else nothing."""
+        if key not in self._open:  # the common case, without the lock
+            return
+        with self._lock:
+            state = self._open.pop(key, None)
+        if state is not None:
+            n = state[1]
+            self.app.info(f"recovered: {what or key} ({n} failure{'s' if n != 1 else ''} since "
+                          f"{self._hms(state[2])})")
+
+    def failing(self) -> list:
+        with self._lock:
+            return list(self._open)
+
+    @staticmethod
+    def _hms(t: float) -> str:
+        return time.strftime("%H:%M:%S", time.localtime(t))
+
+
+def source_error(outages: Outages, err) -> None:
+    """A consumer's error (its nsqd lost or refusing, a lookupd failing): said when it starts,
+    counted while it lasts; :func:`sources_recovered` says when the nsqd is back."""
+    outages.failed(("source", getattr(err, "address", None) or getattr(err, "endpoint", None)), f"source: {err}")
+
+
+def sources_recovered(outages: Outages, consumers) -> None:
+    """Called periodically: a source that failed and whose nsqd is connected again (or, for an
+    error without an address, any connection) recovered."""
+    failing = [k for k in outages.failing() if isinstance(k, tuple) and k[0] == "source"]
+    if not failing:
+        return
+    connected = {a for c in consumers for a in c.connections}  # a property: the connected nsqd
+    for key in failing:
+        if key[1] in connected or (connected and not _is_nsqd(key[1], consumers)):
+            outages.ok(key, f"source {key[1]}" if key[1] else "source")
+
+
+def _is_nsqd(address, consumers) -> bool:
+    """An explicitly given nsqd (recovers only when connected again); other addresses (lookupd,
+    an nsqd found through lookupd that is gone) recover once anything is connected."""
+    return address is not None and any(address in c.nsqd_addresses for c in consumers)
 
 
 def stop_on_signals(event, signals=None) -> None:
@@ -86,7 +183,7 @@ def stop_on_signals(event, signals=None) -> None:
 
     def handler(signum, frame):
         if event.is_set():
-            print("nsqcli: forced exit", file=sys.stderr, flush=True)
+            write_stderr("nsqcli: forced exit")
             os._exit(130)
         event.set()
 
@@ -103,7 +200,7 @@ def interrupt_on_signals(signals=None) -> None:
 
     def handler(signum, frame):
         if state["hit"]:
-            print("nsqcli: forced exit", file=sys.stderr, flush=True)
+            write_stderr("nsqcli: forced exit")
             os._exit(130)
         state["hit"] = True
         raise Interrupted(signum)
@@ -121,7 +218,7 @@ def _fail(message: str, code: int) -> None:
         import traceback
 
         traceback.print_exc()
-    print(f"nsqcli: error: {message}", file=sys.stderr, flush=True)
+    write_stderr(f"nsqcli: error: {message}")
     sys.exit(code)
 
 
@@ -149,19 +246,19 @@ def run(command: click.Command, args: list[str] | None = None) -> None:
     except click.UsageError as e:  # one line, naming the problem and where help is
         cmd = e.ctx.command_path if e.ctx else "nsqcli"
         message = " ".join(e.format_message().split())  # one line, even for click's "Choose from:" lists
-        print(f"nsqcli: error: {message} (see '{cmd} --help')", file=sys.stderr)
+        write_stderr(f"nsqcli: error: {message} (see '{cmd} --help')")
         sys.exit(EXIT_USAGE)
     except click.ClickException as e:
-        print(f"nsqcli: error: {e.format_message()}", file=sys.stderr)
+        write_stderr(f"nsqcli: error: {e.format_message()}")
         sys.exit(e.exit_code)
     except click.exceptions.Abort:
-        print("nsqcli: aborted", file=sys.stderr)
+        write_stderr("nsqcli: aborted")
         sys.exit(130)
     except Interrupted as e:
         import signal
 
         name = signal.Signals(e.signum).name if e.signum else "signal"
-        print(f"nsqcli: interrupted ({name}){': ' + e.message if e.message else ''}", file=sys.stderr, flush=True)
+        write_stderr(f"nsqcli: interrupted ({name}){': ' + e.message if e.message else ''}")
         sys.exit(128 + (e.signum or 2))
     except DeadlineExceeded as e:
         _fail(str(e), EXIT_DEADLINE)
@@ -170,7 +267,7 @@ def run(command: click.Command, args: list[str] | None = None) -> None:
     except (BrokenPipeError, StdoutClosed):
         _quiet_broken_pipe()
     except KeyboardInterrupt:
-        print("nsqcli: interrupted", file=sys.stderr)
+        write_stderr("nsqcli: interrupted")
         sys.exit(130)
     except OSError as e:
         _silence_stdout()  # a failing stdout (ENOSPC) must not fail again at exit

@@ -123,12 +123,18 @@ def to_file(app, topics, topic_pattern, topic_refresh, channel, max_in_flight, o
     _setup_logging(log_level)
     formatter = Formatter(fmt)
     sep = b"\n"
+    from types import SimpleNamespace
+
+    from .app import Outages, source_error, sources_recovered
+
+    logger = logging.getLogger("nsqcli")  # said when it starts, counted, then "recovered"
+    outages = Outages(SimpleNamespace(warn=logger.warning, info=logger.info))
     show_live = live or (live is None and app.stderr_is_tty)
     archiver = Archiver(topics=list(topics), topic_pattern=topic_pattern, topic_refresh=topic_refresh,
                         channel=channel, opts=opts, formatter=lambda m: formatter(m) + sep, config=cfg,
                         nsqd=nsqd_addresses(conn) if not lookupd or conn.get("nsqd_tcp_addresses") else [],
                         lookupd=lookupd, sync_interval=sync_interval,
-                        on_error=lambda e: logging.getLogger("nsqcli").warning("%s", e),
+                        on_error=lambda e: source_error(outages, e),
                         status_interval=0.0 if show_live else status_interval)
     from .app import stop_on_signals
 
@@ -142,7 +148,7 @@ def to_file(app, topics, topic_pattern, topic_refresh, channel, max_in_flight, o
         view = LiveArchive(app.console, archiver).start()
     try:
         while not archiver.stop_event.wait(0.2):
-            pass
+            sources_recovered(outages, [a.consumer for a in list(archiver.topics.values())])
     finally:
         if view is not None:
             view.stop()
@@ -181,8 +187,21 @@ def _check_same_filesystem(output_dir: str, work_dir: str | None) -> None:
                                "put --work-dir on the same file system (e.g. OUTPUT_DIR/.work)")
 
 
+class _StderrLines(logging.Handler):
+    """Log records as whole lines through the app's one stderr lock (never glued to a warning
+    another thread is writing)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from .app import write_stderr
+
+        try:
+            write_stderr(self.format(record))
+        except Exception:
+            self.handleError(record)
+
+
 def _setup_logging(level: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _StderrLines()
     handler.setFormatter(logging.Formatter("%(asctime)s nsqcli to-file %(levelname)s: %(message)s",
                                            "%Y-%m-%dT%H:%M:%S"))
     handler.formatter.converter = time.gmtime

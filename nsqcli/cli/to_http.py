@@ -215,7 +215,6 @@ class Stats:
         self.lock = threading.Lock()
         self.delivered = self.failed = self.sampled_out = 0
         self.last = time.monotonic()
-        self.said: set[str] = set()
 
 
 @command("to-http", examples="""
@@ -263,7 +262,7 @@ def to_http(app, topic, channel, posts, gets, headers, content_type, mode, sampl
     any moment, what was not FINed is redelivered.
     """
     from ..client.consumer import Consumer
-    from .app import stop_on_signals
+    from .app import Outages, source_error, sources_recovered, stop_on_signals
 
     conn = pop_connection(kwargs)
     if bool(posts) == bool(gets):
@@ -283,6 +282,7 @@ def to_http(app, topic, channel, posts, gets, headers, content_type, mode, sampl
             raise click.BadParameter("must be more than 0", param_hint=f"'{name}'")
     deliverer = Deliverer(endpoints, mode, hdrs, content_type, http_connect_timeout, http_timeout)
     stats = Stats()
+    outages = Outages(app)  # each failure said when it starts, counted, then "recovered"
     done = threading.Event()
     pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="nsqcli-http")
     rng = random.Random()
@@ -296,10 +296,7 @@ def to_http(app, topic, channel, posts, gets, headers, content_type, mode, sampl
         except Failed as e:
             with stats.lock:
                 stats.failed += 1
-                new = str(e) not in stats.said
-                stats.said.add(str(e))
-            if new:
-                app.warn(f"{e} (requeued; the consumer backs off)")
+            outages.failed("delivery", f"{e} (requeued; the consumer backs off)")
             delay = e.retry_after if e.retry_after is not None else min(900.0, requeue_delay * m.attempts)
             m.requeue(delay=delay, backoff=True)
             return
@@ -308,6 +305,7 @@ def to_http(app, topic, channel, posts, gets, headers, content_type, mode, sampl
             m.requeue(delay=0, backoff=True)
             return
         m.finish()
+        outages.ok("delivery", "delivery")
         with stats.lock:
             stats.delivered += 1
             stats.last = time.monotonic()
@@ -327,7 +325,7 @@ def to_http(app, topic, channel, posts, gets, headers, content_type, mode, sampl
             pool.submit(work, m)
 
     cfg = build_config(conn, max_in_flight=max_in_flight, max_attempts=0, default_requeue_delay=requeue_delay)
-    c = Consumer(topic, channel, batch_handler=handle, config=cfg, on_error=lambda e: None,
+    c = Consumer(topic, channel, batch_handler=handle, config=cfg, on_error=lambda e: source_error(outages, e),
                  nsqd_tcp_addresses=nsqd_addresses(conn),
                  lookupd_http_addresses=list(conn.get("lookupd_http_addresses") or ()))
     stop_on_signals(done)
@@ -347,6 +345,7 @@ def to_http(app, topic, channel, posts, gets, headers, content_type, mode, sampl
             if next_status is not None and now >= next_status:
                 app.info(_status(stats, now - start))
                 next_status = now + status_interval
+            sources_recovered(outages, [c])
     finally:
         done.set()
         if view is not None:
