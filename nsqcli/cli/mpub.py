@@ -236,11 +236,13 @@ def mpub(app, topic, files, delimiter, null, count, as_json, fmt, batch_size, ra
         if isinstance(cause, (Interrupted, Stopped)):
             raise Interrupted(stopper.signum or getattr(cause, "signum", 2), where) from None
         bad = getattr(cause, "record", None)
+        what = str(cause)
         if records.unacked and getattr(cause, "code", "") in ("E_BAD_MESSAGE", "E_BAD_BODY"):
-            bad = records.unacked[0]
+            bad = records.unacked[0]  # the ledger split down to this one record: nsqd refused it alone
+            what = f"record {bad} refused by nsqd: {cause}"
         if bad is not None and bad == records.resume_at + 1:
             where += f" (--skip {bad} also leaves out record {bad})"
-        raise PublishError(f"{cause}; {where}", stats.published, failed, cause) from None
+        raise PublishError(f"{what}; {where}", stats.published, failed, cause) from None
     finally:
         if progress:
             progress.stop()

@@ -1,13 +1,19 @@
-"""The handshake state machine, pure: frames in, actions out."""
+"""The connection as a pure state machine: the handshake (frames in, actions out), then the Session
+(commands in, events out; publishes matched to their answers), with a stateful property test."""
 
 import json
+import struct
 
 import pytest
+from hypothesis import settings, strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from nsqcli.errors import AuthError, ConnectError, RemoteProtocolError, ServerError
+from nsqcli.errors import AuthError, ConnectError, LocalProtocolError, RemoteProtocolError, ServerError
 from nsqcli.protocol.commands import NOP
 from nsqcli.protocol.constants import FRAME_ERROR, FRAME_MESSAGE, FRAME_RESPONSE
-from nsqcli.protocol.session import Handshake, Upgrade, check_ok, parse_identify_reply
+from nsqcli.protocol.frames import Frame, FrameDecoder
+from nsqcli.protocol.session import (CLOSE_WAIT_EVENT, MUST_CLOSE, NOT_PROCESSED, UNKNOWN, Answered, Handshake,
+                                     ServerErrorEvent, Session, Unanswered, Upgrade, check_ok, parse_identify_reply)
 
 ASK = {"feature_negotiation": True, "tls_v1": False, "snappy": False, "deflate": False, "deflate_level": 6}
 
@@ -103,3 +109,168 @@ def test_check_ok():
     check_ok(b"OK", "PUB")
     with pytest.raises(RemoteProtocolError, match="expected OK after PUB"):
         check_ok(b"WHAT", "PUB")
+
+
+# -- after the handshake: the Session -------------------------------------------------------------
+def wire(ftype: int, data: bytes) -> bytes:
+    return struct.pack(">lL", len(data) + 4, ftype) + data
+
+
+def msg_frame(n: int) -> bytes:
+    return wire(FRAME_MESSAGE, struct.pack(">qH16s", 1, 1, b"%016d" % n) + b"body%d" % n)
+
+
+def test_session_matches_publishes_in_order_and_fails_the_rest_after_a_fatal_error():
+    s = Session("n:1")
+    for t in ("a", "b", "c"):
+        assert s.send(b"PUB t\n\x00\x00\x00\x01x", t).startswith(b"PUB")
+    assert s.send(b"FIN 0123456789abcdef\n") and s.waiting == 3
+    d = FrameDecoder()
+    d.receive_data(wire(FRAME_RESPONSE, b"OK") + wire(FRAME_RESPONSE, b"_heartbeat_")
+                   + wire(FRAME_ERROR, b"E_FIN_FAILED FIN failed") + wire(FRAME_ERROR, b"E_BAD_BODY too big"))
+    msgs, events = s.receive(d.decode_all())
+    assert msgs == [] and s.data_to_send() == [b"NOP\n"] and s.heartbeats == 1
+    assert [type(e) for e in events] == [Answered, ServerErrorEvent, Answered, Unanswered]
+    assert events[0].token == "a" and events[0].error is None
+    assert events[1].error.code == "E_FIN_FAILED" and not events[1].fatal
+    assert events[2].token == "b" and events[2].error.code == "E_BAD_BODY"
+    assert events[3].token == "c" and events[3].reason == NOT_PROCESSED
+    assert s.state == MUST_CLOSE
+    with pytest.raises(LocalProtocolError):
+        s.send(b"PUB t\n\x00\x00\x00\x01x", "d")
+
+
+def test_session_refuses_an_answer_nobody_asked_for_and_a_publish_without_token():
+    s = Session("n:1")
+    with pytest.raises(LocalProtocolError, match="token"):
+        s.send(b"MPUB t\n\x00\x00\x00\x04\x00\x00\x00\x00")
+    with pytest.raises(RemoteProtocolError, match="unexpected response"):
+        s.receive([Frame(FRAME_RESPONSE, b"OK")])
+
+
+def test_close_wait_after_cls_and_connection_lost():
+    s = Session()
+    s.send(b"DPUB t 10\n\x00\x00\x00\x01x", 1)
+    s.send(b"CLS\n")
+    s.send(b"FIN 0123456789abcdef\n")  # after CLS, in-flight messages are still answered
+    _, events = s.receive([Frame(FRAME_RESPONSE, b"CLOSE_WAIT")])
+    assert events == [CLOSE_WAIT_EVENT] and s.waiting == 1
+    assert [(e.token, e.reason) for e in s.connection_lost()] == [(1, UNKNOWN)]
+
+
+class SessionMachine(RuleBasedStateMachine):
+    """The session against a FIFO model, fed through the frame decoder in random splits."""
+
+    def __init__(self):
+        super().__init__()
+        self.s = Session("n:1")
+        self.decoder = FrameDecoder()
+        self.pending: list[int] = []
+        self.resolved: list[int] = []      # tokens in the order they were resolved
+        self.sent = 0
+        self.dead = False                  # fatal error seen or connection lost
+        self.cls = False
+        self.heartbeats = 0
+        self.messages = 0
+        self.received: list[bytes] = []
+
+    def _feed(self, data: bytes, cut: int) -> tuple[list, list]:
+        cut = min(cut, len(data))
+        self.decoder.receive_data(data[:cut])
+        first = self.s.receive(self.decoder.decode_all())
+        self.decoder.receive_data(data[cut:])
+        second = self.s.receive(self.decoder.decode_all())
+        return first[0] + second[0], first[1] + second[1]
+
+    def _resolve(self, events) -> None:
+        for e in events:
+            if type(e) in (Answered, Unanswered):
+                self.resolved.append(e.token)
+
+    @precondition(lambda self: not self.dead)
+    @rule(kind=st.sampled_from([b"PUB t\n", b"MPUB t\n", b"DPUB t 5\n"]))
+    def publish(self, kind):
+        self.sent += 1
+        self.s.send(kind + b"\x00\x00\x00\x01x", self.sent)
+        self.pending.append(self.sent)
+
+    @precondition(lambda self: not self.dead)
+    @rule(cmd=st.sampled_from([b"FIN 0123456789abcdef\n", b"RDY 5\n", b"NOP\n", b"TOUCH 0123456789abcdef\n"]))
+    def unanswered_command(self, cmd):
+        assert self.s.send(cmd) == cmd
+        assert self.s.waiting == len(self.pending)
+
+    @precondition(lambda self: not self.dead and self.pending)
+    @rule(cut=st.integers(0, 12))
+    def ok(self, cut):
+        _, events = self._feed(wire(FRAME_RESPONSE, b"OK"), cut)
+        assert len(events) == 1 and events[0].token == self.pending.pop(0) and events[0].error is None
+        self._resolve(events)
+
+    @precondition(lambda self: not self.dead)
+    @rule(code=st.sampled_from([b"E_BAD_BODY", b"E_MPUB_FAILED", b"E_INVALID"]), cut=st.integers(0, 30))
+    def fatal_error(self, code, cut):
+        _, events = self._feed(wire(FRAME_ERROR, code + b" no"), cut)
+        if self.pending:
+            head, rest = self.pending[0], self.pending[1:]
+            assert type(events[0]) is Answered and events[0].token == head and events[0].error.code == code.decode()
+            assert [(type(e), e.token, e.reason) for e in events[1:]] == [(Unanswered, t, NOT_PROCESSED) for t in rest]
+        else:
+            assert [type(e) for e in events] == [ServerErrorEvent] and events[0].fatal
+        self._resolve(events)
+        self.pending = []
+        self.dead = True
+
+    @precondition(lambda self: not self.dead)
+    @rule(cut=st.integers(0, 30))
+    def non_fatal_error(self, cut):
+        _, events = self._feed(wire(FRAME_ERROR, b"E_REQ_FAILED late"), cut)
+        assert [type(e) for e in events] == [ServerErrorEvent] and not events[0].fatal
+
+    @precondition(lambda self: not self.dead)
+    @rule(cut=st.integers(0, 20))
+    def heartbeat(self, cut):
+        _, events = self._feed(wire(FRAME_RESPONSE, b"_heartbeat_"), cut)
+        self.heartbeats += 1
+        assert events == [] and self.s.data_to_send() == [b"NOP\n"]
+
+    @precondition(lambda self: not self.dead)
+    @rule(cut=st.integers(0, 60))
+    def message(self, cut):
+        self.messages += 1
+        msgs, events = self._feed(msg_frame(self.messages), cut)
+        assert events == [] and [m.body for m in msgs] == [b"body%d" % self.messages]
+
+    @precondition(lambda self: not self.dead and not self.cls)
+    @rule()
+    def close_politely(self):
+        self.s.send(b"CLS\n")
+        self.cls = True
+        _, events = self._feed(wire(FRAME_RESPONSE, b"CLOSE_WAIT"), 3)
+        assert events == [CLOSE_WAIT_EVENT]
+
+    @rule()
+    def connection_lost(self):
+        events = self.s.connection_lost()
+        assert [(e.token, e.reason) for e in events] == [(t, UNKNOWN) for t in self.pending]
+        self._resolve(events)
+        self.pending = []
+        self.dead = True
+
+    @precondition(lambda self: self.dead)
+    @rule()
+    def nothing_is_sent_after_the_end(self):
+        with pytest.raises(LocalProtocolError):
+            self.s.send(b"PUB t\n\x00\x00\x00\x01x", -1)
+
+    @invariant()
+    def every_publish_is_resolved_once_in_order(self):
+        assert self.s.waiting == len(self.pending)
+        assert self.resolved == list(range(1, len(self.resolved) + 1))
+        assert len(self.resolved) + len(self.pending) == self.sent
+        assert self.s.heartbeats == self.heartbeats
+
+
+TestSession = SessionMachine.TestCase
+TestSession.settings = settings(max_examples=150, stateful_step_count=40, deadline=None, derandomize=True,
+                                database=None)
