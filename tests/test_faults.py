@@ -6,9 +6,11 @@ memory. A real nsqd plays everything it can do on cue elsewhere; these are the f
 from __future__ import annotations
 
 import functools
+import struct
 import json
 import signal
 import subprocess
+import threading
 import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
@@ -162,7 +164,7 @@ NSQD_FAULTS = {
     "unknown-reply-instead-of-ok": (after_handshake(lambda p, line: p.respond(b"WHAT?")), [], {1, 3}),
     "closes-after-sub-or-pub": (after_handshake(lambda p, line: p.sock.close()), [], {1, 3}),
     "error-after-sub-or-pub": (after_handshake(lambda p, line: p.error(b"E_BAD_TOPIC nope")), [], {1, 3}),
-    "garbage-after-sub-or-pub": (after_handshake(lambda p, line: p.sock.sendall(b"\x00\x00\x00\x00garbage")), [], {1, 3}),
+    "garbage-after-sub-or-pub": (after_handshake(lambda p, line: p.sock.sendall(b"\x00\x00\x00\x00garbage")), [], {1}),
     "auth-reply-not-json": (auth_then(frame(FRAME_RESPONSE, b"not json")), ["--auth-secret", "s"], {1}),
     "auth-failed": (auth_then(frame(FRAME_ERROR, b"E_AUTH_FAILED AUTH failed")), ["--auth-secret", "s"], {1}),
     "deflate-corrupt-stream": (deflate_then(lambda: b"\xff" * 64), ["--deflate"], {1}),
@@ -177,8 +179,6 @@ NSQD_FAULTS = {
 
 def run_limited(args: list[str], timeout: float = 20.0) -> tuple[int, bytes, bytes, float, float]:
     """Run nsqcli; returns (exit code, stdout, stderr, seconds, its own peak RSS in MB)."""
-    import threading
-
     env = clean_env()
     t0 = time.monotonic()
     p = subprocess.Popen(NSQCLI + args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -328,3 +328,134 @@ def test_sigterm_stops_tail_during_a_trickling_lookupd():
             raise AssertionError("tail ignored SIGTERM while lookupd trickled")
         assert time.monotonic() - t0 < 6.5
         assert b"Traceback" not in err
+
+
+# -- the publish path: `nsqcli mpub` against servers that answer its batches badly --------------
+class Held:
+    """What a fake nsqd published, over all of its connections (the ground truth of a row)."""
+
+    def __init__(self):
+        self.count = 0
+        self.lock = threading.Lock()
+
+
+def publishing(policy):
+    """A script that handshakes, then answers each MPUB as ``policy(held, n, peer)`` says, n
+    counting the MPUBs of this connection from 1: "ok", "close" (without publishing or
+    answering), b"E_..." (an error frame, then close), or a callable doing it itself."""
+    held = Held()
+
+    def script(peer):
+        peer.identify()
+        n = 0
+        while True:
+            line, payload = peer.command()
+            if not line.startswith(b"MPUB"):
+                continue
+            n += 1
+            action = policy(held, n, peer)
+            if action == "close":
+                return
+            if isinstance(action, bytes):
+                peer.error(action)
+                return
+            if action == "ok":
+                with held.lock:
+                    held.count += struct.unpack(">l", payload[:4])[0]
+                peer.respond(b"OK")
+            else:
+                action(peer, held, payload)
+    script.held = held
+    return script
+
+
+def trickled_ok(peer, held, payload):
+    held.count += struct.unpack(">l", payload[:4])[0]
+    for b in frame(FRAME_RESPONSE, b"OK"):
+        peer.sock.sendall(bytes([b]))
+        time.sleep(0.002)
+
+
+def heartbeats_then_ok(peer, held, payload):
+    for _ in range(20):
+        peer.respond(b"_heartbeat_")
+    held.count += struct.unpack(">l", payload[:4])[0]
+    peer.respond(b"OK")
+
+
+def garbage(peer, held, payload):
+    peer.sock.sendall(b"\x00\x00\x00\x00garbage")
+    peer.silence()
+
+
+# name -> (policy, expected exit code); always: the JSON summary's "published" and "resume_skip"
+# are exactly what the server held, and the stderr is one error line
+PUBLISH_FAULTS = {
+    "all-ok": (lambda h, n, p: "ok", 0),
+    "trickled-oks": (lambda h, n, p: trickled_ok, 0),
+    "heartbeat-storm-before-each-ok": (lambda h, n, p: heartbeats_then_ok, 0),
+    "e-mpub-failed-always": (lambda h, n, p: b"E_MPUB_FAILED MPUB failed", 1),
+    "e-mpub-failed-on-the-third-batch": (lambda h, n, p: "ok" if n < 3 else b"E_MPUB_FAILED MPUB failed", 1),
+    "e-bad-topic": (lambda h, n, p: b"E_BAD_TOPIC MPUB topic name is not valid", 1),
+    "closes-mid-window": (lambda h, n, p: "ok" if n < 3 else "close", 1),
+    "garbage-after-two-oks": (lambda h, n, p: "ok" if n < 3 else garbage, 1),
+    "e-bad-body-on-every-batch-over-1000-bytes": (None, 0),
+    "ok-nobody-asked-for": (None, 1),
+}
+
+
+def _bad_body_over(limit):
+    """Like nsqd with --max-body-size=limit: it reads a batch's size first and refuses (then
+    closes) without reading the body."""
+    held = Held()
+
+    def script(peer):
+        peer.identify()
+        while True:
+            while b"\n" not in peer.buf:
+                if not peer._fill():
+                    return
+            line, peer.buf = peer.buf.split(b"\n", 1)
+            if not line.startswith(b"MPUB"):
+                continue
+            size = struct.unpack(">l", peer.read(4))[0]
+            if size > limit:
+                peer.error(b"E_BAD_BODY MPUB body too big %d > %d" % (size, limit))
+                return
+            held.count += struct.unpack(">l", peer.read(size)[:4])[0]
+            peer.respond(b"OK")
+    script.held = held
+    return script
+
+
+def _unasked_ok():
+    def script(peer):
+        peer.identify()
+        peer.respond(b"OK")  # before any publish
+        peer.silence()
+    script.held = Held()
+    return script
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISH_FAULTS))
+def test_publish_fault_table_mpub_counts_exactly(name):
+    policy, expected = PUBLISH_FAULTS[name]
+    if name.startswith("e-bad-body"):
+        script = _bad_body_over(1000)
+    elif name == "ok-nobody-asked-for":
+        script = _unasked_ok()
+    else:
+        script = publishing(policy)
+    records = b"".join(b"record-%05d\n" % i for i in range(2000))
+    with FakeNsqd(script) as fake:
+        p = subprocess.run(NSQCLI + ["mpub", "-t", "t", "--json", "--batch-size", "500", "--nsqd-tcp-address",
+                                     fake.address], input=records, capture_output=True, timeout=30, env=clean_env())
+    err = p.stderr.decode(errors="replace")
+    assert p.returncode == expected, err
+    assert "Traceback" not in err
+    doc = json.loads(p.stdout)
+    assert doc["published"] == script.held.count == doc["resume_skip"], (doc, script.held.count, err)
+    if expected == 0:
+        assert doc["published"] == 2000
+    else:
+        assert err.splitlines()[-1].startswith("nsqcli: error: ") and f"--skip {script.held.count}" in err

@@ -286,6 +286,8 @@ class Connection:
                     items = decoder.decode_all(self.responder, Message)
                     if items:
                         self._dispatch(items, delegate)
+                    if decoder.error is not None:  # garbage after good frames: fail now, not
+                        raise decoder.error        # when (if ever) more data arrives
                 if time.monotonic() - last_read > stale_after:
                     raise Timeout(f"no data (not even a heartbeat) for {stale_after:.0f}s", self.address)
             self._linger(sel)

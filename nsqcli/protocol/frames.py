@@ -56,6 +56,12 @@ class FrameDecoder:
         """Bytes received but not yet returned as frames."""
         return len(self._buf)
 
+    @property
+    def error(self) -> RemoteProtocolError | None:
+        """Set once garbage was found (decode_all hands over the good frames before it first;
+        the caller raises this after dispatching them, without waiting for more data)."""
+        return self._error
+
     def take_buffered(self) -> bytes:
         """Remove and return the undecoded bytes (used when a compression upgrade starts:
         bytes after the last frame belong to the compressed stream)."""
