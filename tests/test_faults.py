@@ -459,3 +459,85 @@ def test_publish_fault_table_mpub_counts_exactly(name):
         assert doc["published"] == 2000
     else:
         assert err.splitlines()[-1].startswith("nsqcli: error: ") and f"--skip {script.held.count}" in err
+
+
+def test_a_server_failing_every_reconnect_the_same_way_is_said_once_with_a_count():
+    """Garbage right after SUB's OK on every connection: one warning when it starts and one with
+    the count at the end - not one per reconnect (it was 8-10 identical lines)."""
+    def script(peer):
+        peer.handshake()
+        peer.respond(b"OK")
+        peer.sock.sendall(b"\x00\x00\x00\x00garbage")
+        peer.silence(5)
+
+    with FakeNsqd(script) as fake:
+        p = subprocess.run(NSQCLI + ["tail", "-t", "t", "--timeout", "6s", "--nsqd-tcp-address", fake.address],
+                           capture_output=True, timeout=30, env=clean_env())
+        connections = fake.connections
+    said = [line for line in p.stderr.decode().splitlines() if "invalid frame size 0" in line]
+    assert connections >= 3  # it did reconnect, and failed each time
+    assert len(said) == 2, said
+    assert "(x" in said[1] and "not recovered" in said[1], said
+
+
+def test_a_tls_peer_stalling_mid_record_fails_the_connection_instead_of_hanging_it(tmp_path):
+    """select() says readable when part of a TLS record arrived; a blocking SSL read then waited
+    for the rest for ever (the I/O thread, and so close(), hung). Now the I/O socket keeps a
+    timeout: the connection fails and its publish is answered with an error."""
+    import ssl
+
+    from nsq_fixtures import make_cert
+    from nsqcli import Config, Producer
+    from nsqcli.client.config import TLSConfig
+    from nsqcli.errors import TransportError
+
+    cert, key = make_cert(tmp_path)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+
+    def script(peer):
+        peer.magic()
+        peer.until(b"IDENTIFY")
+        peer.respond(json.dumps(good_features(tls_v1=True)).encode())
+        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        tls = ctx.wrap_bio(incoming, outgoing, server_side=True)
+
+        while True:  # the TLS handshake, by hand
+            try:
+                tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                peer.sock.sendall(outgoing.read())
+                data = peer.sock.recv(65536)
+                if not data:
+                    return
+                incoming.write(data)
+        peer.sock.sendall(outgoing.read())
+        tls.write(frame(FRAME_RESPONSE, b"OK"))  # the OK to the TLS upgrade
+        peer.sock.sendall(outgoing.read())
+        got = b""
+        while b"PUB" not in got:  # the client's publish
+            data = peer.sock.recv(65536)
+            if not data:
+                return
+            incoming.write(data)
+            try:
+                got += tls.read(65536)
+            except ssl.SSLWantReadError:
+                pass
+        tls.write(frame(FRAME_RESPONSE, b"OK"))
+        record = outgoing.read()
+        peer.sock.sendall(record[: len(record) // 2])  # half a TLS record, then nothing
+        peer.silence()
+
+    with FakeNsqd(script) as fake:
+        cfg = Config(tls=TLSConfig(enabled=True, insecure_skip_verify=True), write_timeout=1.0)
+        p = Producer(fake.address, cfg)
+        conn = p._active_link()
+        fut = p._send(conn, b"PUB t\n\x00\x00\x00\x01x")
+        t0 = time.monotonic()
+        assert conn.closed_event.wait(8), "the I/O thread hung in a TLS read"
+        with pytest.raises(TransportError):
+            fut.result(1)
+        assert time.monotonic() - t0 < 6
+        p.close(1)

@@ -143,6 +143,14 @@ class Outages:
             self.app.info(f"recovered: {what or key} ({n} failure{'s' if n != 1 else ''} since "
                           f"{self._hms(state[2])})")
 
+    def say_still_failing(self) -> None:
+        """At the end of a run: each outage that has not recovered, with its count."""
+        with self._lock:
+            still = list(self._open.values())
+        for text, n, since, _ in still:
+            if n > 1:
+                self.app.warn(f"{text} (x{n} since {self._hms(since)}, not recovered)")
+
     def failing(self) -> list:
         with self._lock:
             return list(self._open)
@@ -158,13 +166,21 @@ def source_error(outages: Outages, err) -> None:
     outages.failed(("source", getattr(err, "address", None) or getattr(err, "endpoint", None)), f"source: {err}")
 
 
+#: seconds a connection must have lasted before its source counts as recovered
+STABLE_AFTER = 1.0
+
+
 def sources_recovered(outages: Outages, consumers) -> None:
     """Called periodically: a source that failed and whose nsqd is connected again (or, for an
     error without an address, any connection) recovered."""
     failing = [k for k in outages.failing() if isinstance(k, tuple) and k[0] == "source"]
     if not failing:
         return
-    connected = {a for c in consumers for a in c.connections}  # a property: the connected nsqd
+    # connected for a while: a server that fails every connection right after its handshake
+    # (garbage after SUB's OK) stays one counted outage, not "recovered" after each reconnect
+    now = time.time()
+    connected = {s.address for c in consumers for s in c.stats()
+                 if s.connected_at is not None and now - s.connected_at >= STABLE_AFTER}
     for key in failing:
         if key[1] in connected or (connected and not _is_nsqd(key[1], consumers)):
             outages.ok(key, f"source {key[1]}" if key[1] else "source")

@@ -139,8 +139,12 @@ def tail(app, topic_args, topics, channel, max_in_flight, count, idle_timeout, t
     sink = Sink(formatter, b"\0" if null else b"\n", count, done)
     consumers = []
 
-    def on_error(err):
-        app.warn(str(err))
+    from .app import Outages, source_error
+
+    outages = Outages(app)
+
+    def on_error(err):  # said when it starts, counted while it lasts, "recovered" when it ends
+        source_error(outages, err)
 
     stop_on_signals(done)
     deadline = time.monotonic() + timeout if timeout else None
@@ -163,11 +167,12 @@ def tail(app, topic_args, topics, channel, max_in_flight, count, idle_timeout, t
                          f"({'; '.join(unchecked[topic])}); if it had one, this ephemeral channel took it and "
                          "keeps only nsqd's --mem-queue-size of it (give --nsqd-http-address to check)")
         app.debug(f"tailing {', '.join(topics)} on channel {channel}")
-        timed_out = _wait(done, sink, consumers, timeout, idle_timeout, live, app, conn)
+        timed_out = _wait(done, sink, consumers, timeout, idle_timeout, live, app, conn, outages)
     finally:
         done.set()
         for c in consumers:
             c.stop(timeout=10)
+    outages.say_still_failing()
     if sink.error is None:
         sys.stdout.flush()
     elif not isinstance(sink.error, BrokenPipeError):  # e.g. ENOSPC: what was shown is not durable
@@ -274,8 +279,10 @@ def _waiting_reason(consumers, conn: dict) -> str | None:
     return f"waiting for topic {names}: no nsqd connection yet (retrying {', '.join(nsqd_addresses(conn))})"
 
 
-def _wait(done, sink, consumers, timeout, idle_timeout, live, app, conn) -> bool:
+def _wait(done, sink, consumers, timeout, idle_timeout, live, app, conn, outages=None) -> bool:
     """Block until done; returns True when the hard --timeout ended the run."""
+    from .app import sources_recovered
+
     deadline = time.monotonic() + timeout if timeout else None
     said_waiting = False
     started = time.monotonic()
@@ -299,6 +306,8 @@ def _wait(done, sink, consumers, timeout, idle_timeout, live, app, conn) -> bool
                 return True
             if idle_timeout and now - sink.last_message >= idle_timeout:
                 return False
+            if outages is not None:
+                sources_recovered(outages, consumers)
     finally:
         if view is not None:
             view.stop()
