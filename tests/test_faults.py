@@ -429,9 +429,10 @@ def _bad_body_over(limit):
 
 
 def _unasked_ok():
-    def script(peer):
-        peer.identify()
-        peer.respond(b"OK")  # before any publish
+    def script(peer):  # an OK glued to the IDENTIFY reply: it came before any publish was written
+        peer.magic()
+        peer.until(b"IDENTIFY")
+        peer.send(frame(FRAME_RESPONSE, b"OK") + frame(FRAME_RESPONSE, b"OK"))
         peer.silence()
     script.held = Held()
     return script

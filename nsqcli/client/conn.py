@@ -150,6 +150,7 @@ class Connection:
             raise Timeout("deadline passed before connecting", self.address)
         self._stream = self._dial(self.address, min(cfg.dial_timeout, end - now))
         try:
+            self.session.subscribed = subscribe is not None
             self._handshake(Handshake(cfg.identify(), cfg.auth_secret, subscribe, self.address), end)
         except RemoteProtocolError as e:
             self._stream.close()
@@ -253,10 +254,13 @@ class Connection:
         stale_after = 2 * hb + 5.0 if hb > 0 else self.config.read_timeout
         last_read = time.monotonic()
         try:
-            self._flush()
-            items = decoder.decode_all(self.responder, Message)  # frames read with the handshake's reply
+            # frames read with the handshake's reply came before anything queued was written:
+            # they cannot answer it
+            items = decoder.decode_all(self.responder, Message)
             if items:
                 self._dispatch(items, delegate)
+            if decoder.error is not None:
+                raise decoder.error
             while not self._closing or self._wbuf:
                 try:
                     self._flush()
@@ -380,10 +384,13 @@ class Connection:
             self.state = CLOSING
             raise fatal
 
-    def _unanswered(self, reason: str, cause: BaseException | None) -> TransportError:
+    def _unanswered(self, reason: str, cause: BaseException | None, closing: bool = False) -> TransportError:
+        """The error for a publish that got no answer. ``not_processed`` says nsqd certainly
+        did not publish it (never written, or written after the command nsqd failed on)."""
         if reason == NOT_PROCESSED:
-            err = TransportError(f"not processed: nsqd closed the connection after an earlier error ({cause})",
-                                 self.address)
+            why = (f"not sent: the connection closed first ({cause or 'closed'})" if closing else
+                   f"not processed: nsqd closed the connection after an earlier error ({cause})")
+            err = TransportError(why, self.address)
             err.not_processed = True
             return err
         err = TransportError(f"connection lost before nsqd answered ({cause or 'closed'})", self.address)
@@ -401,6 +408,7 @@ class Connection:
         with self._wlock:
             buf, self._wbuf = self._wbuf, []
             self._woken = False
+            self.session.flushed()  # their answers may come from now on
         self._stream.sendall(buf[0] if len(buf) == 1 else b"".join(buf))
 
     def _shutdown(self, error: BaseException | None) -> None:
@@ -416,7 +424,7 @@ class Connection:
         self.close_error = error
         self._stream.close()
         for event in lost:
-            _resolve(event.token, self._unanswered(event.reason, error))
+            _resolve(event.token, self._unanswered(event.reason, error, closing=True))
         self.closed_event.set()
         try:
             self.delegate.on_close(self, error)
@@ -452,7 +460,7 @@ class Connection:
     def waiting_tokens(self) -> list:
         """The publishes sent on this connection and not answered yet, oldest first."""
         with self._wlock:
-            return list(self.session.pending)
+            return self.session.tokens()
 
     def abort(self) -> None:
         """From another thread: make a handshake in progress fail at once (close the socket)."""

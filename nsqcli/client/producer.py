@@ -221,7 +221,9 @@ class Producer(ConnectionDelegate):
                 self._current = (self._current + 1) % len(self.addresses)
             except NSQError as e:  # nsqd answered with an error: do not retry elsewhere
                 raise PublishError(f"not published: {e}", 0, count, e) from e
-        raise PublishError(f"not published ({count} message{'s' * (count != 1)}): "
+        unknown = any(getattr(e, "not_processed", True) is False for e in errors)
+        raise PublishError(f"{'not known whether published' if unknown else 'not published'} "
+                           f"({count} message{'s' * (count != 1)}): "
                            + "; ".join(dict.fromkeys(str(e) for e in errors)), 0, count, errors[-1])
 
     def _sync_fanout(self, command: bytes, count: int, timeout: float) -> list[str]:
@@ -484,13 +486,14 @@ class _IterPublish:
         return PublishResult(self.ledger.acked, self.ledger.batches, self.addresses, self.retried)
 
     def _fill(self) -> None:
-        """Send every entry not sent yet, in order (a new batch, or all of them after a
-        failover or a split). Every unsettled entry is on one connection: when that one is
+        """Send the entries not sent yet, in order, up to ``window`` in flight (a new batch, or
+        the first ``window`` after a failover or a split: a re-split ledger can hold hundreds).
+        Every unsettled entry is on one connection: when that one is
         gone, nothing is sent on its replacement until the head's failure resends them all
         (otherwise a later batch could be published there before an earlier one, and then
         again with the resend)."""
         entries = self.ledger.entries
-        while self._sent < len(entries):
+        while self._sent < len(entries) and self._sent < self.window:
             entry = entries[self._sent]
             conn = self._link()
             if self._sent and conn is not self._conn:

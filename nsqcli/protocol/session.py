@@ -20,16 +20,19 @@ come back through :meth:`Session.receive` and turn into events. nsqd answers the
 one connection in order, so PUB/MPUB/DPUB are matched to OK or E_* here, in one FIFO that
 belongs to this connection alone:
 
-    send(PUB|MPUB|DPUB, token)  ->  token queued
-    OK                          ->  Answered(token, None)           (published)
+    send(PUB|MPUB|DPUB, token)  ->  token queued; flushed() when its bytes are written
+    OK                          ->  Answered(token, None)           (published; only a written
+                                    publish can be answered)
     E_* (fatal)                 ->  Answered(head, error), then Unanswered(t, NOT_PROCESSED)
                                     for every later token: nsqd closes the connection without
                                     reading them, so they were certainly not published
-    connection_lost()           ->  Unanswered(t, UNKNOWN) for every token still waiting:
-                                    nsqd may or may not have published those
+    connection_lost()           ->  Unanswered(t, UNKNOWN) for every written token still
+                                    waiting (nsqd may or may not have published those),
+                                    NOT_PROCESSED for those never written
     _heartbeat_                 ->  NOP queued (data_to_send), counted
     CLS / CLOSE_WAIT            ->  state CLOSING, CloseWait event
     E_FIN_FAILED & co.          ->  ServerErrorEvent (non-fatal; never the answer to a publish)
+    a message frame             ->  passed through; RemoteProtocolError unless subscribed
 """
 
 from __future__ import annotations
@@ -319,17 +322,30 @@ class Session:
     Messages pass through :meth:`receive` untouched (the hot path: a list in, the same
     objects out); everything else becomes an event."""
 
-    def __init__(self, address: str | None = None):
+    def __init__(self, address: str | None = None, subscribed: bool = False):
         self.address = address
+        self.subscribed = subscribed  # only a subscribed connection may receive messages
         self.state = OPEN
-        self.pending: collections.deque = collections.deque()  # tokens, in wire order
+        self.queued: collections.deque = collections.deque()   # publishes not written yet
+        self.pending: collections.deque = collections.deque()  # written, waiting for the answer
         self.heartbeats = 0
         self._out: list[bytes] = []
 
     @property
     def waiting(self) -> int:
-        """Publishes sent and not answered yet."""
-        return len(self.pending)
+        """Publishes sent (queued or written) and not answered yet."""
+        return len(self.pending) + len(self.queued)
+
+    def tokens(self) -> list:
+        """Every unanswered publish's token, oldest first."""
+        return list(self.pending) + list(self.queued)
+
+    def flushed(self) -> None:
+        """Everything queued so far is being written now: from here on an answer can be theirs
+        (an answer that arrived before its command was written is not)."""
+        if self.queued:
+            self.pending += self.queued
+            self.queued.clear()
 
     def send(self, command: bytes, token=None) -> bytes:
         """The bytes to write for ``command``. A publish needs a ``token`` (any object, e.g. a
@@ -341,7 +357,7 @@ class Session:
         if command[:4] in _ANSWERED:
             if token is None:
                 raise LocalProtocolError("a publish needs a token for its answer")
-            self.pending.append(token)
+            self.queued.append(token)
         elif command == CLS:
             self.state = CLOSING
         return command
@@ -362,6 +378,9 @@ class Session:
                 self._error(server_error(item.data, self.address), events)
             else:
                 self._response(item.data, events)
+        if msgs and not self.subscribed:
+            where = f"{self.address}: " if self.address else ""
+            raise RemoteProtocolError(f"{where}a message on a connection that did not subscribe")
         return msgs, events
 
     def _response(self, data: bytes, events: list) -> None:
@@ -373,8 +392,7 @@ class Session:
             events.append(Answered(self.pending.popleft(), RemoteProtocolError(
                 f"{self.address}: nsqd is closing the connection (CLOSE_WAIT) instead of answering a publish")))
             self.state = MUST_CLOSE
-            events.extend(Unanswered(t, NOT_PROCESSED) for t in self.pending)
-            self.pending.clear()
+            self._not_processed(events)
         elif data == CLOSE_WAIT:
             self.state = CLOSING if self.state == OPEN else self.state
             events.append(CLOSE_WAIT_EVENT)
@@ -394,14 +412,23 @@ class Session:
         self.state = MUST_CLOSE  # nsqd closes the connection after a fatal error
         if self.pending:
             events.append(Answered(self.pending.popleft(), err))
-            events.extend(Unanswered(t, NOT_PROCESSED) for t in self.pending)
-            self.pending.clear()
         else:
             events.append(ServerErrorEvent(err))
+        self._not_processed(events)
+
+    def _not_processed(self, events: list) -> None:
+        """After a fatal error nsqd reads nothing more: later publishes were not published."""
+        events.extend(Unanswered(t, NOT_PROCESSED) for t in self.pending)
+        events.extend(Unanswered(t, NOT_PROCESSED) for t in self.queued)
+        self.pending.clear()
+        self.queued.clear()
 
     def connection_lost(self) -> list:
-        """The connection is gone: every publish still waiting gets Unanswered(UNKNOWN)."""
+        """The connection is gone: a publish written and not answered gets Unanswered(UNKNOWN)
+        (nsqd may have published it), one never written Unanswered(NOT_PROCESSED)."""
         self.state = CLOSED
         events = [Unanswered(t, UNKNOWN) for t in self.pending]
+        events += [Unanswered(t, NOT_PROCESSED) for t in self.queued]
         self.pending.clear()
+        self.queued.clear()
         return events

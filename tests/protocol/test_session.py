@@ -125,6 +125,7 @@ def test_session_matches_publishes_in_order_and_fails_the_rest_after_a_fatal_err
     for t in ("a", "b", "c"):
         assert s.send(b"PUB t\n\x00\x00\x00\x01x", t).startswith(b"PUB")
     assert s.send(b"FIN 0123456789abcdef\n") and s.waiting == 3
+    s.flushed()
     d = FrameDecoder()
     d.receive_data(wire(FRAME_RESPONSE, b"OK") + wire(FRAME_RESPONSE, b"_heartbeat_")
                    + wire(FRAME_ERROR, b"E_FIN_FAILED FIN failed") + wire(FRAME_ERROR, b"E_BAD_BODY too big"))
@@ -146,11 +147,34 @@ def test_session_refuses_an_answer_nobody_asked_for_and_a_publish_without_token(
         s.send(b"MPUB t\n\x00\x00\x00\x04\x00\x00\x00\x00")
     with pytest.raises(RemoteProtocolError, match="unexpected response"):
         s.receive([Frame(FRAME_RESPONSE, b"OK")])
+    s.send(b"PUB t\n\x00\x00\x00\x01x", "queued, not written")
+    with pytest.raises(RemoteProtocolError, match="unexpected response"):  # came before the PUB was written
+        s.receive([Frame(FRAME_RESPONSE, b"OK")])
+
+
+def test_a_message_on_a_connection_that_did_not_subscribe_is_a_protocol_error():
+    d = FrameDecoder()
+    d.receive_data(msg_frame(1))
+    with pytest.raises(RemoteProtocolError, match="did not subscribe"):
+        Session("n:1").receive(d.decode_all())
+    d.receive_data(msg_frame(2))
+    msgs, _ = Session("n:1", subscribed=True).receive(d.decode_all())
+    assert [m.body for m in msgs] == [b"body2"]
+
+
+def test_connection_lost_tells_written_from_never_written_publishes():
+    s = Session()
+    s.send(b"PUB t\n\x00\x00\x00\x01x", "written")
+    s.flushed()
+    s.send(b"PUB t\n\x00\x00\x00\x01x", "queued")
+    assert s.tokens() == ["written", "queued"]
+    assert [(e.token, e.reason) for e in s.connection_lost()] == [("written", UNKNOWN), ("queued", NOT_PROCESSED)]
 
 
 def test_close_wait_after_cls_and_connection_lost():
     s = Session()
     s.send(b"DPUB t 10\n\x00\x00\x00\x01x", 1)
+    s.flushed()
     s.send(b"CLS\n")
     s.send(b"FIN 0123456789abcdef\n")  # after CLS, in-flight messages are still answered
     _, events = s.receive([Frame(FRAME_RESPONSE, b"CLOSE_WAIT")])
@@ -163,9 +187,10 @@ class SessionMachine(RuleBasedStateMachine):
 
     def __init__(self):
         super().__init__()
-        self.s = Session("n:1")
+        self.s = Session("n:1", subscribed=True)
         self.decoder = FrameDecoder()
-        self.pending: list[int] = []
+        self.queued: list[int] = []        # sent, not written yet
+        self.pending: list[int] = []       # written, waiting for the answer
         self.resolved: list[int] = []      # tokens in the order they were resolved
         self.sent = 0
         self.dead = False                  # fatal error seen or connection lost
@@ -192,13 +217,27 @@ class SessionMachine(RuleBasedStateMachine):
     def publish(self, kind):
         self.sent += 1
         self.s.send(kind + b"\x00\x00\x00\x01x", self.sent)
-        self.pending.append(self.sent)
+        self.queued.append(self.sent)
+
+    @rule()
+    def flush(self):
+        self.s.flushed()
+        self.pending += self.queued
+        self.queued = []
+
+    @precondition(lambda self: not self.dead and not self.pending)
+    @rule(cut=st.integers(0, 12))
+    def stray_ok(self, cut):
+        """An OK when nothing written waits for one (even if publishes are queued)."""
+        with pytest.raises(RemoteProtocolError, match="unexpected response"):
+            self._feed(wire(FRAME_RESPONSE, b"OK"), cut)
+        self.decoder = FrameDecoder()  # the stream is broken now; start a fresh one
 
     @precondition(lambda self: not self.dead)
     @rule(cmd=st.sampled_from([b"FIN 0123456789abcdef\n", b"RDY 5\n", b"NOP\n", b"TOUCH 0123456789abcdef\n"]))
     def unanswered_command(self, cmd):
         assert self.s.send(cmd) == cmd
-        assert self.s.waiting == len(self.pending)
+        assert self.s.waiting == len(self.pending) + len(self.queued)
 
     @precondition(lambda self: not self.dead and self.pending)
     @rule(cut=st.integers(0, 12))
@@ -212,13 +251,14 @@ class SessionMachine(RuleBasedStateMachine):
     def fatal_error(self, code, cut):
         _, events = self._feed(wire(FRAME_ERROR, code + b" no"), cut)
         if self.pending:
-            head, rest = self.pending[0], self.pending[1:]
+            head, rest = self.pending[0], self.pending[1:] + self.queued
             assert type(events[0]) is Answered and events[0].token == head and events[0].error.code == code.decode()
-            assert [(type(e), e.token, e.reason) for e in events[1:]] == [(Unanswered, t, NOT_PROCESSED) for t in rest]
         else:
-            assert [type(e) for e in events] == [ServerErrorEvent] and events[0].fatal
+            rest = self.queued
+            assert type(events[0]) is ServerErrorEvent and events[0].fatal
+        assert [(type(e), e.token, e.reason) for e in events[1:]] == [(Unanswered, t, NOT_PROCESSED) for t in rest]
         self._resolve(events)
-        self.pending = []
+        self.pending, self.queued = [], []
         self.dead = True
 
     @precondition(lambda self: not self.dead)
@@ -252,9 +292,10 @@ class SessionMachine(RuleBasedStateMachine):
     @rule()
     def connection_lost(self):
         events = self.s.connection_lost()
-        assert [(e.token, e.reason) for e in events] == [(t, UNKNOWN) for t in self.pending]
+        assert [(e.token, e.reason) for e in events] == ([(t, UNKNOWN) for t in self.pending]
+                                                         + [(t, NOT_PROCESSED) for t in self.queued])
         self._resolve(events)
-        self.pending = []
+        self.pending, self.queued = [], []
         self.dead = True
 
     @precondition(lambda self: self.dead)
@@ -265,9 +306,10 @@ class SessionMachine(RuleBasedStateMachine):
 
     @invariant()
     def every_publish_is_resolved_once_in_order(self):
-        assert self.s.waiting == len(self.pending)
+        assert self.s.waiting == len(self.pending) + len(self.queued)
+        assert self.s.tokens() == self.pending + self.queued
         assert self.resolved == list(range(1, len(self.resolved) + 1))
-        assert len(self.resolved) + len(self.pending) == self.sent
+        assert len(self.resolved) + len(self.pending) + len(self.queued) == self.sent
         assert self.s.heartbeats == self.heartbeats
 
 
