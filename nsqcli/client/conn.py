@@ -298,37 +298,40 @@ class Connection:
         finally:
             sel.close()
 
-    def _drain(self, sel, delegate, timeout: float = 2.0) -> None:
+    def _drain(self, sel, delegate) -> None:
         """A write failed (nsqd closed after an error, often with a RST): what nsqd said before
         closing is still in our receive buffer - the OKs of earlier publishes and the error
         that explains the close. Read and dispatch it (a fatal error frame raises) so that no
         acknowledged publish is reported unknown and resent."""
-        stream, decoder = self._stream, self._decoder
-        deadline = time.monotonic() + timeout
-        while (left := deadline - time.monotonic()) > 0:
-            if not stream.pending() and not sel.select(left):
-                return
-            try:
-                data = stream.recv()
-            except NSQError:
-                return
-            if data is None:
-                return
-            decoder.receive_data(data)
-            items = decoder.decode_all(self.responder, Message)
+        for _ in self._read_until_eof(sel):
+            items = self._decoder.decode_all(self.responder, Message)
             if items:
                 self._dispatch(items, delegate)
 
-    def _linger(self, sel, timeout: float = 2.0) -> None:
+    def _linger(self, sel) -> None:
         """Close politely: half-close, then read until nsqd closes its side. Closing with unread
         bytes in our receive buffer sends a RST, and a RST can make nsqd drop the FIN/REQ it
         has not read yet. Messages that still arrive now cannot be answered: counted in
         ``late_messages``; nsqd redelivers them after its message timeout."""
-        stream = self._stream
         try:
-            stream.shutdown_write()
+            self._stream.shutdown_write()
         except OSError:
             return
+        for _ in self._read_until_eof(sel):
+            try:
+                with self._wlock:
+                    msgs, events = self.session.receive(self._decoder.decode_all(None, Message))
+            except RemoteProtocolError:
+                return
+            self.late_messages += len(msgs)
+            for event in events:  # a publish answered while we close still counts
+                if type(event) is Answered:
+                    _resolve(event.token, event.error)
+
+    def _read_until_eof(self, sel, timeout: float = 2.0):
+        """Feed the decoder until nsqd closes (or fails, or ``timeout`` passes); yields after
+        each read."""
+        stream = self._stream
         deadline = time.monotonic() + timeout
         while (left := deadline - time.monotonic()) > 0:
             if not stream.pending() and not sel.select(left):
@@ -340,15 +343,7 @@ class Connection:
             if data is None:
                 return
             self._decoder.receive_data(data)
-            try:
-                with self._wlock:
-                    msgs, events = self.session.receive(self._decoder.decode_all(None, Message))
-            except RemoteProtocolError:
-                return
-            self.late_messages += len(msgs)
-            for event in events:  # a publish answered while we close still counts
-                if type(event) is Answered:
-                    _resolve(event.token, event.error)
+            yield
 
     def _dispatch(self, items: list, delegate) -> None:
         """Frames through the session (under the write lock: publishes are matched in the
