@@ -450,3 +450,32 @@ class FlowMachine(RuleBasedStateMachine):
 FlowMachine.TestCase.settings = settings(max_examples=200, stateful_step_count=40, deadline=None,
                                          derandomize=True, database=None)
 test_flow_state_machine = FlowMachine.TestCase
+
+
+def test_a_tester_whose_nsqd_has_nothing_hands_over_to_another_connection():
+    """Two nsqd, one empty: when the empty one was picked to test the water, the level never
+    came down and the other nsqd stayed at RDY 0 with messages waiting (a stall for ever)."""
+    f = Flow(10, backoff_multiplier=1.0, rng=random.Random(0))
+    f.add("a", 2500, 0.0)
+    f.add("b", 2500, 0.0)
+    f.failure(0.0)
+    f.tick(5.0)  # the timer (2 s) is over: one of them tests
+    first = f.test_key
+    other = "b" if first == "a" else "a"
+    assert {k: c.rdy for k, c in f.conns.items()} == {first: 1, other: 0}
+    assert f.next_wakeup(5.0) == pytest.approx(1.0)
+    assert f.tick(5.5) == []  # not yet
+    assert f.tick(6.0) == [(first, 0), (other, 1)]  # nothing came: the other one tests
+    f.received(other, 1, 6.1)
+    assert f.tick(8.0) == []  # a message in flight: its result decides, no hand-over
+    f.settled(other, 1)
+    f.success(8.1)
+    assert f.level == 0 and f.total_rdy == 10 and all(c.rdy > 0 for c in f.conns.values())
+
+
+def test_a_lone_tester_keeps_testing():
+    f = Flow(10, rng=random.Random(0))
+    f.add("a", 2500, 0.0)
+    f.failure(0.0)
+    f.tick(5.0)
+    assert f.tick(60.0) == [] and f.conns["a"].rdy == 1

@@ -24,7 +24,8 @@ stays within max_backoff_duration), sets RDY 0 everywhere and starts a timer of
 multiplier * 2**level (or a full-jitter draw below it). Results that arrive while the timer runs
 are ignored: one result counts per window. When the timer expires one random connection gets
 RDY 1 to test the water; its success lowers the level (and, above 0, waits again), its failure
-raises it. At level 0 full speed resumes. max_backoff_duration = 0 disables backoff.
+raises it. A tester that delivers nothing for ``test_timeout`` (1 s: its nsqd is empty or frozen)
+hands RDY 1 to another connection. At level 0 full speed resumes. max_backoff_duration = 0 disables backoff.
 Whenever the level is above 0 and no timer runs, exactly one live connection holds RDY 1: if
 the test connection is lost, another one (or the next to connect) takes over at once.
 """
@@ -57,7 +58,7 @@ class Flow:
                  max_backoff_duration: float = 120.0, backoff_strategy: str = "exponential",
                  low_rdy_idle_timeout: float = 10.0, low_rdy_timeout: float = 30.0,
                  redistribute_interval: float = 5.0, max_in_flight_bytes: int = 0,
-                 rng: random.Random | None = None):
+                 test_timeout: float = 1.0, rng: random.Random | None = None):
         if max_in_flight < 0:
             raise ValueError("max_in_flight must be >= 0")
         if backoff_strategy not in ("exponential", "full_jitter"):
@@ -72,6 +73,7 @@ class Flow:
         self.idle_timeout = low_rdy_idle_timeout
         self.hold_timeout = low_rdy_timeout
         self.redistribute_interval = redistribute_interval
+        self.test_timeout = test_timeout  # a tester that delivers nothing this long hands over
         self.rng = rng or random.Random()
         self.conns: dict[object, ConnFlow] = {}
         self.level = 0
@@ -110,6 +112,9 @@ class Flow:
         wake = self._next_redistribute if self._next_redistribute is not None else now
         if self.backoff_until is not None:
             wake = min(wake, self.backoff_until)
+        tester = self.conns.get(self.test_key) if self.level > 0 else None
+        if tester is not None and tester.rdy > 0 and len(self.conns) > 1:
+            wake = min(wake, max(tester.rdy_since, tester.last_message) + self.test_timeout)
         return max(0.0, wake - now)
 
     # -- connections -------------------------------------------------------------------------
@@ -210,6 +215,11 @@ class Flow:
             self.backoff_until = None
             self.test_key = None  # _apply picks a random one
             changes += self._apply(now)
+        elif self._tester_idle(now):
+            # the tester's nsqd has nothing to give (or is frozen): another one tests, else a
+            # consumer of several nsqd waited for ever while the others held messages
+            self.test_key = self.rng.choice(sorted((k for k in self.conns if k != self.test_key), key=str))
+            changes += self._apply(now)
         if self._next_redistribute is None:
             self._next_redistribute = now + self.redistribute_interval
         elif now >= self._next_redistribute:
@@ -248,6 +258,15 @@ class Flow:
             for i, c in enumerate(est):
                 targets[c.key] = min(base + (1 if i < extra else 0), c.max_rdy)
         return targets
+
+    def _tester_idle(self, now: float) -> bool:
+        """Testing the water, and the tester has held RDY 1 for test_timeout without a message
+        (nothing in flight to wait for), while other connections could test instead."""
+        if self.level == 0 or self.backoff_until is not None or len(self.conns) < 2:
+            return False
+        c = self.conns.get(self.test_key)
+        return (c is not None and c.rdy > 0 and c.in_flight == 0
+                and now - max(c.rdy_since, c.last_message) >= self.test_timeout)
 
     def _pick_tester(self) -> None:
         """Level > 0 and no timer: exactly one live connection tests the water. When the test

@@ -7,6 +7,8 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from helpers import http_post, wait_for
 from nsqcli import Config, Consumer
 
@@ -200,3 +202,40 @@ def test_big_messages_shrink_the_rdy_sent_to_nsqd(nsqd_factory, topic):
                  what="nsqd sees RDY 4")
     finally:
         c.stop()
+
+
+def test_backoff_never_waits_on_an_nsqd_that_has_nothing_to_give(nsqd_factory, topic):
+    """Two nsqd, one empty; a handler fails once. When the empty nsqd was picked to test the
+    water it delivered nothing, so the level never came down and the other nsqd stayed at RDY 0
+    with messages waiting - for ever. The tester now hands over after 1 s."""
+    import random
+
+    a, b = nsqd_factory(), nsqd_factory()
+
+    class PickTheEmptyOne(random.Random):  # the unlucky draw, every time it is offered
+        def choice(self, seq):
+            return next((x for x in seq if getattr(x, "address", None) == b.tcp_address), seq[0])
+
+    for server in (a, b):
+        http_post(server.http_address, "/topic/create", topic=topic)
+        http_post(server.http_address, "/channel/create", topic=topic, channel="c")
+    mpub(a, topic, [b"m%d" % i for i in range(30)])
+    handler = Bodies()
+    failed = []
+
+    def fail_once(m):
+        if not failed:
+            failed.append(m.body)
+            raise RuntimeError("boom once")
+        handler(m)
+
+    c = Consumer(topic, "c", fail_once, config=Config(max_in_flight=10, max_backoff_duration=8),
+                 nsqd_tcp_addresses=[a.tcp_address, b.tcp_address], rng=PickTheEmptyOne(0),
+                 on_error=lambda e: None)
+    c.start()
+    try:
+        wait_for(lambda: len(handler.got) >= 29, 20, what="every other message (the failed one is requeued "
+                                                           "with a delay)")
+    finally:
+        c.stop(5)
+    assert sorted(handler.got + failed) == sorted(b"m%d" % i for i in range(30))
