@@ -255,3 +255,15 @@ def test_losing_the_source_nsqd_is_said_counted_and_recovered_twice(nsqd_factory
         p.wait(30)
         reader.join(5)
     assert p.returncode == 0, lines
+
+
+def test_count_is_exact_with_many_requests_in_flight(nsqd, topic, endpoint):
+    """-n 10 with 50 requests in flight against a slow endpoint: exactly 10 delivered (the
+    requests already started when the 10th succeeded delivered 10 + dozens)."""
+    ep = endpoint(lambda body, n: (200, {}, 0.3))
+    http_post(nsqd.http_address, "/mpub", b"\n".join(b"m%03d" % i for i in range(100)), topic=topic)
+    r = run_nsqcli(["to-http", "-t", topic, "--post", ep.url + "/x", "-n", "10", "--concurrency", "50",
+                    "--nsqd-tcp-address", nsqd.tcp_address], timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert len(ep.requests) == 10 and b"delivered 10," in r.stderr, (len(ep.requests), r.stderr)
+    assert chan(nsqd, topic)["depth"] == 90

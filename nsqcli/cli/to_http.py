@@ -214,6 +214,7 @@ class Stats:
     def __init__(self):
         self.lock = threading.Lock()
         self.delivered = self.failed = self.sampled_out = 0
+        self.sending = 0  # requests started and not finished (-n counts them as taken)
         self.last = time.monotonic()
 
 
@@ -287,10 +288,26 @@ def to_http(app, topic, channel, posts, gets, headers, content_type, mode, sampl
     pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="nsqcli-http")
     rng = random.Random()
 
+    def claim() -> bool:
+        """-n N: a request may start only while delivered + sending < N (with 100 requests in
+        flight, the ones already started when the Nth succeeded delivered N + 28)."""
+        with stats.lock:
+            if count and stats.delivered + stats.sending >= count:
+                return False
+            stats.sending += 1
+            return True
+
     def work(m) -> None:
-        if done.is_set():  # stopping: what has not been sent goes back at once
+        if done.is_set() or not claim():  # stopping, or -n is taken: it goes back at once
             m.requeue(delay=0, backoff=False)
             return
+        try:
+            deliver(m)
+        finally:
+            with stats.lock:
+                stats.sending -= 1
+
+    def deliver(m) -> None:
         try:
             deliverer.deliver(m.body)
         except Failed as e:
