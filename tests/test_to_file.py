@@ -446,3 +446,34 @@ def test_losing_the_nsqd_is_said_once_counted_and_recovered(nsqd_factory, topic,
     finally:
         rc, _, _ = stop(p)
     assert rc == 0
+
+
+@pytest.mark.parametrize("use_gzip", [False, True], ids=["raw", "gzip"])
+def test_a_torn_file_of_an_earlier_datetime_is_cut_too(nsqd, topic, tmp_path, use_gzip):
+    """Killed at 12:59, restarted at 13:01: the new run opens another name, and the file the
+    crash tore (the newest of this topic) kept its torn record."""
+    out = tmp_path / "out"
+    out.mkdir()
+    whole = b"old-0\nold-1\n"
+    if use_gzip:
+        member = gzip.compress(b"old-2\n")
+        content, kept = gzip.compress(whole) + member[:len(member) // 2], len(gzip.compress(whole))
+    else:
+        content, kept = whole + b"ol", len(whole)
+    rev = "-000000" if use_gzip else ""  # gzip needs <REV> in the name
+    old = out / f"{topic}.2020-01-01_00{rev}.log{'.gz' if use_gzip else ''}"
+    older = out / f"{topic}.2019-12-31_23{rev}.log{'.gz' if use_gzip else ''}"
+    old.write_bytes(content)
+    older.write_bytes(content)  # not the newest: left alone (only the last file can be torn by a crash)
+    os.utime(older, (1, 1))
+    publish(nsqd, topic, numbered(2))
+    p = start(["-t", topic, "--nsqd-tcp-address", nsqd.tcp_address, "--output-dir", str(out),
+               "--filename-format", f"<TOPIC>.<DATETIME>{'<REV>' if use_gzip else ''}.log", "--sync-interval", "0.2s",
+               *(["--gzip"] if use_gzip else [])])
+    try:
+        wait_for(lambda: drained(nsqd, topic, total=2), what="drained")
+    finally:
+        rc, _, err = stop(p)
+    assert rc == 0, err
+    assert len(old.read_bytes()) == kept and older.read_bytes() == content
+    assert f"{old.name}: cut {len(content) - kept} bytes of a torn last " in err.decode(), err

@@ -23,6 +23,7 @@ from __future__ import annotations
 import errno
 import gzip
 import os
+import re
 import socket
 import time
 from dataclasses import dataclass
@@ -87,6 +88,7 @@ class ArchiveFile:
         self.clock = clock
         self.on_trim = on_trim             # (path, bytes) when a torn tail left by a crash was cut
         self._checked: set[Path] = set()   # files of earlier runs already checked for a torn tail
+        self._scanned = False              # the newest earlier file of this topic was checked
         self._records: list[bytes] = []
         self._count = 0
         self._fd: int | None = None
@@ -117,8 +119,36 @@ class ArchiveFile:
             name += ".gz"
         return name
 
+    def _glob(self) -> str:
+        """A glob for every file this topic's name pattern makes, whatever its <DATETIME>,
+        <PID> or <REV>."""
+        import glob
+
+        o = self.opts
+        host = o.host_identifier or short_host()
+        host = host.replace("<SHORT_HOST>", short_host()).replace("<HOSTNAME>", socket.gethostname())
+        name = o.filename_format.replace("<TOPIC>", self.topic).replace("<HOST>", host)
+        parts = re.split(r"<DATETIME>|<PID>|<REV>", name)
+        pattern = re.sub(r"\*{2,}", "*", "*".join(glob.escape(part) for part in parts))  # escaped: [*]
+        return pattern + ".gz" if o.gzip and not pattern.endswith(".gz") else pattern
+
+    def _trim_newest_earlier(self) -> None:
+        """Once, at the first open without a work dir: a crash tore the newest file of this
+        topic, whatever <DATETIME> it has (a restart after the hour turned opens another name)."""
+        self._scanned = True
+        if self._separate_work_dir:
+            return  # recovery.recover trimmed the work files at start-up
+        try:
+            files = [p for p in Path(self.opts.output_dir).glob(self._glob()) if p.is_file()]
+        except (OSError, ValueError):
+            return
+        if files:
+            self._trim_torn_tail(max(files, key=lambda p: p.stat().st_mtime))
+
     def _open(self, now: float) -> None:
         o = self.opts
+        if not self._scanned:
+            self._trim_newest_earlier()
         base = self._name(now, None)
         if base != self._base:
             self._base, self._rev = base, 0
