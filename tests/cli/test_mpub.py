@@ -59,9 +59,10 @@ def test_an_interrupted_mpub_says_exactly_where_to_resume(nsqd, topic, seed):
                                       "--nsqd-tcp-address", nsqd.tcp_address],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=clean_env())
     sig = rng.choice([signal.SIGINT, signal.SIGTERM])
-    delay = rng.uniform(0.3, 1.2)
+    delay = rng.uniform(0.0, 0.9)
 
-    def interrupt():
+    def interrupt():  # at a random moment once publishing has begun (not during start-up,
+        wait_for(lambda: _held(nsqd, topic) > 0, 30, 0.01, "the first batch")  # however slow)
         time.sleep(delay)
         proc.send_signal(sig)
 
