@@ -242,15 +242,19 @@ class Producer(ConnectionDelegate):
                 count if ok else 0, count, failed[0])
         return ok
 
-    def _wait(self, fut: Future, timeout: float, conn: Connection) -> bytes:
+    def _wait(self, fut: Future, timeout: float, conn: Connection | None, what: str = "") -> bytes:
         """nsqd's answer; after ``timeout`` seconds without one the connection is dropped (a
         late OK must not count, and must not be mistaken for another command's) and Timeout
-        raised."""
+        raised (``what`` says what got no answer)."""
         try:
             return fut.result(timeout)
+        except Timeout:  # the answer itself was a Timeout: not ours to drop
+            raise
         except TimeoutError:
-            self._drop(conn)
-            raise Timeout(f"no answer from nsqd within {timeout:g}s", conn.address) from None
+            if conn is not None:
+                self._drop(conn)
+            raise Timeout(f"no answer from nsqd within {timeout:g}s{what}",
+                          conn.address if conn is not None else None) from None
 
     # -- MPUB -------------------------------------------------------------------------------
     def batches(self, bodies: list[bytes], batch_size: int = 0) -> list[list[bytes]]:
@@ -537,17 +541,8 @@ class _IterPublish:
                 self._fill()
 
     def _wait(self, entry: Entry) -> None:
-        conn = self._conn
-        try:
-            entry.future.result(self.timeout)
-        except TimeoutError as e:
-            if isinstance(e, Timeout):
-                raise
-            if conn is not None:
-                self.p._drop(conn)
-            raise Timeout(f"no answer from nsqd within {self.timeout:g}s to messages {entry.start + 1}-"
-                          f"{entry.start + entry.count}: they may or may not be published",
-                          entry.address) from None
+        self.p._wait(entry.future, self.timeout, self._conn, f" to messages {entry.start + 1}-"
+                     f"{entry.start + entry.count}: they may or may not be published")
 
     def _split(self, entry: Entry, error: ServerError) -> None:
         """nsqd refused the head batch as too big (and closed the connection, so nothing after
