@@ -3,7 +3,7 @@
     from nsqcli import Consumer, Producer, Message
 """
 
-__version__ = "0.1.0"
+from .version import __version__
 
 __all__ = ["__version__", "Consumer", "Producer", "Message", "Config"]
 

@@ -183,7 +183,7 @@ def test_tail_connection_refused(topic):
 
 
 def test_pub_does_not_import_heavy_modules():
-    code = ("import sys, nsqcli.cli.pub, nsqcli.client.producer; "
+    code = ("import sys, nsqcli.cli.commands.pub, nsqcli.client.producer; "
             "bad = [m for m in ('rich.live', 'nsqcli.client.consumer', 'pyspark', 'rich', 'ssl') if m in sys.modules]; "
             "print(bad)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

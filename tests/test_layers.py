@@ -9,15 +9,20 @@ PKG = Path(__file__).resolve().parent.parent / "nsqcli"
 #: layer -> the layers of ours it may import (itself always allowed)
 ALLOWED = {
     "errors": set(),
+    "version": set(),
     "protocol": {"errors"},
-    "client": {"protocol", "errors", "__init__"},
-    "archive": {"client", "protocol", "errors"},
-    "spark": {"client", "archive", "protocol", "errors", "__init__"},
+    "client": {"protocol", "errors", "version"},
+    "records": {"protocol", "errors"},       # record formats: bytes <-> records, templates
+    "archive": {"client", "protocol", "errors", "records"},
+    "relay": {"client", "protocol", "errors", "records", "version"},  # to-nsq copier, to-http delivery
+    "loadgen": {"client", "protocol", "errors"},  # bench's publisher/consumer workers
+    "spark": {"client", "archive", "relay", "records", "protocol", "errors", "version", "__init__"},
     "nsq_install": set(),             # builds NSQ with Go: stdlib only (scripts/install-nsq runs it bare)
     "contexts": {"errors"},           # named connection settings (TOML files)
     "sandbox": {"errors", "nsq_install"},
-    "cli": {"client", "archive", "protocol", "errors", "sandbox", "spark", "contexts", "nsq_install", "__init__"},
-    "__init__": {"client", "protocol"},
+    "cli": {"client", "archive", "relay", "records", "loadgen", "protocol", "errors", "sandbox", "spark",
+            "contexts", "nsq_install", "version", "__init__"},
+    "__init__": {"client", "protocol", "version"},
     "__main__": {"cli"},
 }
 PURE_FORBIDDEN = {"socket", "threading", "time", "logging", "select", "selectors", "ssl",
@@ -109,3 +114,53 @@ def test_the_checker_can_fail():
     assert violations(PKG / "client" / "conn.py", "def f():\n    import rich\n")
     assert violations(PKG / "archive" / "writer.py", "import pyspark\n")
     assert not violations(PKG / "client" / "conn.py", "from ..protocol import Message\n")
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the modules of ours it imports (names resolved to real modules; a name
+    imported from a package is the package unless it is a module of its own)."""
+    files = {module_name(f): f for f in PKG.rglob("*.py")}
+    graph = {}
+    for mod, path in files.items():
+        targets = set()
+        for name in imports_of(path.read_text(), mod, path.name == "__init__.py"):
+            while name and name not in files:
+                name = name.rpartition(".")[0]
+            if name and name != mod:
+                targets.add(name)
+        graph[mod] = targets
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every import cycle, as the path that closes it (depth-first search)."""
+    found, state = [], {}
+
+    def visit(node, path):
+        state[node] = "open"
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                found.append(path[path.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt, path + [nxt])
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    return found
+
+
+def test_no_module_imports_itself_through_others():
+    """Package roots aside (a package may import its own modules and they its names), no import
+    cycles, including imports inside functions: cli/docs <-> cli/meta and client/config <->
+    the package root were two."""
+    graph = import_graph()
+    found = [c for c in cycles(graph)
+             if not any(a.startswith(b + ".") or b.startswith(a + ".") for a, b in zip(c, c[1:]))]
+    assert not found, "\n".join(" -> ".join(c) for c in found)
+
+
+def test_the_cycle_check_can_fail():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c", "a"]]
+    assert not cycles({"a": {"b"}, "b": {"c"}, "c": set()})

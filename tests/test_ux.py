@@ -449,7 +449,7 @@ def test_live_tables_fit_the_terminal(sandbox, extra_nsqd, topic, width):
 def test_mpub_progress_bar_ends_at_100_percent(tmp_path):
     from rich.console import Console
 
-    from nsqcli.cli.mpub import Stats, _Progress
+    from nsqcli.cli.commands.mpub import Stats, _Progress
 
     data = tmp_path / "in.txt"
     data.write_bytes(b"x\n" * 1000)

@@ -12,7 +12,7 @@ import os
 import zlib
 from pathlib import Path
 
-from .writer import move_into
+from .files import move_into
 
 
 def valid_gzip_prefix(data: bytes, chunk: int = 64 * 1024) -> int:

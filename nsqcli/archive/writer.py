@@ -20,7 +20,6 @@ literal (nsq_to_file's Go layout shim does not).
 
 from __future__ import annotations
 
-import errno
 import gzip
 import os
 import re
@@ -28,6 +27,8 @@ import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from .files import fsync_dir, move_into
 
 DEFAULT_FILENAME_FORMAT = "<TOPIC>.<HOST><REV>.<DATETIME>.log"
 DEFAULT_DATETIME_FORMAT = "%Y-%m-%d_%H"
@@ -69,14 +70,6 @@ class FileOptions:
 
 def short_host() -> str:
     return socket.gethostname().split(".")[0]
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class ArchiveFile:
@@ -181,7 +174,7 @@ class ArchiveFile:
         self.opened_at = now
         self.size = os.fstat(fd).st_size
         self.written = 0
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
 
     @property
     def _separate_work_dir(self) -> bool:
@@ -194,7 +187,7 @@ class ArchiveFile:
         if path in self._checked or path in self.closed_files:
             return
         self._checked.add(path)
-        from .recovery import trim_torn_tail
+        from .recovery import trim_torn_tail  # recovery imports files, not writer: no cycle
 
         try:
             trimmed = trim_torn_tail(path, self.opts.gzip or path.name.endswith(".gz"))
@@ -277,30 +270,3 @@ class ArchiveFile:
 
     def _move(self, path: Path, name: str) -> Path:
         return move_into(path, Path(self.opts.output_dir), name)
-
-
-def move_into(path: Path, output_dir: Path, name: str) -> Path:
-    """Link ``path`` to ``output_dir/name`` without ever overwriting (a taken name gets a
-    ``.N`` suffix before the extension), unlink the source, fsync both directories."""
-    dest = output_dir / name
-    if dest.resolve() == path.resolve():  # work dir is the output dir
-        return path
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    stem, dot, ext = name.rpartition(".")
-    i = 0
-    while True:
-        try:
-            os.link(path, dest)
-            break
-        except FileExistsError:
-            i += 1
-            dest = output_dir / (f"{stem}.{i}.{ext}" if dot else f"{name}.{i}")
-        except OSError as e:
-            if e.errno != errno.EXDEV:
-                raise
-            raise OSError(e.errno, f"--work-dir and --output-dir must be on the same filesystem ({e.strerror})",
-                          str(path))
-    os.unlink(path)
-    _fsync_dir(dest.parent)
-    _fsync_dir(path.parent)
-    return dest

@@ -41,31 +41,31 @@ import importlib  # noqa: E402
 
 import click  # noqa: E402
 
-from .. import __version__  # noqa: E402
+from ..version import __version__  # noqa: E402
 
 #: subcommand name -> "module:function"; a module per command.
 COMMANDS = {
-    "sandbox": "nsqcli.cli.sandbox_cmd:sandbox",
-    "pub": "nsqcli.cli.pub:pub",
-    "mpub": "nsqcli.cli.mpub:mpub",
-    "tail": "nsqcli.cli.tail:tail",
-    "lookup": "nsqcli.cli.lookup_cmd:lookup",
-    "stat": "nsqcli.cli.stat:stat",
-    "to-file": "nsqcli.cli.to_file:to_file",
-    "to-nsq": "nsqcli.cli.to_nsq:to_nsq",
-    "to-http": "nsqcli.cli.to_http:to_http",
-    "replay": "nsqcli.cli.replay:replay",
-    "query": "nsqcli.cli.query:query",
-    "to-parquet": "nsqcli.cli.to_parquet:to_parquet",
-    "context": "nsqcli.cli.context_cmd:context",
-    "topic": "nsqcli.cli.admin:topic",
-    "channel": "nsqcli.cli.admin:channel",
-    "node": "nsqcli.cli.admin:node",
-    "bench": "nsqcli.cli.bench:bench",
-    "doctor": "nsqcli.cli.doctor:doctor",
-    "version": "nsqcli.cli.meta:version",
-    "completion": "nsqcli.cli.meta:completion",
-    "man": "nsqcli.cli.meta:man",
+    "sandbox": "nsqcli.cli.commands.sandbox:sandbox",
+    "pub": "nsqcli.cli.commands.pub:pub",
+    "mpub": "nsqcli.cli.commands.mpub:mpub",
+    "tail": "nsqcli.cli.commands.tail:tail",
+    "lookup": "nsqcli.cli.commands.lookup:lookup",
+    "stat": "nsqcli.cli.commands.stat:stat",
+    "to-file": "nsqcli.cli.commands.to_file:to_file",
+    "to-nsq": "nsqcli.cli.commands.to_nsq:to_nsq",
+    "to-http": "nsqcli.cli.commands.to_http:to_http",
+    "replay": "nsqcli.cli.commands.replay:replay",
+    "query": "nsqcli.cli.commands.query:query",
+    "to-parquet": "nsqcli.cli.commands.to_parquet:to_parquet",
+    "context": "nsqcli.cli.commands.context:context",
+    "topic": "nsqcli.cli.commands.admin:topic",
+    "channel": "nsqcli.cli.commands.admin:channel",
+    "node": "nsqcli.cli.commands.admin:node",
+    "bench": "nsqcli.cli.commands.bench:bench",
+    "doctor": "nsqcli.cli.commands.doctor:doctor",
+    "version": "nsqcli.cli.commands.meta:version",
+    "completion": "nsqcli.cli.commands.meta:completion",
+    "man": "nsqcli.cli.commands.meta:man",
 }
 
 

@@ -8,7 +8,7 @@ import inspect
 
 import click
 
-from .. import __version__
+from ..version import __version__
 
 EXIT_STATUS = [("0", "success"), ("1", "runtime error (connection, protocol, auth, I/O)"),
                ("2", "usage error"), ("3", "a --timeout passed before the asked-for work was done")]
@@ -69,10 +69,13 @@ def man_pages() -> dict[str, str]:
 
 
 def completion(shell: str) -> str:
-    """click's completion script for ``shell`` (bash, zsh, fish)."""
-    from .meta import completion_script
+    """click's completion script for ``shell`` (bash, zsh, fish), generated in-process."""
+    from click.shell_completion import get_completion_class
 
-    return completion_script(shell)
+    from . import cli
+
+    cls = get_completion_class(shell)
+    return cls(cli, {}, "nsqcli", "_NSQCLI_COMPLETE").source()
 
 
 COMPLETIONS = {"bash": "nsqcli.bash", "zsh": "_nsqcli", "fish": "nsqcli.fish"}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass, field, replace
 
-from .. import __version__
+from ..version import __version__
 
 
 @dataclass(frozen=True)

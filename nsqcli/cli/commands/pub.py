@@ -7,9 +7,9 @@ import sys
 
 import click
 
-from .command import command, option
-from .options import build_config, connection_options, nsqd_addresses, pop_connection
-from .types import DURATION, TOPIC
+from ..command import command, option
+from ..options import build_config, connection_options, nsqd_addresses, pop_connection
+from ..types import DURATION, TOPIC
 
 
 def resolve_producers(app, conn: dict, topic: str, deadline: float | None = None) -> list[str]:
@@ -19,8 +19,8 @@ def resolve_producers(app, conn: dict, topic: str, deadline: float | None = None
     lookupds = list(conn.get("lookupd_http_addresses") or ())
     if addrs or not lookupds:
         return addrs
-    from ..errors import NSQError
-    from ..client.http import lookup_all
+    from ...errors import NSQError
+    from ...client.http import lookup_all
 
     import time
 
@@ -61,9 +61,9 @@ def pub(app, topic_opt, args, defer, fanout, timeout, as_json, **kwargs):
     """
     import time
 
-    from ..errors import NSQError, PublishError, Timeout
-    from ..client.producer import Producer
-    from .app import DeadlineExceeded
+    from ...errors import NSQError, PublishError, Timeout
+    from ...client.producer import Producer
+    from ..app import DeadlineExceeded
 
     topic, message = topic_and_message(topic_opt, args)
     if timeout <= 0:
@@ -98,7 +98,7 @@ def pub(app, topic_opt, args, defer, fanout, timeout, as_json, **kwargs):
         producer.close(timeout=max(0.1, deadline - time.monotonic()))
     app.debug(f"published {len(body)} bytes to {', '.join(acked)}")
     if as_json:
-        from .app import write_stdout
+        from ..app import write_stdout
 
         write_stdout(json.dumps({"topic": topic, "bytes": len(body), "acknowledged_by": list(acked),
                                  "published": 1}) + "\n")

@@ -11,10 +11,10 @@ import time
 
 import click
 
-from .command import command, option
-from .options import connection_options, pop_connection
-from .spark_options import check_archives, spark_session, sink_options, spark_error, spark_options
-from .types import MOMENT, TOPIC
+from ..command import command, option
+from ..options import connection_options, pop_connection
+from ..spark_options import check_archives, spark_session, sink_options, spark_error, spark_options
+from ..types import MOMENT, TOPIC
 
 
 @command(examples="""
@@ -57,8 +57,8 @@ def replay(app, archives, topic, since, until, where, from_topics, rate, dry_run
 
 
 def _replay(app, spark, archives, topic, since, until, where, from_topics, rate, dry_run, fmt, conn):
-    from ..spark.jobs import archive_selection, counts_by_topic_and_hour
-    from .app import write_stdout
+    from ...spark.jobs import archive_selection, counts_by_topic_and_hour
+    from ..app import write_stdout
 
     try:
         df = archive_selection(spark, archives, since, until, where, from_topics, fmt)
@@ -88,7 +88,7 @@ def _replay(app, spark, archives, topic, since, until, where, from_topics, rate,
             progress.start()
         out.write.format("nsq").options(**options).mode("append").save()
     except Exception as e:
-        from ..errors import NSQError
+        from ...errors import NSQError
 
         done = _read_report(report.name, remove=True)
         err = spark_error(e)

@@ -11,11 +11,11 @@ import time
 
 import click
 
-from .command import command, option
-from .options import (build_config, connection_options, destination_options, nsqd_addresses,
+from ..command import command, option
+from ..options import (build_config, connection_options, destination_options, nsqd_addresses,
                       pop_connection, pop_destination)
 from .to_file import Size
-from .types import CHANNEL, DURATION, TOPIC
+from ..types import CHANNEL, DURATION, TOPIC
 
 
 class DestinationError(Exception):
@@ -182,8 +182,8 @@ def destination_addresses(app, dest: dict, topics: list[str]) -> list[str]:
     """Destination nsqd: given ones, else those lookupd says carry the (first) topic, else all."""
     if dest.get("nsqd_tcp_addresses"):
         return list(dest["nsqd_tcp_addresses"])
-    from ..client.http import cluster_view
-    from ..errors import NSQError
+    from ...client.http import cluster_view
+    from ...errors import NSQError
 
     lookupds = list(dest.get("lookupd_http_addresses") or ())
     view = cluster_view(lookupds, topics[0])
@@ -246,9 +246,9 @@ def to_nsq(app, topics, channel, destination_topic, mode, max_in_flight, concurr
     onto itself (same nsqd or lookupd, same topic) is refused. SIGINT/SIGTERM stop cleanly
     (exit 0) after the last publish was answered; the summary comes last.
     """
-    from ..client.consumer import Consumer
-    from ..client.producer import Pacer, Producer
-    from .app import Outages, sources_recovered, stop_on_signals
+    from ...client.consumer import Consumer
+    from ...client.producer import Pacer, Producer
+    from ..app import Outages, sources_recovered, stop_on_signals
 
     dest = pop_destination(kwargs)
     conn = pop_connection(kwargs)
@@ -286,7 +286,7 @@ def to_nsq(app, topics, channel, destination_topic, mode, max_in_flight, concurr
             c.start()
             consumers.append(c)
         if live or (live is None and app.stderr_is_tty):
-            from .views import LiveConnections
+            from ..views import LiveConnections
 
             view = LiveConnections(app.console, consumers).start()
         next_status = start + status_interval if status_interval and view is None else None
@@ -312,7 +312,7 @@ def to_nsq(app, topics, channel, destination_topic, mode, max_in_flight, concurr
 
 
 def _say(outages, err) -> None:
-    from .app import source_error
+    from ..app import source_error
 
     """Errors of the consumers: a destination failure (the batch is requeued) or a source nsqd
     lost/refusing; each said when it starts, counted while it lasts, and 'recovered' after."""

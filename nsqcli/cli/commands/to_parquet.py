@@ -7,10 +7,10 @@ import time
 
 import click
 
-from .command import command, option
-from .options import connection_options, pop_connection
-from .spark_options import spark_session, sink_options, spark_error, spark_options
-from .types import CHANNEL, DURATION, TOPIC
+from ..command import command, option
+from ..options import connection_options, pop_connection
+from ..spark_options import spark_session, sink_options, spark_error, spark_options
+from ..types import CHANNEL, DURATION, TOPIC
 
 
 @command("to-parquet", examples="""
@@ -60,13 +60,13 @@ def to_parquet(app, topics, channel, output, checkpoint, partition_by, trigger, 
 
 def _run(app, spark, topics, channel, output, checkpoint, cols, trigger, per_batch, max_in_flight, dedupe,
          watermark, available_now, conn):
-    from .app import stop_on_signals
+    from ..app import stop_on_signals
 
     options = {**sink_options(conn), "topic": ",".join(topics), "channel": channel,
                "maxInFlight": str(max_in_flight)}
     if per_batch:
         options["maxMessagesPerBatch"] = str(per_batch)
-    from ..spark.jobs import start_to_parquet
+    from ...spark.jobs import start_to_parquet
 
     try:
         q = start_to_parquet(spark, options, output, checkpoint, cols, trigger, watermark if dedupe else None,

@@ -8,8 +8,8 @@ import sys
 
 import click
 
-from .command import Command, option
-from .types import CHANNEL, HTTP_ADDRESS, TOPIC
+from ..command import Command, option
+from ..types import CHANNEL, HTTP_ADDRESS, TOPIC
 
 WHAT = {"create": "create", "delete": "delete (with every message in it)", "pause": "pause",
         "unpause": "unpause", "empty": "empty (drop every message in it)", "tombstone": "tombstone"}
@@ -32,9 +32,9 @@ def _targets(f):
 
 def run_action(app, action: str, topic: str, channel: str | None, nsqd, lookupd, dry_run: bool, yes: bool,
                as_json: bool, node: str | None = None) -> int:
-    from ..client.admin import DESTRUCTIVE, apply, plan
-    from ..errors import NSQError
-    from .app import write_stdout
+    from ...client.admin import DESTRUCTIVE, apply, plan
+    from ...errors import NSQError
+    from ..app import write_stdout
 
     nsqd, lookupd = list(nsqd), list(lookupd)
     if not nsqd and not lookupd:

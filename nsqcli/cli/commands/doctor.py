@@ -8,9 +8,9 @@ from dataclasses import asdict, dataclass
 
 import click
 
-from .command import command, option
-from .options import build_config, connection_options, nsqd_addresses, pop_connection
-from .types import HTTP_ADDRESS, TOPIC
+from ..command import command, option
+from ..options import build_config, connection_options, nsqd_addresses, pop_connection
+from ..types import HTTP_ADDRESS, TOPIC
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 
@@ -24,8 +24,8 @@ class Check:
 
 
 def _tcp_check(address: str, cfg) -> Check:
-    from ..client.conn import Connection, ConnectionDelegate
-    from ..errors import AuthError, NSQError
+    from ...client.conn import Connection, ConnectionDelegate
+    from ...errors import AuthError, NSQError
 
     target = f"nsqd {address} (TCP)"
     t0 = time.monotonic()
@@ -67,8 +67,8 @@ def _tcp_check(address: str, cfg) -> Check:
 def _http_check(address: str, topic: str | None) -> tuple[Check, dict]:
     from email.utils import parsedate_to_datetime
 
-    from ..client.http import http_get, http_json
-    from ..errors import NSQError
+    from ...client.http import http_get, http_json
+    from ...errors import NSQError
 
     target = f"nsqd {address} (HTTP)"
     try:
@@ -118,8 +118,8 @@ def _http_check(address: str, topic: str | None) -> tuple[Check, dict]:
 
 
 def _lookupd_check(address: str) -> tuple[Check, list]:
-    from ..client.http import http_json
-    from ..errors import NSQError
+    from ...client.http import http_json
+    from ...errors import NSQError
 
     target = f"nsqlookupd {address}"
     try:
@@ -160,8 +160,8 @@ def doctor(app, topic, nsqd_http, as_json, **kwargs):
     which topics and channels exist. Prints a checklist with the fix for each failure; exit 1 if
     anything failed (warnings do not fail).
     """
-    from ..client.transport import split_address
-    from .app import write_stdout
+    from ...client.transport import split_address
+    from ..app import write_stdout
 
     conn = pop_connection(kwargs)
     cfg = build_config(conn)
@@ -199,7 +199,7 @@ def doctor(app, topic, nsqd_http, as_json, **kwargs):
     else:
         write_stdout(_render(checks, tty=app.stderr_is_tty and _stdout_tty()))
     if failed:
-        from ..errors import NSQError
+        from ...errors import NSQError
 
         raise NSQError(f"{len(failed)} of {len(checks)} checks failed")
     return 0

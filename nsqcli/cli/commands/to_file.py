@@ -10,9 +10,9 @@ import time
 
 import click
 
-from .command import command, option
-from .options import build_config, connection_options, nsqd_addresses, pop_connection
-from .types import CHANNEL, DURATION, TOPIC
+from ..command import command, option
+from ..options import build_config, connection_options, nsqd_addresses, pop_connection
+from ..types import CHANNEL, DURATION, TOPIC
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)i?b?\s*$", re.I)
 
@@ -82,9 +82,9 @@ def to_file(app, topics, topic_pattern, topic_refresh, channel, max_in_flight, o
     current files; SIGINT/SIGTERM drain, sync, FIN, close and exit 0. A write or fsync error
     (disk full) requeues what is not durable and exits 1.
     """
-    from ..archive.archiver import Archiver
-    from ..archive.formats import Formatter
-    from ..archive.writer import FileOptions
+    from ...archive.archiver import Archiver
+    from ...archive.formats import Formatter
+    from ...archive.writer import FileOptions
 
     conn = pop_connection(kwargs)
     if not topics and not topic_pattern:
@@ -125,7 +125,7 @@ def to_file(app, topics, topic_pattern, topic_refresh, channel, max_in_flight, o
     sep = b"\n"
     from types import SimpleNamespace
 
-    from .app import Outages, source_error, sources_recovered
+    from ..app import Outages, source_error, sources_recovered
 
     logger = logging.getLogger("nsqcli")  # said when it starts, counted, then "recovered"
     outages = Outages(SimpleNamespace(warn=logger.warning, info=logger.info))
@@ -136,14 +136,14 @@ def to_file(app, topics, topic_pattern, topic_refresh, channel, max_in_flight, o
                         lookupd=lookupd, sync_interval=sync_interval,
                         on_error=lambda e: source_error(outages, e),
                         status_interval=0.0 if show_live else status_interval)
-    from .app import stop_on_signals
+    from ..app import stop_on_signals
 
     stop_on_signals(archiver.stop_event)
     signal.signal(signal.SIGHUP, lambda *_: archiver.hup_event.set())
     archiver.start()
     view = None
     if show_live:
-        from .views import LiveArchive
+        from ..views import LiveArchive
 
         view = LiveArchive(app.console, archiver).start()
     try:
@@ -154,7 +154,7 @@ def to_file(app, topics, topic_pattern, topic_refresh, channel, max_in_flight, o
             view.stop()
         archiver.stop()
     if archiver.fatal is not None:
-        from ..errors import NSQError
+        from ...errors import NSQError
 
         e = archiver.fatal
         raise NSQError(f"stopped: cannot write the archive ({getattr(e, 'strerror', None) or e}"
@@ -192,7 +192,7 @@ class _StderrLines(logging.Handler):
     another thread is writing)."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        from .app import write_stderr
+        from ..app import write_stderr
 
         try:
             write_stderr(self.format(record))

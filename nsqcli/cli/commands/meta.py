@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from .command import command, option
+from ..command import command, option
 
 SHELLS = ("bash", "zsh", "fish")
 
@@ -27,7 +27,7 @@ def versions() -> dict:
     read from package metadata, never imported) and the nsqd the sandbox would run."""
     import platform
 
-    from .. import __version__
+    from ...version import __version__
 
     doc = {"nsqcli": __version__, "python": platform.python_version(),
            "platform": f"{platform.system()} {platform.machine()}"}
@@ -40,8 +40,8 @@ def versions() -> dict:
 def _nsqd_version() -> str | None:
     import subprocess
 
-    from ..errors import SandboxError
-    from ..sandbox import find_binary
+    from ...errors import SandboxError
+    from ...sandbox import find_binary
 
     try:
         path = find_binary("nsqd")
@@ -58,7 +58,7 @@ nsqcli version --json | jq -r .pyspark
 @option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")
 def version(as_json):
     """Show the versions of nsqcli, Python, its libraries, the optional Spark extra and nsqd."""
-    from .app import write_stdout
+    from ..app import write_stdout
 
     doc = versions()
     if as_json:
@@ -71,16 +71,6 @@ def version(as_json):
     write_stdout("".join(f"{k:<{width}}  {v if v is not None else missing.get(k, 'not installed')}\n"
                          for k, v in doc.items()))
     return 0
-
-
-def completion_script(shell: str) -> str:
-    """click's completion script for ``shell``, generated in-process."""
-    from click.shell_completion import get_completion_class
-
-    from . import cli
-
-    cls = get_completion_class(shell)
-    return cls(cli, {}, "nsqcli", "_NSQCLI_COMPLETE").source()
 
 
 @command(examples="""
@@ -96,7 +86,9 @@ def completion(shell):
     Install it once with the line for your shell under Examples; it completes commands,
     options and choices.
     """
-    from .app import write_stdout
+    from ..app import write_stdout
+
+    from ..docs import completion as completion_script
 
     write_stdout(completion_script(shell))
     return 0
@@ -121,8 +113,8 @@ def man(name, list_, write_dir):
     import subprocess
     import tempfile
 
-    from .app import write_stdout
-    from .docs import man_pages
+    from ..app import write_stdout
+    from ..docs import man_pages
 
     pages = man_pages()
     if list_:

@@ -11,8 +11,8 @@ import sys
 
 import click
 
-from .command import command, option
-from .spark_options import check_archives, spark_session, spark_error, spark_options
+from ..command import command, option
+from ..spark_options import check_archives, spark_session, spark_error, spark_options
 
 
 @command(examples="""
@@ -43,7 +43,7 @@ def query(app, sql, archives, fmt, as_json, as_csv, limit, master, remote, confs
         raise click.UsageError("--json and --csv cannot be used together")
     check_archives(archives)
     with spark_session(app, "query", master, remote, confs, py_files, spark_log_level) as spark:
-        from ..spark.jobs import messages_table
+        from ...spark.jobs import messages_table
 
         try:
             messages_table(spark, archives, fmt)
@@ -85,7 +85,7 @@ def _json(v):
 
 
 def _print(rows, columns, kind: str) -> None:
-    from .app import write_stdout
+    from ..app import write_stdout
 
     if kind == "json":
         write_stdout("".join(json.dumps({c: _json(v) for c, v in zip(columns, r)}, ensure_ascii=False) + "\n"

@@ -7,8 +7,8 @@ import sys
 
 import click
 
-from .command import command, option
-from .types import HTTP_ADDRESS, TOPIC
+from ..command import command, option
+from ..types import HTTP_ADDRESS, TOPIC
 
 DEFAULT_LOOKUPD = "127.0.0.1:4161"
 
@@ -34,9 +34,9 @@ def lookup(app, topic_arg, topic, nodes, as_json, lookupds):
 
     Lookupds that fail are named in a warning; exit 0 when at least one answered, 1 when none did.
     """
-    from ..errors import NSQError
-    from .app import write_stdout
-    from ..client.http import cluster_view
+    from ...errors import NSQError
+    from ..app import write_stdout
+    from ...client.http import cluster_view
 
     if topic_arg and topic and topic_arg != topic:
         raise click.UsageError("give the topic once (as the argument or with -t)")

@@ -6,13 +6,13 @@ import json
 
 import click
 
-from .command import Command, option
-from .types import HOST_PORT, HTTP_ADDRESS
+from ..command import Command, option
+from ..types import HOST_PORT, HTTP_ADDRESS
 
 
 def _load(name: str) -> dict:
     """A context by name; an unknown or invalid name is a usage error (exit 2)."""
-    from .. import contexts
+    from ... import contexts
 
     try:
         contexts.check_name(name)
@@ -71,7 +71,7 @@ nsqcli context add prod --lookupd-http-address 10.0.0.5:4161 --lookupd-http-addr
 @click.pass_obj
 def add(app, name, nsqd_tcp, nsqd_http, lookupd, select_it, force, **settings):
     """Save the connection settings NAME."""
-    from .. import contexts
+    from ... import contexts
 
     try:
         contexts.check_name(name)
@@ -100,8 +100,8 @@ def add(app, name, nsqd_tcp, nsqd_http, lookupd, select_it, force, **settings):
 @option("--json", "as_json", is_flag=True, help="JSON on stdout.")
 def ls(as_json):
     """List the saved contexts; the selected one is marked with '*'."""
-    from .. import contexts
-    from .app import write_stdout
+    from ... import contexts
+    from ..app import write_stdout
 
     chosen = contexts.selected()
     rows = []
@@ -128,8 +128,8 @@ def ls(as_json):
 def show(name, as_json):
     """Show the settings of NAME (default: the selected context). Secrets are never shown: only
     the file that holds them."""
-    from .. import contexts
-    from .app import write_stdout
+    from ... import contexts
+    from ..app import write_stdout
 
     name = name or contexts.selected()
     if not name:
@@ -153,7 +153,7 @@ def show(name, as_json):
 @click.pass_obj
 def select(app, name, unselect):
     """Make NAME the default context of every command."""
-    from .. import contexts
+    from ... import contexts
 
     if bool(name) == bool(unselect):
         raise click.UsageError("give a context NAME or --none")
@@ -169,7 +169,7 @@ def select(app, name, unselect):
 @click.pass_obj
 def rm(app, name):
     """Delete the context NAME."""
-    from .. import contexts
+    from ... import contexts
 
     _load(name)
     contexts.remove(name)

@@ -14,9 +14,9 @@ import time
 
 import click
 
-from .command import Command, option
-from .options import build_config, connection_options, nsqd_addresses, pop_connection
-from .types import CHANNEL, DURATION, TOPIC
+from ..command import Command, option
+from ..options import build_config, connection_options, nsqd_addresses, pop_connection
+from ..types import CHANNEL, DURATION, TOPIC
 
 STAMP = struct.Struct(">q")
 SAMPLE = 200_000  # latencies kept per consumer for percentiles (every k-th when more)
@@ -34,7 +34,7 @@ def _guarded(target):
 
 
 def _publisher(idx, addresses, cfg, topic, size, count, duration, batch, progress, stop, out):
-    from ..client.producer import Producer
+    from ...client.producer import Producer
 
     pad = b"x" * max(0, size - STAMP.size)
     pack, now = STAMP.pack, time.time_ns
@@ -70,7 +70,7 @@ def _consumer(idx, addresses, lookupds, cfg, topic, channel, size, total, durati
               ready, from_first: bool):
     from array import array
 
-    from ..client.consumer import Consumer
+    from ...client.consumer import Consumer
 
     lat = array("q")
     mine = [0]
@@ -129,7 +129,7 @@ def percentiles(values: list[int]) -> dict:
 
 
 def _report(results, size, as_json, app):
-    from .app import write_stdout
+    from ..app import write_stdout
 
     doc = {}
     for kind in ("pub", "sub"):
@@ -239,7 +239,7 @@ def run_bench(app, mode, topic, channel, size, count, duration, batch_size, publ
         stop.set()
         if bar:
             bar.stop()
-    from ..errors import NSQError
+    from ...errors import NSQError
 
     errors = [r for r in results if r[0] == "error"]
     if errors:

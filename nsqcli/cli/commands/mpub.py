@@ -8,10 +8,10 @@ import time
 
 import click
 
-from .command import command, option
-from .options import build_config, connection_options, pop_connection
+from ..command import command, option
+from ..options import build_config, connection_options, pop_connection
 from .pub import resolve_producers
-from .types import DELIMITER, DURATION, TOPIC
+from ..types import DELIMITER, DURATION, TOPIC
 
 CHUNK = 1 << 20
 
@@ -20,7 +20,7 @@ def read_records(stream, delimiter: bytes, blocking=None):
     """Yield records split by one delimiter byte. A missing final delimiter keeps the last
     record whole (the official to_nsq drops its last byte). Empty records are yielded as b"".
     ``blocking``: a context manager around each read (a signal may interrupt it there)."""
-    from ..archive.formats import split_records
+    from ...archive.formats import split_records
 
     read = getattr(stream, "read1", stream.read)  # what is there now: a slow pipe is not held back
     if blocking is None:
@@ -65,7 +65,7 @@ class Records:
         self.blocking = None  # GracefulStop.blocking: reads a signal may interrupt
 
     def __iter__(self):
-        from ..archive.formats import envelope_body
+        from ...archive.formats import envelope_body
 
         stats = self.stats
         given = 0
@@ -102,7 +102,7 @@ class Records:
             self.stats.handled = self.stats.records
 
     def _invalid(self, reason: str) -> None:
-        from ..errors import NSQError
+        from ...errors import NSQError
 
         if not self.skip_invalid:
             err = NSQError(f"record {self.stats.records} {reason}: stopped (--skip-invalid leaves such "
@@ -133,8 +133,8 @@ class Records:
 
 def _publish_deferred(producer, topic, records, defer, rate, stop, timeout=10.0):
     """DPUB one by one (nsqd has no deferred MPUB), paced like publish_iter."""
-    from ..client.producer import Pacer, Stopped
-    from ..errors import PublishError
+    from ...client.producer import Pacer, Stopped
+    from ...errors import PublishError
 
     pacer, done = Pacer(rate) if rate else None, 0
     try:
@@ -190,10 +190,10 @@ def mpub(app, topic, files, delimiter, null, count, as_json, fmt, batch_size, ra
     every record was published (nsqd said OK to every batch); otherwise exit 1 saying how many
     were published before the failure.
     """
-    from ..client.producer import Producer, Stopped
-    from ..errors import PublishError
-    from .app import Interrupted
-    from .signals import GracefulStop
+    from ...client.producer import Producer, Stopped
+    from ...errors import PublishError
+    from ..app import Interrupted
+    from ..signals import GracefulStop
 
     conn = pop_connection(kwargs)
     cfg = build_config(conn, max_msg_size=max_msg_size, max_body_size=max_body_size)
@@ -256,7 +256,7 @@ def mpub(app, topic, files, delimiter, null, count, as_json, fmt, batch_size, ra
 def _json_summary(topic, stats: Stats, failed: int, resume_at: int, error: str | None) -> None:
     import json
 
-    from .app import write_stdout
+    from ..app import write_stdout
 
     doc = {"topic": topic, "published": stats.published, "skipped_empty": stats.skipped_empty,
            "skipped_invalid": stats.skipped_invalid, "failed": failed, "bytes": stats.bytes,

@@ -8,7 +8,7 @@ import threading
 
 import click
 
-from .command import command, option
+from ..command import command, option
 
 
 @command(uses_context=False, examples="""
@@ -60,24 +60,24 @@ def sandbox(app, nodes, no_lookupd, data_dir, tls_cert, tls_key, auth_http_addre
             raise click.UsageError("--install builds NSQ and exits: it takes no other option")
         return _install(app)
     if save_context:
-        from .. import contexts
+        from ... import contexts
 
         try:
             contexts.check_name(save_context)
         except ValueError as e:
             raise click.BadParameter(str(e), param_hint="'--save-context'") from None
-    from ..sandbox import find_binary
+    from ...sandbox import find_binary
 
     for program in ("nsqd",) + (() if no_lookupd else ("nsqlookupd",)):
         find_binary(program)  # before anything starts: one line saying how to get it
     if detach:
         return _detach(app)
-    from ..sandbox import NsqdOptions, Sandbox
+    from ...sandbox import NsqdOptions, Sandbox
 
     opts = NsqdOptions(tls_cert=tls_cert, tls_key=tls_key, auth_http_address=auth_http_address,
                        msg_timeout=msg_timeout, max_rdy_count=max_rdy_count,
                        snappy=not no_snappy, deflate=not no_deflate)
-    from .app import stop_on_signals
+    from ..app import stop_on_signals
 
     stop = threading.Event()
     stop_on_signals(stop, (signal.SIGINT, signal.SIGTERM, signal.SIGHUP))
@@ -122,8 +122,8 @@ def _report(app, sb, env_file) -> None:
 
 
 def _install(app) -> int:
-    from ..errors import NSQError
-    from ..nsq_install import InstallError, install, user_dir
+    from ...errors import NSQError
+    from ...nsq_install import InstallError, install, user_dir
 
     target = user_dir()
     cache = target.parent / "go"
@@ -136,7 +136,7 @@ def _install(app) -> int:
 
 
 def _save(app, sb, name: str) -> None:
-    from .. import contexts
+    from ... import contexts
 
     settings = {"description": f"nsqcli sandbox (data in {sb.base_dir})",
                 "nsqd-tcp-address": [s.tcp_address for s in sb.nsqds],
@@ -156,7 +156,7 @@ def _detach(app) -> int:
     import tempfile
     import time
 
-    from ..errors import NSQError
+    from ...errors import NSQError
 
     argv = [a for a in sys.argv[1:] if a != "--detach"]
     fd, env_path = tempfile.mkstemp(prefix="nsqcli-sandbox-", suffix=".env")

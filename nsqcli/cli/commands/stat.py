@@ -9,8 +9,8 @@ import time
 
 import click
 
-from .command import command, option
-from .types import CHANNEL, DURATION, HTTP_ADDRESS, TOPIC
+from ..command import command, option
+from ..types import CHANNEL, DURATION, HTTP_ADDRESS, TOPIC
 
 HEADER = ("------rate------+----------------depth----------------+--------------metadata---------------\n"
           "ingress  egress |   total     mem    disk inflt   def |     req     t-o         msgs clients")
@@ -22,7 +22,7 @@ def discover(app, nsqd: list[str], lookupd: list[str], topic: str | None, said: 
     A lookupd failure is said once (``said`` remembers across polls) until it changes."""
     if not lookupd:
         return nsqd
-    from ..client.http import cluster_view
+    from ...client.http import cluster_view
 
     view = cluster_view(lookupd, topic)
     said = set() if said is None else said
@@ -64,8 +64,8 @@ def stat(app, topic, channel, nsqd, lookupd, interval, count, per_node, clients,
     The first poll is the baseline for rates. A node that does not answer is reported down and
     polling goes on; exit 1 only if no node answered during the whole run.
     """
-    from ..errors import NSQError
-    from ..client.stats import compute_rows, poll_nodes
+    from ...errors import NSQError
+    from ...client.stats import compute_rows, poll_nodes
 
     if interval <= 0:
         raise click.BadParameter("must be more than 0", param_hint="'--interval'")
@@ -78,7 +78,7 @@ def stat(app, topic, channel, nsqd, lookupd, interval, count, per_node, clients,
         nsqd = ["127.0.0.1:4151"]
     live = sys.stdout.isatty() and not as_json if live is None else live
     stop = threading.Event()
-    from .app import stop_on_signals
+    from ..app import stop_on_signals
 
     stop_on_signals(stop)
     history: dict = {}
@@ -145,7 +145,7 @@ def _plain(rows, n: int, single: bool) -> None:
         if not single:
             line = name.ljust(width) + line
         out.append(line)
-    from .app import write_stdout
+    from ..app import write_stdout
 
     write_stdout("\n".join(out) + "\n")
 
@@ -153,7 +153,7 @@ def _plain(rows, n: int, single: bool) -> None:
 def _json(rows, sample, clients: bool) -> None:
     doc = {"time": time.time(), "nodes_up": sorted(sample.stats), "nodes_down": sample.down,
            "rows": [dict(r.to_json(), **({"clients": r.client_list} if clients else {})) for r in rows]}
-    from .app import write_stdout
+    from ..app import write_stdout
 
     write_stdout(json.dumps(doc, sort_keys=True) + "\n")
 
@@ -164,7 +164,7 @@ class _LiveView:
     def __init__(self, app, clients: bool):
         from rich.live import Live
 
-        from .views import dashboard
+        from ..views import dashboard
 
         self.clients = clients
         self.render = dashboard

@@ -9,9 +9,9 @@ import time
 
 import click
 
-from .command import command, option
-from .options import build_config, connection_options, nsqd_addresses, pop_connection
-from .types import CHANNEL, DURATION, HTTP_ADDRESS, TOPIC
+from ..command import command, option
+from ..options import build_config, connection_options, nsqd_addresses, pop_connection
+from ..types import CHANNEL, DURATION, HTTP_ADDRESS, TOPIC
 
 
 class Sink:
@@ -101,10 +101,10 @@ def tail(app, topic_args, topics, channel, max_in_flight, count, idle_timeout, t
     ephemeral one would keep only --mem-queue-size of it and drop the rest for every
     channel created later. Use --channel NAME, or --drain-backlog to go ahead.
     """
-    from ..client.consumer import Consumer
-    from ..errors import NSQError
-    from .app import DeadlineExceeded, stop_on_signals
-    from ..archive.formats import Formatter
+    from ...client.consumer import Consumer
+    from ...errors import NSQError
+    from ..app import DeadlineExceeded, stop_on_signals
+    from ...archive.formats import Formatter
 
     conn = pop_connection(kwargs)
     topics = tuple(dict.fromkeys(topic_args + topics))
@@ -139,7 +139,7 @@ def tail(app, topic_args, topics, channel, max_in_flight, count, idle_timeout, t
     sink = Sink(formatter, b"\0" if null else b"\n", count, done)
     consumers = []
 
-    from .app import Outages, source_error
+    from ..app import Outages, source_error
 
     outages = Outages(app)
 
@@ -204,8 +204,8 @@ def _http_addresses(topic: str, conn: dict, nsqd_http: list[str], timeout: float
     port + 1 convention. Returns (addresses, problems)."""
     if nsqd_http:
         return nsqd_http, []
-    from ..client.http import lookup_all
-    from ..client.transport import split_address
+    from ...client.http import lookup_all
+    from ...client.transport import split_address
 
     out, problems = [], []
     for tcp in conn.get("nsqd_tcp_addresses") or (() if conn.get("lookupd_http_addresses") else ("127.0.0.1:4150",)):
@@ -222,8 +222,8 @@ def _refuse_backlog(topic: str, conn: dict, nsqd_http: list[str], timeout) -> li
     """Refuse (exit 1) to subscribe an ephemeral channel to a topic that has a backlog and no
     channel: the first channel takes the whole backlog, an ephemeral one drops most of it.
     Returns what could not be checked."""
-    from ..client.http import http_json
-    from ..errors import NSQError
+    from ...client.http import http_json
+    from ...errors import NSQError
 
     limit = min(3.0, timeout or 3.0)
     addresses, problems = _http_addresses(topic, conn, nsqd_http, limit)
@@ -247,8 +247,8 @@ def _refuse_backlog(topic: str, conn: dict, nsqd_http: list[str], timeout) -> li
 
 def _warn_shared_channel(app, topic: str, channel: str, conn: dict, nsqd_http: list[str], timeout) -> None:
     """A durable channel that already has consumers: what tail shows (and FINs) they never get."""
-    from ..client.http import http_json
-    from ..errors import NSQError
+    from ...client.http import http_json
+    from ...errors import NSQError
 
     limit = min(3.0, timeout or 3.0)
     addresses, _ = _http_addresses(topic, conn, nsqd_http, limit)
@@ -281,7 +281,7 @@ def _waiting_reason(consumers, conn: dict) -> str | None:
 
 def _wait(done, sink, consumers, timeout, idle_timeout, live, app, conn, outages=None) -> bool:
     """Block until done; returns True when the hard --timeout ended the run."""
-    from .app import sources_recovered
+    from ..app import sources_recovered
 
     deadline = time.monotonic() + timeout if timeout else None
     said_waiting = False
@@ -289,7 +289,7 @@ def _wait(done, sink, consumers, timeout, idle_timeout, live, app, conn, outages
     view = None
     if live:
         if app.stderr_is_tty:
-            from .views import LiveConnections
+            from ..views import LiveConnections
 
             view = LiveConnections(app.console, consumers).start()
         else:

@@ -11,9 +11,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import click
 
-from .command import command, option
-from .options import build_config, connection_options, nsqd_addresses, pop_connection
-from .types import CHANNEL, DURATION, TOPIC
+from ..command import command, option
+from ..options import build_config, connection_options, nsqd_addresses, pop_connection
+from ..types import CHANNEL, DURATION, TOPIC
 
 
 class Endpoint:
@@ -262,8 +262,8 @@ def to_http(app, topic, channel, posts, gets, headers, content_type, mode, sampl
     Retry-After (seconds or HTTP date) sets when the message comes back. At least once: killed at
     any moment, what was not FINed is redelivered.
     """
-    from ..client.consumer import Consumer
-    from .app import Outages, source_error, sources_recovered, stop_on_signals
+    from ...client.consumer import Consumer
+    from ..app import Outages, source_error, sources_recovered, stop_on_signals
 
     conn = pop_connection(kwargs)
     if bool(posts) == bool(gets):
@@ -351,7 +351,7 @@ def to_http(app, topic, channel, posts, gets, headers, content_type, mode, sampl
     try:
         c.start()
         if live or (live is None and app.stderr_is_tty):
-            from .views import LiveConnections
+            from ..views import LiveConnections
 
             view = LiveConnections(app.console, [c]).start()
         next_status = start + status_interval if status_interval and view is None else None

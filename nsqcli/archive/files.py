@@ -1,0 +1,43 @@
+"""Durable file moves of the archive: link into the output directory without overwriting,
+fsync the directories. Used by the writer (rotation) and by crash recovery."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def move_into(path: Path, output_dir: Path, name: str) -> Path:
+    """Link ``path`` to ``output_dir/name`` without ever overwriting (a taken name gets a
+    ``.N`` suffix before the extension), unlink the source, fsync both directories."""
+    dest = output_dir / name
+    if dest.resolve() == path.resolve():  # work dir is the output dir
+        return path
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    stem, dot, ext = name.rpartition(".")
+    i = 0
+    while True:
+        try:
+            os.link(path, dest)
+            break
+        except FileExistsError:
+            i += 1
+            dest = output_dir / (f"{stem}.{i}.{ext}" if dot else f"{name}.{i}")
+        except OSError as e:
+            if e.errno != errno.EXDEV:
+                raise
+            raise OSError(e.errno, f"--work-dir and --output-dir must be on the same filesystem ({e.strerror})",
+                          str(path))
+    os.unlink(path)
+    fsync_dir(dest.parent)
+    fsync_dir(path.parent)
+    return dest
