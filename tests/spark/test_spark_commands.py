@@ -15,7 +15,7 @@ import time
 import pytest
 
 from helpers import NSQCLI, channel_stats, clean_env, topic_stats, wait_for
-from test_spark import drain, publish, run_to_file
+from test_datasource import drain, publish, run_to_file
 
 pytestmark = pytest.mark.spark
 

@@ -18,7 +18,7 @@ from helpers import NSQCLI, channel_stats, clean_env, http_post, topic_stats, wa
 
 pytestmark = pytest.mark.spark
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 def publish(nsqd, topic: str, bodies: list[bytes]) -> None:
