@@ -1,7 +1,7 @@
-"""``python -m nsqcli``. Importing nsqcli.cli installs the signal handling first thing, before
-click and the rest are imported (see nsqcli.cli.install_early_signals)."""
+"""``python -m nsqcli``: the same entry as the ``nsqcli`` console script (nsqcli.entry: signals
+first, the `pub` fast path, else the click app)."""
 
-from nsqcli.cli import main
+from nsqcli.entry import main
 
 if __name__ == "__main__":
     main()

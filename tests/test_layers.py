@@ -23,7 +23,8 @@ ALLOWED = {
     "cli": {"client", "archive", "relay", "records", "loadgen", "protocol", "errors", "sandbox", "spark",
             "contexts", "nsq_install", "version", "__init__"},
     "__init__": {"client", "protocol", "version"},
-    "__main__": {"cli"},
+    "entry": {"cli", "client", "protocol", "errors"},  # console script: signals, pub fast path
+    "__main__": {"entry"},
 }
 PURE_FORBIDDEN = {"socket", "threading", "time", "logging", "select", "selectors", "ssl",
                   "asyncio", "subprocess", "click", "rich", "os"}

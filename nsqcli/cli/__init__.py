@@ -1,47 +1,13 @@
-"""The ``nsqcli`` root command. Subcommands are imported only when invoked (start-up time)."""
+"""The ``nsqcli`` root command. Subcommands are imported only when invoked (start-up time).
+The console script enters through nsqcli.entry (early signals, the `pub` fast path)."""
 
 from __future__ import annotations
 
-import os
-import signal
-import sys
+import importlib
 
+import click
 
-def _early_exit(signum, frame):
-    name = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM"}.get(signum, str(signum))
-    try:
-        os.write(2, f"nsqcli: interrupted ({name})\n".encode())
-    finally:
-        os._exit(128 + signum)
-
-
-def install_early_signals() -> None:
-    """SIGINT/SIGTERM exit at once with the documented code (130 / 143) and one line, instead
-    of a KeyboardInterrupt traceback or a bare death by signal, until a command installs its own
-    handling (a clean stop, nsqcli.cli.app). A signal a parent made us ignore stays ignored;
-    the two are unblocked in case a parent blocked them across exec."""
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        if signal.getsignal(sig) is not signal.SIG_IGN:
-            signal.signal(sig, _early_exit)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
-
-
-def _entry_point() -> bool:
-    """Imported by `python -m nsqcli` or the `nsqcli` console script (not by a library user or
-    a test, whose signals are theirs)."""
-    main_spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    return (getattr(main_spec, "name", None) == "nsqcli.__main__"
-            or os.path.basename(sys.argv[0] if sys.argv else "") == "nsqcli")
-
-
-if _entry_point():  # first thing, before click, rich and the client core (~0.1 s of imports)
-    install_early_signals()
-
-import importlib  # noqa: E402
-
-import click  # noqa: E402
-
-from ..version import __version__  # noqa: E402
+from ..version import __version__
 
 #: subcommand name -> "module:function"; a module per command.
 COMMANDS = {

@@ -1,16 +1,15 @@
-"""Client configuration: frozen dataclasses with go-nsq's defaults (go-nsq config.go, v1.1.0)
+"""Client configuration: frozen records (dataclass-like, see .record) with go-nsq's defaults (go-nsq config.go, v1.1.0)
 unless a comment says why nsqcli differs."""
 
 from __future__ import annotations
 
 import socket
-from dataclasses import dataclass, field, replace
 
 from ..version import __version__
+from .record import Record, field
 
 
-@dataclass(frozen=True)
-class TLSConfig:
+class TLSConfig(Record, frozen=True):
     """TLS for nsqd connections. Certificates and hostname are verified unless
     ``insecure_skip_verify`` is set explicitly."""
 
@@ -23,8 +22,7 @@ class TLSConfig:
     server_hostname: str | None = None      # default: the host part of the nsqd address
 
 
-@dataclass(frozen=True)
-class Config:
+class Config(Record, frozen=True):
     # -- connection (go-nsq: dial_timeout 1s, read_timeout 60s, write_timeout 1s) ---------------
     dial_timeout: float = 1.0
     handshake_timeout: float = 5.0          # IDENTIFY .. SUB's OK, in total (go-nsq: per read)
@@ -81,7 +79,7 @@ class Config:
     max_msg_size: int = 1024 * 1024         # nsqd --max-msg-size default
 
     def with_(self, **changes) -> "Config":
-        return replace(self, **changes)
+        return self.replace(**changes)
 
     def identify(self) -> dict:
         """The IDENTIFY body (feature negotiation on)."""
@@ -105,3 +103,4 @@ class Config:
         if self.msg_timeout is not None:
             body["msg_timeout"] = ms(self.msg_timeout)
         return body
+

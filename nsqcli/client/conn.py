@@ -25,7 +25,6 @@ import os
 import selectors
 import threading
 import time
-from dataclasses import dataclass, field
 
 from .config import Config
 from ..errors import (LocalProtocolError, NSQError, ReadError, RemoteProtocolError, Timeout,
@@ -36,6 +35,7 @@ from ..protocol.constants import CLOSE_WAIT
 from ..protocol.session import (CLOSE_WAIT_EVENT, MUST_CLOSE, NOT_PROCESSED, Answered, Handshake, Negotiated, ServerErrorEvent,
                                 Session, Unanswered, Upgrade)
 from .message import Message
+from .record import Record, field
 from .transport import Stream
 
 
@@ -43,8 +43,7 @@ from .transport import Stream
 INIT, CONNECTED, CLOSING, CLOSED = "init", "connected", "closing", "closed"
 
 
-@dataclass
-class ConnStats:
+class ConnStats(Record):
     """A snapshot of one connection for live tables (all counts since connect)."""
 
     address: str

@@ -16,14 +16,13 @@ connection cannot be made or is lost; ``fanout=True`` publishes every message to
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
-
 import time
 from collections.abc import Callable, Iterable
 
 from .config import Config
 from .conn import Connection, ConnectionDelegate
 from .ledger import Entry, Ledger
+from .record import Record
 from ..errors import LocalProtocolError, NSQError, PublishError, ServerError, Timeout, TransportError
 from ..protocol import encode_dpub, encode_mpub, encode_mpub_framed, encode_pub, split_framed, validate_topic
 
@@ -59,8 +58,7 @@ class Future:
         return self._result
 
 
-@dataclass
-class PublishResult:
+class PublishResult(Record):
     """What a multi-publish achieved: ``published`` messages acknowledged, in ``batches``."""
 
     published: int

@@ -115,8 +115,8 @@ class Stream:
     @classmethod
     def dial(cls, address: str, timeout: float) -> "Stream":
         host, port = split_address(address)
-        try:
-            sock = socket.create_connection((host, port), timeout=timeout)
+        try:  # an ASCII host as bytes: a str goes through the idna codec (~1.5 ms of imports)
+            sock = socket.create_connection((host.encode() if host.isascii() else host, port), timeout=timeout)
         except socket.timeout as e:
             raise Timeout(f"connect timed out after {timeout}s", address) from e
         except OSError as e:

@@ -11,7 +11,7 @@ one buffer compaction per call). Sizes are checked before anything is allocated.
 from __future__ import annotations
 
 import struct
-from typing import NamedTuple
+from collections import namedtuple
 
 from ..errors import RemoteProtocolError
 from .constants import (DEFAULT_MAX_FRAME_SIZE, FRAME_ERROR, FRAME_MESSAGE, FRAME_RESPONSE,
@@ -23,9 +23,9 @@ _MSG = struct.Struct(">lLqH16s")
 _FRAME_TYPES = (FRAME_RESPONSE, FRAME_ERROR, FRAME_MESSAGE)
 
 
-class Frame(NamedTuple):
-    type: int
-    data: bytes
+#: one frame: ``type`` (FRAME_RESPONSE, FRAME_ERROR, FRAME_MESSAGE) and its ``data`` bytes.
+#: (collections.namedtuple: typing.NamedTuple would import typing, ~3 ms of `nsqcli pub`.)
+Frame = namedtuple("Frame", ["type", "data"])
 
 
 class _NeedData:

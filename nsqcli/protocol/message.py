@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import struct
-from typing import NamedTuple
+from collections import namedtuple
 
 from ..errors import RemoteProtocolError
 from .constants import MESSAGE_HEADER_SIZE
@@ -14,17 +14,13 @@ from .constants import MESSAGE_HEADER_SIZE
 MESSAGE_HEADER = struct.Struct(">qH16s")
 
 
-class MessageData(NamedTuple):
-    """A message as plain, picklable data (what crosses process boundaries, e.g. to Spark
-    executors): no connection, no responder. ``id`` + ``nsqd`` identify a delivery."""
+MessageData = namedtuple("MessageData", ["id", "body", "timestamp", "attempts", "nsqd", "topic", "channel"])
+MessageData.__doc__ = """A message as plain, picklable data (what crosses process boundaries, e.g. to Spark
+executors): no connection, no responder. ``id`` + ``nsqd`` identify a delivery.
 
-    id: str
-    body: bytes
-    timestamp: int      # ns since the epoch, set by nsqd when the message was published
-    attempts: int
-    nsqd: str | None
-    topic: str | None
-    channel: str | None
+``id: str``, ``body: bytes``, ``timestamp: int`` (ns since the epoch, set by nsqd when the message
+was published), ``attempts: int``, ``nsqd``, ``topic``, ``channel``: ``str | None``.
+(collections.namedtuple: typing.NamedTuple would import typing, ~3 ms of `nsqcli pub`.)"""
 
 
 class Message:

@@ -1,0 +1,242 @@
+"""The ``nsqcli`` console script and ``python -m nsqcli``: early signals, the `pub` fast path,
+else the click app (nsqcli.cli).
+
+Why this module is outside cli/: importing anything in nsqcli.cli imports click, and click
+alone (inspect, typing, uuid, datetime, gettext ...) costs ~35 ms on a slow machine, most of
+the 40 ms `nsqcli pub` may take from exec to exit in a shell loop. So a plain publish, `nsqcli
+pub [-t] TOPIC [MESSAGE]` with the few options scripts use, is parsed here without click and
+published with the same client core; anything this parser does not fully understand - another
+option, --help, a bad value, a context that may apply, another NSQCLI_* variable, `-` options
+before `pub` - goes to click untouched, before anything was read or sent. What the fast path
+prints and its exit codes are those of the click command (nsqcli.cli.commands.pub and the one
+exit path nsqcli.cli.app.run); tests/cli/test_pub_fast_path.py runs one argv matrix through both
+and compares stdout, stderr and exit code. NSQCLI_NO_FAST_PATH=1 turns the fast path off.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+
+def _early_exit(signum, frame):
+    name = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM"}.get(signum, str(signum))
+    try:
+        os.write(2, f"nsqcli: interrupted ({name})\n".encode())
+    finally:
+        os._exit(128 + signum)
+
+
+def install_early_signals() -> None:
+    """SIGINT/SIGTERM exit at once with the documented code (130 / 143) and one line, instead
+    of a KeyboardInterrupt traceback or a bare death by signal, until a command installs its own
+    handling (a clean stop, nsqcli.cli.app). A signal a parent made us ignore stays ignored;
+    the two are unblocked in case a parent blocked them across exec."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            signal.signal(sig, _early_exit)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
+def main() -> None:
+    install_early_signals()  # first thing, before click, rich and the client core
+    if os.environ.get("NSQCLI_NO_FAST_PATH", "") in ("", "0"):
+        plan = fast_pub_plan(sys.argv[1:])
+        if plan is not None:
+            sys.exit(_guarded(plan))
+    from .cli import main as cli_main
+
+    cli_main()
+
+
+# -- the `pub` fast path --------------------------------------------------------------------
+
+#: NSQCLI_* variables the fast path honours, or that no option of pub reads (set by `nsqcli
+#: sandbox` or for other commands); any other one set sends the run to click, which knows them all
+_ENV_KNOWN = {"NSQCLI_NSQD_TCP_ADDRESS", "NSQCLI_DEBUG", "NSQCLI_CONFIG_DIR", "NSQCLI_NO_FAST_PATH",
+              "NSQCLI_NSQD_HTTP_ADDRESS", "NSQCLI_SANDBOX_PID", "NSQCLI_NSQ_BIN", "NSQCLI_SPARK_MASTER",
+              "NSQCLI_SPARK_REMOTE", "NSQCLI_DESTINATION_AUTH_SECRET"}
+_VALUED = {"-t": "topic", "--topic": "topic", "--nsqd-tcp-address": "nsqd", "--timeout": "timeout",
+           "--defer": "defer"}
+_FLAGS = {"--json": "as_json", "--fanout": "fanout", "-q": "quiet", "--quiet": "quiet"}
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "": 1.0}
+
+
+def fast_pub_plan(argv: list[str]) -> dict | None:
+    """The parsed `pub` invocation, or None when click must handle it (nothing consumed yet)."""
+    if not argv or argv[0] != "pub" or _context_may_apply():
+        return None
+    if "_NSQCLI_COMPLETE" in os.environ or any(k.startswith("NSQCLI_") and k not in _ENV_KNOWN
+                                                for k in os.environ):
+        return None
+    plan = {"topic": None, "nsqd": [], "timeout": "10s", "defer": None, "as_json": False, "fanout": False,
+            "quiet": False}
+    args: list[str] = []
+    it = iter(argv[1:])
+    for arg in it:
+        name, eq, value = arg.partition("=") if arg.startswith("--") else (arg, "", "")
+        if name in _VALUED:
+            if not eq:
+                value = next(it, None)
+                if value is None or (value.startswith("-") and value != "-"):
+                    return None  # click's own message for a missing or option-like value
+            if _VALUED[name] == "nsqd":
+                plan["nsqd"].append(value)
+            else:
+                plan[_VALUED[name]] = value
+        elif name in _FLAGS and not eq:
+            plan[_FLAGS[name]] = True
+        elif arg.startswith("-") and arg != "-":
+            return None  # any other option, --help, -v, --, a joined -tTOPIC
+        else:
+            args.append(arg)
+    return _checked(plan, args)
+
+
+def _checked(plan: dict, args: list[str]) -> dict | None:
+    """Values checked as click's types would; None (to click) for any that click would refuse."""
+    from .client.transport import split_address
+    from .errors import LocalProtocolError
+    from .protocol.names import validate_topic
+
+    if plan["topic"] is None:
+        if not args:
+            return None
+        plan["topic"] = args.pop(0)
+    if len(args) > 1:
+        return None
+    plan["message"] = args[0] if args else None
+    if not plan["nsqd"]:
+        env = os.environ.get("NSQCLI_NSQD_TCP_ADDRESS", "")
+        plan["nsqd"] = env.split() if env else []
+        if env and not plan["nsqd"]:
+            return None
+    try:
+        validate_topic(plan["topic"])
+        for address in plan["nsqd"]:
+            split_address(address)
+    except (LocalProtocolError, ValueError):
+        return None
+    plan["nsqd"] = plan["nsqd"] or ["127.0.0.1:4150"]
+    for key in ("timeout", "defer"):
+        if plan[key] is not None:
+            plan[key] = _duration(plan[key])
+            if plan[key] is None:
+                return None
+    if plan["timeout"] <= 0:
+        return None
+    return plan
+
+
+def _duration(text: str) -> float | None:
+    """cli.types.Duration's parse of '250ms', '2s', '1.5m', '1h', '3'; None if it would fail."""
+    import re
+
+    m = re.match(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*$", text)
+    return float(m.group(1)) * _UNITS[m.group(2) or ""] if m else None
+
+
+def _context_may_apply() -> bool:
+    """A selected context (config.toml not empty) may change pub's defaults: click's path."""
+    base = os.environ.get("NSQCLI_CONFIG_DIR") or os.path.join(
+        os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config"), "nsqcli")
+    try:
+        with open(os.path.join(base, "config.toml"), "rb") as f:
+            return bool(f.read().strip())
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+
+
+def _say(line: str) -> None:
+    try:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+class _Deadline(Exception):
+    pass
+
+
+def _guarded(plan: dict) -> int:
+    """nsqcli.cli.app.run's mapping of outcomes to messages and exit codes, for what pub raises."""
+    from .errors import NSQError
+
+    try:
+        return _publish(plan)
+    except _Deadline as e:
+        return _fail(str(e), 3)
+    except NSQError as e:
+        return _fail(str(e), 1)
+    except BrokenPipeError:
+        _silence_stdout()
+        return 0
+    except KeyboardInterrupt:
+        _say("nsqcli: interrupted")
+        return 130
+    except OSError as e:
+        _silence_stdout()
+        return _fail(f"{e.strerror or e}{': ' + str(e.filename) if e.filename else ''}", 1)
+    except Exception as e:
+        return _fail(f"internal error: {type(e).__name__}: {e} (NSQCLI_DEBUG=1 shows where)", 1)
+
+
+def _fail(message: str, code: int) -> int:
+    if os.environ.get("NSQCLI_DEBUG", "") not in ("", "0"):
+        import traceback
+
+        traceback.print_exc()
+    _say(f"nsqcli: error: {message}")
+    return code
+
+
+def _silence_stdout() -> None:
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def _publish(plan: dict) -> int:
+    """The body of nsqcli.cli.commands.pub.pub for the plan's options."""
+    import time
+
+    from .client.config import Config
+    from .client.producer import Producer
+    from .errors import PublishError, Timeout
+
+    cfg = Config()  # what cli.options.build_config makes when no connection option but nsqd is given
+    message = plan["message"]
+    if message is None or message == "-":
+        if sys.stdin.isatty() and message is None and not plan["quiet"]:
+            _say("nsqcli: reading the message from stdin (Ctrl-D to end)")
+        body = sys.stdin.buffer.read()
+    else:
+        body = message.encode("utf-8", "surrogateescape")
+    if not body:
+        _say("nsqcli: error: the message is empty (nsqd rejects empty messages) (see 'nsqcli pub --help')")
+        return 2
+    if len(body) > cfg.max_msg_size and not plan["quiet"]:
+        _say(f"nsqcli: warning: message is {len(body)} bytes; nsqd's default --max-msg-size is {cfg.max_msg_size}")
+    deadline = time.monotonic() + plan["timeout"]
+    producer = Producer(plan["nsqd"], cfg, fanout=plan["fanout"], deadline=deadline)
+    try:
+        acked = producer.publish(plan["topic"], body, defer=plan["defer"],
+                                 timeout=max(0.001, deadline - time.monotonic()))
+    except PublishError as e:
+        if isinstance(e.cause, Timeout) or time.monotonic() >= deadline:
+            raise _Deadline(str(e)) from e
+        raise
+    finally:
+        producer.close(timeout=max(0.1, deadline - time.monotonic()))
+    if plan["as_json"]:
+        import json
+
+        sys.stdout.write(json.dumps({"topic": plan["topic"], "bytes": len(body), "acknowledged_by": list(acked),
+                                     "published": 1}) + "\n")
+        sys.stdout.flush()
+    return 0
