@@ -104,7 +104,7 @@ def tail(app, topic_args, topics, channel, max_in_flight, count, idle_timeout, t
     from ...client.consumer import Consumer
     from ...errors import NSQError
     from ..app import DeadlineExceeded, stop_on_signals
-    from ...archive.formats import Formatter
+    from ...records import Formatter
 
     conn = pop_connection(kwargs)
     topics = tuple(dict.fromkeys(topic_args + topics))

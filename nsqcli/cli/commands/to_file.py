@@ -83,7 +83,7 @@ def to_file(app, topics, topic_pattern, topic_refresh, channel, max_in_flight, o
     (disk full) requeues what is not durable and exits 1.
     """
     from ...archive.archiver import Archiver
-    from ...archive.formats import Formatter
+    from ...records import Formatter
     from ...archive.writer import FileOptions
 
     conn = pop_connection(kwargs)
