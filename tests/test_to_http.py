@@ -178,7 +178,7 @@ def test_response_reader_frames_answers_on_a_kept_alive_socket(answer, status, l
     close-delimited; what follows an answer stays for the next one."""
     import socket
 
-    from nsqcli.cli.commands.to_http import _read_response
+    from nsqcli.relay.http_delivery import _read_response
 
     a, b = socket.socketpair()
     try:
@@ -201,7 +201,7 @@ def test_response_reader_frames_answers_on_a_kept_alive_socket(answer, status, l
 def test_response_reader_gives_up_at_its_deadline():
     import socket
 
-    from nsqcli.cli.commands.to_http import _read_response
+    from nsqcli.relay.http_delivery import _read_response
 
     a, b = socket.socketpair()
     try:
