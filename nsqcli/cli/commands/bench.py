@@ -14,7 +14,7 @@ import click
 
 from ...loadgen import STAMP, consumer, guarded, percentiles, publisher
 from ..command import Command, option
-from ..options import build_config, connection_options, nsqd_addresses, pop_connection
+from ..options import build_config, connection_options, nsqd_addresses, pop_connection, resolve_producers
 from ..types import CHANNEL, DURATION, TOPIC
 
 def _report(results, size, as_json, app):
@@ -76,8 +76,6 @@ def run_bench(app, mode, topic, channel, size, count, duration, batch_size, publ
     addresses = nsqd_addresses(conn)
     lookupds = list(conn.get("lookupd_http_addresses") or ())
     if mode != "sub" and not addresses:
-        from .pub import resolve_producers
-
         addresses = resolve_producers(app, conn, topic)
     pub_cfg = build_config(conn)
     sub_cfg = build_config(conn, max_in_flight=max_in_flight, max_attempts=0)

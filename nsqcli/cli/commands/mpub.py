@@ -9,8 +9,7 @@ import time
 import click
 
 from ..command import command, option
-from ..options import build_config, connection_options, pop_connection
-from .pub import resolve_producers
+from ..options import build_config, connection_options, pop_connection, resolve_producers
 from ..types import DELIMITER, DURATION, TOPIC
 
 CHUNK = 1 << 20
