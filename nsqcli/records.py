@@ -1,4 +1,5 @@
-"""Record formats shared by tail (writing) and mpub (reading): raw, NDJSON envelope, templates."""
+"""Record formats shared by tail, to-file and the archive reader (writing) and mpub (reading): raw,
+the NDJSON envelope, and templates of the documented fields (checked at start-up)."""
 
 from __future__ import annotations
 
@@ -46,25 +47,72 @@ def envelope_body(line: bytes) -> bytes:
     raise ValueError("record has neither 'body' nor 'body_base64'")
 
 
+#: what a --format template may name: these fields themselves, nothing reached through them
+FIELDS = ("topic", "channel", "nsqd", "id", "attempts", "timestamp", "time", "body")
+#: values of the fields' types, to try a template's format specs on at start-up
+_SAMPLE = {"topic": "t", "channel": "c", "nsqd": "127.0.0.1:4150", "id": "0" * 16, "attempts": 1,
+           "timestamp": 0, "time": "1970-01-01T00:00:00.000000000Z", "body": "b"}
+
+
+class TemplateError(ValueError):
+    """A --format that is not raw, json or a template of the documented fields; ``field`` is
+    the offending field when there is one."""
+
+    def __init__(self, message: str, field: str | None = None):
+        super().__init__(message)
+        self.field = field
+
+
+def template_fields(fmt: str) -> list[str]:
+    """Every replacement field of ``fmt``, nested ones in format specs included (the ``b`` of
+    ``{a:>{b}}``). Raises ValueError for a malformed template."""
+    import string
+
+    names = []
+    for _, name, spec, _ in string.Formatter().parse(fmt):
+        if name is not None:
+            names.append(name)
+            names += template_fields(spec or "")
+    return names
+
+
+def check_template(fmt: str) -> None:
+    """Refuse a template naming anything but the documented fields: no positional ``{}``, no
+    attribute access or indexing (``{body.__class__}`` would print Python's internals, and
+    longer chains reach module globals), and format specs that fit the fields' types."""
+    listed = f"(fields: {', '.join(FIELDS)})"
+    try:
+        names = template_fields(fmt)
+    except ValueError as e:
+        raise TemplateError(f"invalid --format template {fmt!r}: {e} {listed}") from None
+    for name in names:
+        if name not in FIELDS:
+            reached = "." in name or "[" in name
+            raise TemplateError(f"invalid --format template {fmt!r}: unknown field {name!r} "
+                                + ("(a field itself only: no attribute access or indexing) " if reached else "")
+                                + listed, name)
+    try:
+        fmt.format(**_SAMPLE)
+    except (ValueError, TypeError) as e:
+        raise TemplateError(f"invalid --format template {fmt!r}: {e} {listed}") from None
+
+
 class Formatter:
     """Turns a message into the bytes of one record (without the record separator)."""
 
-    FIELDS = ("topic", "channel", "nsqd", "id", "attempts", "timestamp", "time", "body")
+    FIELDS = FIELDS
 
     def __init__(self, fmt: str, print_topic: bool = False):
         self.fmt = fmt
         self.print_topic = print_topic
-        if fmt not in ("raw", "json"):
-            if "{" not in fmt:
-                known = fmt.strip().lower() in ("raw", "json")
-                raise ValueError(f"unknown --format {fmt!r}: use raw, json" + (" (lower case)" if known else "")
-                                 + " or a template with {fields} like '{topic} {id} {body}' "
-                                 f"(fields: {', '.join(self.FIELDS)})")
-            try:
-                fmt.format(**{k: "" for k in self.FIELDS})
-            except (KeyError, IndexError, ValueError) as e:
-                raise ValueError(f"invalid --format template {fmt!r}: unknown field {e} "
-                                 f"(fields: {', '.join(self.FIELDS)})") from None
+        if fmt in ("raw", "json"):
+            return
+        if "{" not in fmt:
+            known = fmt.strip().lower() in ("raw", "json")
+            raise TemplateError(f"unknown --format {fmt!r}: use raw, json" + (" (lower case)" if known else "")
+                                + " or a template with {fields} like '{topic} {id} {body}' "
+                                f"(fields: {', '.join(FIELDS)})")
+        check_template(fmt)
 
     def __call__(self, m) -> bytes:
         if self.fmt == "raw":
