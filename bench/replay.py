@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from nsqcli.archive.formats import envelope
+from nsqcli.records import envelope
 from nsqcli.client.http import http_json
 from nsqcli.sandbox import NsqdOptions, Sandbox
 

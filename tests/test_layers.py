@@ -165,3 +165,35 @@ def test_no_module_imports_itself_through_others():
 def test_the_cycle_check_can_fail():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c", "a"]]
     assert not cycles({"a": {"b"}, "b": {"c"}, "c": set()})
+
+
+COMMANDS = "nsqcli.cli.commands"
+
+
+def command_imports(path: Path, source: str | None = None) -> list[str]:
+    """The other command modules a ``nsqcli.cli.commands.X`` module imports: a command is
+    options, wiring and output; what two commands share lives in cli/ or a lower layer."""
+    source = path.read_text() if source is None else source
+    mod = module_name(path)
+    if not mod.startswith(COMMANDS + ".") or path.name == "__init__.py":
+        return []
+    names = imports_of(source, mod)
+    return sorted(f"{mod} imports {n}" for n in names
+                  if n.startswith(COMMANDS + ".") and not n.startswith(mod + ".") and n != mod)
+
+
+def test_no_command_imports_another_command():
+    files = list((PKG / "cli" / "commands").glob("*.py"))
+    assert len(files) > 10
+    problems = [v for f in files for v in command_imports(f)]
+    assert not problems, "\n".join(problems)
+
+
+def test_the_command_check_can_fail():
+    """Relative (`from .pub import x`, `from . import pub`), absolute and in-function imports
+    of another command are caught; the shared machinery and a lower layer are not."""
+    mpub = PKG / "cli" / "commands" / "mpub.py"
+    assert command_imports(mpub, "from .pub import resolve_producers\n")
+    assert command_imports(mpub, "from . import pub\n")
+    assert command_imports(mpub, "def f():\n    from nsqcli.cli.commands.to_file import Size\n")
+    assert not command_imports(mpub, "from ..options import resolve_producers\nfrom ...records import envelope\n")

@@ -1,2 +1,2 @@
 """Archives: file naming, the writer (records, gzip members, fsync, moves), crash recovery, the
-to-file daemon, record formats, and a reader for archives."""
+to-file daemon, and a reader for archives."""

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from .formats import envelope_body, split_records
+from ..records import envelope_body, split_records
 
 GZIP_MAGIC = b"\x1f\x8b"
 CHUNK = 1 << 20

@@ -167,3 +167,27 @@ def nsqd_addresses(conn: dict) -> list[str]:
     if not addrs and not conn.get("lookupd_http_addresses"):
         addrs = [DEFAULT_NSQD]
     return addrs
+
+
+def resolve_producers(app, conn: dict, topic: str, deadline: float | None = None) -> list[str]:
+    """nsqd addresses to publish to: the explicit ones, else the nodes that lookupd says carry
+    the topic (the official to_nsq cannot do this)."""
+    addrs = nsqd_addresses(conn)
+    lookupds = list(conn.get("lookupd_http_addresses") or ())
+    if addrs or not lookupds:
+        return addrs
+    import time
+
+    from ..client.http import lookup_all
+    from ..errors import NSQError
+
+    timeout = 5.0 if deadline is None else max(0.001, min(5.0, deadline - time.monotonic()))
+    producers, errors = lookup_all(lookupds, topic, timeout)
+    for e in errors:
+        app.warn(str(e))
+    if not producers:
+        if errors and len(errors) == len(lookupds):
+            raise NSQError(f"no nsqlookupd answered ({'; '.join(map(str, errors))})")
+        raise NSQError(f"no nsqd carries topic {topic!r} according to nsqlookupd; "
+                       "give --nsqd-tcp-address to create it")
+    return [p.tcp_address for p in producers]

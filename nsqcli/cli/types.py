@@ -1,4 +1,4 @@
-"""click parameter types: durations, host:port addresses, topic names, delimiters."""
+"""click parameter types: durations, sizes, host:port addresses, topic names, delimiters."""
 
 from __future__ import annotations
 
@@ -22,6 +22,23 @@ class Duration(click.ParamType):
         if not m:
             self.fail(f"{value!r} is not a duration (use e.g. 500ms, 2s, 1m, 1h)", param, ctx)
         return float(m.group(1)) * _UNITS[m.group(2)]
+
+
+_SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)i?b?\s*$", re.I)
+
+
+class Size(click.ParamType):
+    """Bytes: 1048576, 512K, 100M, 2G."""
+
+    name = "SIZE"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int):
+            return value
+        m = _SIZE.match(str(value))
+        if not m:
+            self.fail(f"{value!r} is not a size (use e.g. 100M, 512K, 1048576)", param, ctx)
+        return int(m.group(1)) * 1024 ** " kmgt".index((m.group(2) or " ").lower())
 
 
 class Moment(click.ParamType):

@@ -3,6 +3,7 @@ escaping, 500s, Retry-After, a slow endpoint (timeout), a dead endpoint (backoff
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 import urllib.parse
@@ -167,18 +168,20 @@ def test_dead_endpoint_and_bad_flags(nsqd, topic):
         assert r.returncode == 2 and words in r.stderr, r.stderr
 
 
-@pytest.mark.parametrize("answer,status,left", [
-    (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokNEXT", 200, b"NEXT"),
-    (b"HTTP/1.1 201 Created\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n3;x=1\r\nabc\r\n0\r\n\r\nNEXT", 201, b"NEXT"),
-    (b"HTTP/1.1 204 No Content\r\nRetry-After: 7\r\n\r\nNEXT", 204, b"NEXT"),
-    (b"HTTP/1.0 500 Oops\r\n\r\nbody until close", 500, b""),
+@pytest.mark.parametrize("answer,status,body,left", [
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokNEXT", 200, b"ok", b"NEXT"),
+    (b"HTTP/1.1 201 Created\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n3;x=1\r\nabc\r\n0\r\n\r\nNEXT",
+     201, b"okabc", b"NEXT"),
+    (b"HTTP/1.1 204 No Content\r\nRetry-After: 7\r\n\r\nNEXT", 204, b"", b"NEXT"),
+    (b"HTTP/1.0 500 Oops\r\n\r\nbody until close", 500, b"body until close", b""),
 ])
-def test_response_reader_frames_answers_on_a_kept_alive_socket(answer, status, left):
-    """to-http's own HTTP/1.1 reader (no email parser): Content-Length, chunked, no body,
-    close-delimited; what follows an answer stays for the next one."""
+def test_response_reader_frames_answers_on_a_kept_alive_socket(answer, status, body, left):
+    """The project's one HTTP/1.1 reader (client/http.py, no email parser), as to-http and the
+    lookupd/nsqd helpers use it: Content-Length, chunked, no body, close-delimited; what
+    follows an answer stays for the next one."""
     import socket
 
-    from nsqcli.cli.commands.to_http import _read_response
+    from nsqcli.client.http import read_response
 
     a, b = socket.socketpair()
     try:
@@ -186,33 +189,81 @@ def test_response_reader_frames_answers_on_a_kept_alive_socket(answer, status, l
             b.sendall(answer[i:i + 7])
         if status == 500:
             b.close()
-        got_status, _, headers, rest = _read_response(a, b"", time.monotonic() + 5)
+        got_status, _, headers, got_body, rest = read_response(a, b"", time.monotonic() + 5)
     finally:
         a.close()
         if status != 500:
             b.close()
-    assert (got_status, rest) == (status, left)
+    assert (got_status, got_body, rest) == (status, body, left)
     if status == 204:
         assert headers["retry-after"] == "7"
     if status == 500:
         assert headers["connection"] == "close"
 
 
+@pytest.mark.parametrize("answer,close,words", [
+    (b"\x00\x00\x00\x12\x00\x00\x00\x01E_BAD_PROTOCOL", False, "not an HTTP answer"),  # nsqd's TCP port
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc", True, "answer cut short (3 of 10 bytes)"),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 99999\r\n\r\n", False, "answer larger than 1000 bytes"),
+    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n800\r\n", False, "answer larger than 1000 bytes"),
+    (b"", True, "the server closed the connection before answering"),
+])
+def test_response_reader_refuses_what_is_not_a_whole_answer(answer, close, words):
+    """Garbage is refused at once (no waiting for the deadline), a body cut short or over the
+    size limit is an error, never a short or huge answer."""
+    import socket
+
+    from nsqcli.client.http import ResponseError, read_response
+
+    a, b = socket.socketpair()
+    try:
+        b.sendall(answer)
+        if close:
+            b.shutdown(socket.SHUT_WR)
+        t0 = time.monotonic()
+        with pytest.raises(ResponseError, match=re.escape(words)):
+            read_response(a, b"", time.monotonic() + 5, max_size=1000)
+        assert time.monotonic() - t0 < 1
+    finally:
+        a.close()
+        b.close()
+
+
 def test_response_reader_gives_up_at_its_deadline():
     import socket
 
-    from nsqcli.cli.commands.to_http import _read_response
+    from nsqcli.client.http import read_response
 
     a, b = socket.socketpair()
     try:
         b.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc")
         t0 = time.monotonic()
         with pytest.raises(TimeoutError):
-            _read_response(a, b"", time.monotonic() + 0.3)
+            read_response(a, b"", time.monotonic() + 0.3)
         assert time.monotonic() - t0 < 2
     finally:
         a.close()
         b.close()
+
+
+def test_one_connection_carries_many_requests(endpoint):
+    """HTTPConnection keeps its socket between requests (to-http's throughput depends on it)
+    and opens a new one after the server said Connection: close."""
+    from nsqcli.client.http import HTTPConnection
+
+    ep = endpoint(lambda body, n: (200, {"Connection": "close"} if body == b"bye" else {}, 0))
+    port = int(ep.url.rpartition(":")[2])
+    conn = HTTPConnection("http", "127.0.0.1", port, f"127.0.0.1:{port}")
+    try:
+        socks = []
+        for body in (b"a", b"b", b"bye", b"c"):
+            status, _, _, answer = conn.request("POST", "/x", time.monotonic() + 5, body)
+            assert (status, answer) == (200, b"ok")
+            socks.append(conn.sock)
+        assert socks[0] is socks[1] and socks[2] is None and socks[3] is not None
+        assert ep.bodies() == [b"a", b"b", b"bye", b"c"]
+    finally:
+        conn.close()
 
 
 def test_losing_the_source_nsqd_is_said_counted_and_recovered_twice(nsqd_factory, topic, endpoint):

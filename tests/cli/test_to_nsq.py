@@ -239,7 +239,7 @@ def test_a_batch_is_fined_only_when_the_destination_acknowledged_all_of_it():
     import threading
 
     import pytest
-    from nsqcli.cli.commands.to_nsq import Copier, DestinationError
+    from nsqcli.relay.copier import Copier, DestinationError
     from nsqcli.client.producer import PublishResult
 
     class Producer:

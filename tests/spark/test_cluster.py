@@ -105,7 +105,7 @@ spark.stop()
 
 
 def test_sink_and_archive_reader_on_a_standalone_cluster(cluster, nsqd, topic, tmp_path):
-    from nsqcli.archive.formats import envelope
+    from nsqcli.records import envelope
 
     class M:  # the fields envelope() reads
         def __init__(self, i):

@@ -7,126 +7,15 @@ threads share one interpreter lock)."""
 from __future__ import annotations
 
 import json
-import struct
-import sys
 import threading
 import time
 
 import click
 
+from ...loadgen import STAMP, consumer, guarded, percentiles, publisher
 from ..command import Command, option
-from ..options import build_config, connection_options, nsqd_addresses, pop_connection
+from ..options import build_config, connection_options, nsqd_addresses, pop_connection, resolve_producers
 from ..types import CHANNEL, DURATION, TOPIC
-
-STAMP = struct.Struct(">q")
-SAMPLE = 200_000  # latencies kept per consumer for percentiles (every k-th when more)
-
-
-def _guarded(target):
-    """A client's failure becomes one result line ("error", idx, text), never a traceback."""
-    def run(idx, *args):
-        out = args[-1] if target is _publisher else args[-3]
-        try:
-            target(idx, *args)
-        except BaseException as e:  # noqa: BLE001 - reported to the parent, which exits 1
-            out.put(("error", idx, f"{type(e).__name__}: {e}" if not str(e) else str(e), 0, 0.0, []))
-    return run
-
-
-def _publisher(idx, addresses, cfg, topic, size, count, duration, batch, progress, stop, out):
-    from ...client.producer import Producer
-
-    pad = b"x" * max(0, size - STAMP.size)
-    pack, now = STAMP.pack, time.time_ns
-
-    def bodies():
-        k = 0
-        while (not count or k < count) and not stop.is_set():
-            yield pack(now()) + pad
-            k += 1
-
-    p = Producer(addresses, cfg)
-    t0 = time.perf_counter()
-    end = t0 + duration if duration else None
-    sent = 0
-    try:
-        if end is not None:
-            threading.Thread(target=lambda: (time.sleep(duration), stop.set()), daemon=True).start()
-        last = [0]
-
-        def on_progress(n):
-            with progress.get_lock():
-                progress.value += n - last[0]
-            last[0] = n
-
-        r = p.publish_iter(topic, bodies(), batch_size=batch, window=8, on_progress=on_progress)
-        sent = r.published if hasattr(r, "published") else last[0]
-    finally:
-        p.close()
-    out.put(("pub", idx, sent or last[0], (sent or last[0]) * size, time.perf_counter() - t0, []))
-
-
-def _consumer(idx, addresses, lookupds, cfg, topic, channel, size, total, duration, received, stop, out,
-              ready, from_first: bool):
-    from array import array
-
-    from ...client.consumer import Consumer
-
-    lat = array("q")
-    mine = [0]
-    every = [1]
-    lock = threading.Lock()
-    done = threading.Event()
-    unpack, now = STAMP.unpack_from, time.time_ns
-
-    first = [0.0]
-    last_at = [0.0]
-
-    def handle(msgs):
-        t = now()
-        with lock:
-            last_at[0] = time.perf_counter()
-            if not first[0]:
-                first[0] = last_at[0]
-            for m in msgs:
-                mine[0] += 1
-                if mine[0] % every[0] == 0:
-                    lat.append(t - unpack(m.body)[0])
-            if len(lat) >= SAMPLE * 2:  # keep every other one from now on
-                del lat[::2]
-                every[0] *= 2
-        with received.get_lock():
-            received.value += len(msgs)
-            if total and received.value >= total:
-                stop.set()
-
-    c = Consumer(topic, channel, batch_handler=handle, config=cfg, nsqd_tcp_addresses=addresses,
-                 lookupd_http_addresses=lookupds)
-    t0 = time.perf_counter()
-    c.start()
-    with ready.get_lock():
-        ready.value += 1
-    end = t0 + duration if duration else None
-    while not stop.is_set() and not done.is_set():
-        if end is not None and time.perf_counter() >= end:
-            break
-        time.sleep(0.01)
-    # sub: from start (connect included) to the last message; pubsub: from the first message
-    elapsed = (last_at[0] or time.perf_counter()) - (first[0] if from_first and first[0] else t0)
-    c.stop(timeout=10)
-    out.put(("sub", idx, mine[0], mine[0] * size, elapsed, list(lat)))
-
-
-def percentiles(values: list[int]) -> dict:
-    if not values:
-        return {}
-    s = sorted(values)
-
-    def q(p):
-        return s[min(len(s) - 1, int(p * len(s)))] / 1e6
-
-    return {"p50": q(0.50), "p90": q(0.90), "p99": q(0.99), "p99.9": q(0.999), "max": s[-1] / 1e6}
-
 
 def _report(results, size, as_json, app):
     from ..app import write_stdout
@@ -187,8 +76,6 @@ def run_bench(app, mode, topic, channel, size, count, duration, batch_size, publ
     addresses = nsqd_addresses(conn)
     lookupds = list(conn.get("lookupd_http_addresses") or ())
     if mode != "sub" and not addresses:
-        from .pub import resolve_producers
-
         addresses = resolve_producers(app, conn, topic)
     pub_cfg = build_config(conn)
     sub_cfg = build_config(conn, max_in_flight=max_in_flight, max_attempts=0)
@@ -201,13 +88,13 @@ def run_bench(app, mode, topic, channel, size, count, duration, batch_size, publ
     if mode in ("sub", "pubsub"):
         total = count if mode == "sub" else count * publishers if count else 0
         for j in range(consumers):
-            workers.append(make(_guarded(_consumer), (j, addresses, lookupds, sub_cfg, topic, channel, size, total,
+            workers.append(make(guarded(consumer), (j, addresses, lookupds, sub_cfg, topic, channel, size, total,
                                             duration, received, stop, out, ready, mode == "pubsub")))
     if mode in ("pub", "pubsub"):
         per = count if count else 0
         pub_stop = stop if mode == "pub" else (ctx.Event() if processes else threading.Event())
         for i in range(publishers):
-            workers.append(make(_guarded(_publisher), (i, addresses, pub_cfg, topic, size, per, duration, batch_size,
+            workers.append(make(guarded(publisher), (i, addresses, pub_cfg, topic, size, per, duration, batch_size,
                                              progress, pub_stop, out)))
     if mode == "pubsub":
         # consumers first: the channel exists before the first message, so none is a backlog

@@ -9,8 +9,7 @@ import time
 import click
 
 from ..command import command, option
-from ..options import build_config, connection_options, pop_connection
-from .pub import resolve_producers
+from ..options import build_config, connection_options, pop_connection, resolve_producers
 from ..types import DELIMITER, DURATION, TOPIC
 
 CHUNK = 1 << 20
@@ -20,7 +19,7 @@ def read_records(stream, delimiter: bytes, blocking=None):
     """Yield records split by one delimiter byte. A missing final delimiter keeps the last
     record whole (the official to_nsq drops its last byte). Empty records are yielded as b"".
     ``blocking``: a context manager around each read (a signal may interrupt it there)."""
-    from ...archive.formats import split_records
+    from ...records import split_records
 
     read = getattr(stream, "read1", stream.read)  # what is there now: a slow pipe is not held back
     if blocking is None:
@@ -65,7 +64,7 @@ class Records:
         self.blocking = None  # GracefulStop.blocking: reads a signal may interrupt
 
     def __iter__(self):
-        from ...archive.formats import envelope_body
+        from ...records import envelope_body
 
         stats = self.stats
         given = 0

@@ -8,32 +8,8 @@ import sys
 import click
 
 from ..command import command, option
-from ..options import build_config, connection_options, nsqd_addresses, pop_connection
+from ..options import build_config, connection_options, pop_connection, resolve_producers
 from ..types import DURATION, TOPIC
-
-
-def resolve_producers(app, conn: dict, topic: str, deadline: float | None = None) -> list[str]:
-    """nsqd addresses to publish to: the explicit ones, else the nodes that lookupd says carry
-    the topic (the official to_nsq cannot do this)."""
-    addrs = nsqd_addresses(conn)
-    lookupds = list(conn.get("lookupd_http_addresses") or ())
-    if addrs or not lookupds:
-        return addrs
-    from ...errors import NSQError
-    from ...client.http import lookup_all
-
-    import time
-
-    timeout = 5.0 if deadline is None else max(0.001, min(5.0, deadline - time.monotonic()))
-    producers, errors = lookup_all(lookupds, topic, timeout)
-    for e in errors:
-        app.warn(str(e))
-    if not producers:
-        if errors and len(errors) == len(lookupds):
-            raise NSQError(f"no nsqlookupd answered ({'; '.join(map(str, errors))})")
-        raise NSQError(f"no nsqd carries topic {topic!r} according to nsqlookupd; "
-                       "give --nsqd-tcp-address to create it")
-    return [p.tcp_address for p in producers]
 
 
 @command(examples="""

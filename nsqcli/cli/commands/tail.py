@@ -104,7 +104,7 @@ def tail(app, topic_args, topics, channel, max_in_flight, count, idle_timeout, t
     from ...client.consumer import Consumer
     from ...errors import NSQError
     from ..app import DeadlineExceeded, stop_on_signals
-    from ...archive.formats import Formatter
+    from ...records import Formatter
 
     conn = pop_connection(kwargs)
     topics = tuple(dict.fromkeys(topic_args + topics))
@@ -113,7 +113,7 @@ def tail(app, topic_args, topics, channel, max_in_flight, count, idle_timeout, t
     try:
         formatter = Formatter(fmt, print_topic)
     except ValueError as e:
-        raise click.UsageError(str(e)) from None
+        raise click.BadParameter(str(e), param_hint="'--format'") from None
     if print_topic and fmt != "raw":
         raise click.UsageError("--print-topic goes with --format raw (a template can use {topic})")
     if timeout is not None and timeout <= 0:

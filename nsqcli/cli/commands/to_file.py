@@ -12,24 +12,7 @@ import click
 
 from ..command import command, option
 from ..options import build_config, connection_options, nsqd_addresses, pop_connection
-from ..types import CHANNEL, DURATION, TOPIC
-
-_SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)i?b?\s*$", re.I)
-
-
-class Size(click.ParamType):
-    """Bytes: 1048576, 512K, 100M, 2G."""
-
-    name = "SIZE"
-
-    def convert(self, value, param, ctx):
-        if isinstance(value, int):
-            return value
-        m = _SIZE.match(str(value))
-        if not m:
-            self.fail(f"{value!r} is not a size (use e.g. 100M, 512K, 1048576)", param, ctx)
-        return int(m.group(1)) * 1024 ** " kmgt".index((m.group(2) or " ").lower())
-
+from ..types import CHANNEL, DURATION, TOPIC, Size
 
 @command("to-file", examples="""
 nsqcli to-file -t events --output-dir /archive --work-dir /archive/.work --gzip --rotate-size 100M
@@ -83,7 +66,7 @@ def to_file(app, topics, topic_pattern, topic_refresh, channel, max_in_flight, o
     (disk full) requeues what is not durable and exits 1.
     """
     from ...archive.archiver import Archiver
-    from ...archive.formats import Formatter
+    from ...records import Formatter
     from ...archive.writer import FileOptions
 
     conn = pop_connection(kwargs)

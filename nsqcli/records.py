@@ -1,0 +1,126 @@
+"""Record formats shared by tail, to-file and the archive reader (writing) and mpub (reading): raw,
+the NDJSON envelope, and templates of the documented fields (checked at start-up)."""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import json
+
+
+def split_records(chunks, delimiter: bytes = b"\n"):
+    """Records from a stream of byte chunks split anywhere: separated by ``delimiter``; a last
+    record without one is kept whole; empty records are yielded as b""."""
+    rest = b""
+    for chunk in chunks:
+        parts = (rest + chunk).split(delimiter)
+        rest = parts.pop()
+        yield from parts
+    if rest:
+        yield rest
+
+
+def rfc3339(ns: int) -> str:
+    secs, frac = divmod(ns, 1_000_000_000)
+    t = _dt.datetime.fromtimestamp(secs, _dt.timezone.utc)
+    return t.strftime("%Y-%m-%dT%H:%M:%S") + f".{frac:09d}Z"
+
+
+def envelope(m) -> dict:
+    """The NDJSON envelope (tail --format json, to-file --format json, mpub --format json)."""
+    d = {"topic": m.topic, "channel": m.channel, "nsqd": m.nsqd, "id": m.id.decode("ascii", "replace"),
+         "timestamp": m.timestamp, "time": rfc3339(m.timestamp), "attempts": m.attempts}
+    try:
+        d["body"] = m.body.decode("utf-8")
+    except UnicodeDecodeError:
+        d["body_base64"] = base64.b64encode(m.body).decode("ascii")
+    return d
+
+
+def envelope_body(line: bytes) -> bytes:
+    """The message body inside one NDJSON envelope line."""
+    d = json.loads(line)
+    if "body_base64" in d:
+        return base64.b64decode(d["body_base64"], validate=True)
+    if "body" in d:
+        return d["body"].encode("utf-8")
+    raise ValueError("record has neither 'body' nor 'body_base64'")
+
+
+#: what a --format template may name: these fields themselves, nothing reached through them
+FIELDS = ("topic", "channel", "nsqd", "id", "attempts", "timestamp", "time", "body")
+#: values of the fields' types, to try a template's format specs on at start-up
+_SAMPLE = {"topic": "t", "channel": "c", "nsqd": "127.0.0.1:4150", "id": "0" * 16, "attempts": 1,
+           "timestamp": 0, "time": "1970-01-01T00:00:00.000000000Z", "body": "b"}
+
+
+class TemplateError(ValueError):
+    """A --format that is not raw, json or a template of the documented fields; ``field`` is
+    the offending field when there is one."""
+
+    def __init__(self, message: str, field: str | None = None):
+        super().__init__(message)
+        self.field = field
+
+
+def template_fields(fmt: str) -> list[str]:
+    """Every replacement field of ``fmt``, nested ones in format specs included (the ``b`` of
+    ``{a:>{b}}``). Raises ValueError for a malformed template."""
+    import string
+
+    names = []
+    for _, name, spec, _ in string.Formatter().parse(fmt):
+        if name is not None:
+            names.append(name)
+            names += template_fields(spec or "")
+    return names
+
+
+def check_template(fmt: str) -> None:
+    """Refuse a template naming anything but the documented fields: no positional ``{}``, no
+    attribute access or indexing (``{body.__class__}`` would print Python's internals, and
+    longer chains reach module globals), and format specs that fit the fields' types."""
+    listed = f"(fields: {', '.join(FIELDS)})"
+    try:
+        names = template_fields(fmt)
+    except ValueError as e:
+        raise TemplateError(f"invalid --format template {fmt!r}: {e} {listed}") from None
+    for name in names:
+        if name not in FIELDS:
+            reached = "." in name or "[" in name
+            raise TemplateError(f"invalid --format template {fmt!r}: unknown field {name!r} "
+                                + ("(a field itself only: no attribute access or indexing) " if reached else "")
+                                + listed, name)
+    try:
+        fmt.format(**_SAMPLE)
+    except (ValueError, TypeError) as e:
+        raise TemplateError(f"invalid --format template {fmt!r}: {e} {listed}") from None
+
+
+class Formatter:
+    """Turns a message into the bytes of one record (without the record separator)."""
+
+    FIELDS = FIELDS
+
+    def __init__(self, fmt: str, print_topic: bool = False):
+        self.fmt = fmt
+        self.print_topic = print_topic
+        if fmt in ("raw", "json"):
+            return
+        if "{" not in fmt:
+            known = fmt.strip().lower() in ("raw", "json")
+            raise TemplateError(f"unknown --format {fmt!r}: use raw, json" + (" (lower case)" if known else "")
+                                + " or a template with {fields} like '{topic} {id} {body}' "
+                                f"(fields: {', '.join(FIELDS)})")
+        check_template(fmt)
+
+    def __call__(self, m) -> bytes:
+        if self.fmt == "raw":
+            return (m.topic.encode() + b" | " + m.body) if self.print_topic else m.body
+        if self.fmt == "json":
+            return json.dumps(envelope(m), ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        fields = {"topic": m.topic, "channel": m.channel, "nsqd": m.nsqd,
+                  "id": m.id.decode("ascii", "replace"), "attempts": m.attempts,
+                  "timestamp": m.timestamp, "time": rfc3339(m.timestamp),
+                  "body": m.body.decode("utf-8", "surrogateescape")}
+        return self.fmt.format(**fields).encode("utf-8", "surrogateescape")
