@@ -41,8 +41,8 @@ CASES = [
     (["pub", "a" * 65, "x"], 2, r"invalid topic name 'a{65}'.*64"),
     (["pub", "t#ephemeral#x", "x"], 2, r"invalid topic name 't#ephemeral#x'"),
     # -- mpub --
-    (["mpub"], 2, r"Missing option '-t' / '--topic'"),
-    (["mpub", "-t", "t", "/nonexistent"], 2, r"'\[FILES\]\.\.\.': '/nonexistent': No such file or directory"),
+    (["mpub"], 2, r"missing TOPIC \(nsqcli mpub TOPIC \[FILE\]\.\.\., or -t TOPIC\)"),
+    (["mpub", "-t", "t", "/nonexistent"], 2, r"Invalid value for FILE: '/nonexistent': No such file or directory"),
     (["mpub", "-t", "t", "-0", "-d", ","], 2, r"-0/--null and -d/--delimiter cannot be used together"),
     (["mpub", "-t", "t", "-d", "ab"], 2, r"delimiter must be exactly one byte .* got 'ab'"),
     (["mpub", "-t", "t", "-f", "xml"], 2, r"'-f' / '--format': 'xml' is not one of 'raw', 'json'"),
@@ -90,7 +90,7 @@ CASES = [
     # -- lookup --
     (["lookup", "--lookupd-http-address", DEAD], 1, r"no nsqlookupd answered \(127\.0\.0\.1:1\)"),
     (["lookup", "-t", "t", "--nodes"], 2, r"--topic and --nodes cannot be used together"),
-    (["lookup", "a", "-t", "b"], 2, r"give the topic once \(as the argument or with -t\)"),
+    (["lookup", "a", "-t", "b"], 2, r"TOPIC given twice: 'a' as an argument and 'b' with -t \(give it once\)"),
     (["lookup", "bad topic"], 2, r"invalid topic name 'bad topic'"),
     # -- stat --
     (["stat", "-c", "x"], 2, r"--channel needs --topic"),
@@ -138,13 +138,13 @@ CASES = [
     (["to-http", "-t", "t", "--post", "http://h/", "--http-timeout", "0"], 2, r"'--http-timeout': must be more than 0"),
     (["topic", "delete", "t", "--nsqd-http-address", DEAD], 2, r"delete is destructive: add --yes"),
     (["topic", "frob", "t"], 2, r"No such command 'frob'"),
-    (["channel", "create", "t"], 2, r"Missing argument 'CHANNEL'"),
+    (["channel", "create", "t"], 2, r"missing CHANNEL \(nsqcli channel create TOPIC \[CHANNEL\], or -c CHANNEL\)"),
     (["node", "tombstone", "t", "h:1"], 2, r"tombstoning is done in nsqlookupd: give --lookupd-http-address"),
     (["bench", "pub", "--size", "4"], 2, r"'--size': 4 is not in the range 8<=x<=1048576"),
     (["bench", "pub", "-n", "5", "--duration", "1s"], 2, r"give --count or --duration, not both"),
     (["bench", "pub", "-n", "5", "--nsqd-tcp-address", DEAD], 1, r"1 bench client\(s\) failed: .*Connection refused"),
     # -- Spark commands: refused before Spark starts --
-    (["replay"], 2, r"Missing argument 'ARCHIVE\.\.\.'"),
+    (["replay"], 2, r"missing TOPIC \(nsqcli replay TOPIC ARCHIVE\.\.\., or -t TOPIC\)"),
     (["replay", "/nonexistent", "-t", "t"], 2, r"/nonexistent"),
     (["replay", FILE, "-t", "t", "--since", "2h", "--until", "3h"], 2, r"--since must be before --until"),
     (["replay", FILE, "-t", "t", "--since", "yesterday"], 2, r"'yesterday' is not a time"),

@@ -8,6 +8,7 @@ import importlib
 import click
 
 from ..version import __version__
+from .command import Command, Group, did_you_mean  # click only
 
 #: subcommand name -> "module:function"; a module per command.
 COMMANDS = {
@@ -32,10 +33,11 @@ COMMANDS = {
     "version": "nsqcli.cli.commands.meta:version",
     "completion": "nsqcli.cli.commands.meta:completion",
     "man": "nsqcli.cli.commands.meta:man",
+    "help": "nsqcli.cli:help_command",
 }
 
 
-class LazyGroup(click.Group):
+class LazyGroup(Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
 
@@ -78,6 +80,30 @@ def cli(ctx: click.Context, verbose: int, quiet: bool, context: str | None) -> N
     ctx.obj.context = context
     if ctx.invoked_subcommand is None:
         click.echo(ctx.get_help())
+
+
+@click.command("help", cls=Command, uses_context=False, examples="""
+nsqcli help                    # the same as nsqcli --help
+nsqcli help tail               # the same as nsqcli tail --help
+nsqcli help topic create       # nested commands too
+""")
+@click.argument("names", nargs=-1, metavar="[COMMAND]...")
+@click.pass_context
+def help_command(ctx: click.Context, names: tuple[str, ...]) -> None:
+    """Show the help of COMMAND (exactly what 'nsqcli COMMAND --help' shows)."""
+    from .app import write_stdout
+
+    root = ctx.find_root()
+    here = click.Context(root.command, info_name=root.info_name, **root.command.context_settings)
+    for name in names:
+        group = here.command
+        sub = group.get_command(here, name) if isinstance(group, click.Group) else None
+        if sub is None:
+            hint = did_you_mean(name, group.list_commands(here)) if isinstance(group, click.Group) else None
+            raise click.UsageError(f"No such command {name!r}"
+                                   f"{'. Did you mean ' + repr(hint) + '?' if hint else ''}", here)
+        here = click.Context(sub, info_name=name, parent=here, **sub.context_settings)
+    write_stdout(here.get_help() + "\n")
 
 
 def main() -> None:

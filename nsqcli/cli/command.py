@@ -105,6 +105,31 @@ class Command(click.Command):
         super().format_epilog(ctx, formatter)
 
 
+def did_you_mean(name: str, names) -> str | None:
+    """The known name closest to a mistyped one (``tial`` -> ``tail``), or None."""
+    import difflib
+
+    close = difflib.get_close_matches(name, list(names), n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+class Group(click.Group):
+    """A command group whose unknown subcommand gets one line with a suggestion:
+    ``No such command 'tial'. Did you mean 'tail'?`` (exit 2)."""
+
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        try:
+            return super().resolve_command(ctx, args)
+        except click.UsageError as e:
+            # click suggests from self.commands, which a lazy group has not loaded
+            name = getattr(e, "command_name", None)
+            if name is not None and not getattr(e, "possibilities", None):
+                hint = did_you_mean(name, self.list_commands(ctx))
+                if hint:
+                    e.message = f"No such command {name!r}. Did you mean {hint!r}?"
+            raise
+
+
 def command(name: str | None = None, **kwargs):
     """click.command with nsqcli's Command class."""
     return click.command(name, cls=Command, **kwargs)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from .command import option
-from .types import DURATION, HOST_PORT, HTTP_ADDRESS
+from .types import CHANNEL, DURATION, HOST_PORT, HTTP_ADDRESS, TOPIC
 
 DEFAULT_NSQD = "127.0.0.1:4150"
 
@@ -183,11 +183,183 @@ def resolve_producers(app, conn: dict, topic: str, deadline: float | None = None
 
     timeout = 5.0 if deadline is None else max(0.001, min(5.0, deadline - time.monotonic()))
     producers, errors = lookup_all(lookupds, topic, timeout)
+    if errors and len(errors) == len(lookupds):  # said once, as the error (not also as warnings)
+        raise NSQError(f"no nsqlookupd answered ({'; '.join(map(str, errors))})")
     for e in errors:
         app.warn(str(e))
     if not producers:
-        if errors and len(errors) == len(lookupds):
-            raise NSQError(f"no nsqlookupd answered ({'; '.join(map(str, errors))})")
         raise NSQError(f"no nsqd carries topic {topic!r} according to nsqlookupd; "
                        "give --nsqd-tcp-address to create it")
     return [p.tcp_address for p in producers]
+
+
+# -- TOPIC and CHANNEL: the one grammar ---------------------------------------------------------
+
+def topic_arguments(*, many: bool = False, channel: bool | str = False, required: bool = True,
+                    topic_default: str | None = None, channel_default: str | None = None,
+                    topic_help: str | None = None, channel_help: str | None = None, channel_required: bool = False,
+                    rest: str | None = None, rest_metavar: str = "", rest_type=None,
+                    rest_min: int = 0, rest_max: int | None = None):
+    """TOPIC (and CHANNEL) as arguments or with ``-t/--topic`` (``-c/--channel``), the same on
+    every command. The command receives ``topic`` (``topics``, a list, when ``many``)
+    and ``channel``.
+
+    - one topic: ``CMD [TOPIC] [CHANNEL]`` or ``CMD -t TOPIC -c CHANNEL``; both forms with
+      different values are a usage error, neither (when ``required``) too.
+    - several topics (``many``): ``CMD [TOPIC]... -t TOPIC ...``: the union; CHANNEL only with -c.
+    - ``rest``: further arguments after TOPIC (pub's MESSAGE, mpub's FILE..., replay's
+      ARCHIVE..., tombstone's NODE), passed as the keyword ``rest``; with -t every argument is one
+      of them (``pub -t events hello``), without it the first argument is TOPIC.
+    - ``channel`` may be ``"option"``: -c only (a command whose arguments are all topics)."""
+    import functools
+
+    positional_channel = bool(channel) and channel != "option" and not many and rest is None
+    meta = ("[TOPIC]..." if many else "[TOPIC]") + (" [CHANNEL]" if positional_channel else "")
+    if rest:
+        meta += f" {rest_metavar or rest.upper()}"
+    topic_help = topic_help or ("Topic (repeatable; or as arguments)." if many else "Topic (or the first argument).")
+    decorators = [
+        click.argument("grammar_args", nargs=-1, metavar=meta),
+        option("-t", "--topic", "grammar_topic", multiple=many, type=TOPIC, help=topic_help,
+               show_default=topic_default if topic_default else False, default=None),
+    ]
+    if channel:
+        where = " (or the second argument)" if positional_channel else ""
+        decorators.append(option("-c", "--channel", "grammar_channel", type=CHANNEL, default=None,
+                                 show_default=channel_default if channel_default else False,
+                                 help=(channel_help or "Channel.") + where))
+
+    def decorate(f):
+        @functools.wraps(f)
+        def wrapper(*args, **kwargs):
+            ctx = click.get_current_context()
+            words = list(kwargs.pop("grammar_args"))
+            topic_opt = kwargs.pop("grammar_topic")
+            channel_opt = kwargs.pop("grammar_channel", None)
+            if many:
+                topic, more = _many_topics(ctx, words, topic_opt, rest)
+            else:
+                topic, more = _one_topic(ctx, words, topic_opt, rest is not None)
+                topic = topic or topic_default
+            if required and not topic:
+                raise click.UsageError(f"missing TOPIC ({_usage(ctx, meta)}, or -t TOPIC)", ctx)
+            if positional_channel:
+                channel_value = _same(ctx, "CHANNEL", "-c", more.pop(0) if more else None, channel_opt, CHANNEL)
+            else:
+                channel_value = channel_opt
+            if channel_required and not channel_value:
+                raise click.UsageError(f"missing CHANNEL ({_usage(ctx, meta)}, or -c CHANNEL)", ctx)
+            if channel:
+                kwargs["channel"] = channel_value or channel_default
+            if rest is not None:
+                kwargs["rest"] = _rest(ctx, more, rest, rest_metavar, rest_type, rest_min, rest_max)
+            elif more:
+                raise click.UsageError(f"too many arguments: {' '.join(more)!r} ({_usage(ctx, meta)})", ctx)
+            kwargs["topics" if many else "topic"] = topic
+            return f(*args, **kwargs)
+
+        for d in reversed(decorators):
+            wrapper = d(wrapper)
+        return wrapper
+
+    return decorate
+
+
+def _usage(ctx: click.Context, meta: str) -> str:
+    """``nsqcli pub TOPIC [MESSAGE]``: the usage with TOPIC as the required word it is."""
+    return f"{ctx.command_path} {meta.replace('[TOPIC]', 'TOPIC', 1)}".strip()
+
+
+def _same(ctx, what: str, flag: str, word: str | None, given, kind):
+    """An argument and its option: one of them, or both with the same value."""
+    if word is None:
+        return given
+    value = _convert(kind, word, ctx, what)
+    if given is not None and given != value:
+        raise click.UsageError(f"{what} given twice: {value!r} as an argument and {given!r} with {flag} "
+                               "(give it once)", ctx)
+    return value
+
+
+def _one_topic(ctx, words: list, topic_opt, has_rest: bool):
+    if topic_opt is not None and has_rest:
+        return topic_opt, words  # `pub -t events hello`: every argument is a MESSAGE
+    return _same(ctx, "TOPIC", "-t", words.pop(0) if words else None, topic_opt, TOPIC), words
+
+
+def _many_topics(ctx, words: list, topic_opt, rest: str | None):
+    if rest is not None and not topic_opt:
+        first = [words.pop(0)] if words else []
+    elif rest is not None:
+        first = []
+    else:
+        first, words = words, []
+    topics = [_convert(TOPIC, w, ctx, "TOPIC") for w in first] + list(topic_opt or ())
+    return list(dict.fromkeys(topics)), words
+
+
+def _rest(ctx, words: list, name: str, metavar: str, kind, lo: int, hi: int | None):
+    label = metavar.strip("[].") or name.upper()
+    if len(words) < lo:
+        raise click.UsageError(f"missing {label} ({ctx.command_path} [TOPIC] {metavar})", ctx)
+    if hi is not None and len(words) > hi:
+        quote = f"quote a {label} with spaces; " if hi == 1 else ""
+        raise click.UsageError(f"too many arguments: {' '.join(words)!r} ({quote}TOPIC is given once, as the "
+                               "first argument or with -t)", ctx)
+    return [_convert(kind, w, ctx, label) for w in words] if kind is not None else words
+
+
+def _convert(kind, word: str, ctx, hint: str):
+    try:
+        return kind.convert(word, None, ctx)
+    except click.BadParameter as e:
+        e.param_hint = hint
+        raise
+
+
+# -- --timeout: one deadline for the whole command ----------------------------------------------
+
+def timeout_option(help: str = "Give up (exit 3) if the work is not done by then."):
+    """``--timeout DURATION``: the same flag wherever a command can wait."""
+    return option("--timeout", type=DURATION, default=None, help=help)
+
+
+def check_timeout(timeout: float | None) -> None:
+    if timeout is not None and timeout <= 0:
+        raise click.BadParameter("must be more than 0 (leave it out for no deadline)", param_hint="'--timeout'")
+
+
+class _Expired(BaseException):
+    """The alarm went off (a BaseException: waiting code that catches Exception lets it through)."""
+
+
+class deadline_alarm:
+    """Raise DeadlineExceeded(``message``) in the main thread when ``seconds`` pass (SIGALRM),
+    for commands whose waiting happens in code that has no deadline of its own; the command's
+    ``finally`` blocks stop its workers as on any error. ``None``: no deadline."""
+
+    def __init__(self, seconds: float | None, message: str):
+        self.seconds, self.message = seconds, message
+
+    def __enter__(self):
+        import signal
+
+        if self.seconds:
+            def expired(signum, frame):
+                raise _Expired()
+
+            self._old = signal.signal(signal.SIGALRM, expired)
+            signal.setitimer(signal.ITIMER_REAL, self.seconds)
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        import signal
+
+        if self.seconds:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self._old)
+        if exc_type is not None and issubclass(exc_type, _Expired):
+            from .app import DeadlineExceeded
+
+            raise DeadlineExceeded(self.message) from None
+        return False

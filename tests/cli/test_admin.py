@@ -135,7 +135,7 @@ def test_destructive_actions_ask_on_a_terminal(nsqd, topic):
         return p.returncode, seen.decode(errors="replace")
 
     code, screen = run_on_tty(b"n")
-    assert code == 130 and f"nsqd {nsqd.http_address}: POST /topic/delete topic={topic}" in screen
+    assert code == 1 and f"nsqd {nsqd.http_address}: POST /topic/delete topic={topic}" in screen  # declined: exit 1
     assert "Delete (with every message in it) topic" in screen and topic_stats(nsqd, topic) is not None
     code, screen = run_on_tty(b"y")
     assert code == 0 and topic_stats(nsqd, topic) is None

@@ -8,8 +8,9 @@ import sys
 
 import click
 
-from ..command import Command, option
-from ..types import CHANNEL, HTTP_ADDRESS, TOPIC
+from ..command import Command, Group, option
+from ..options import topic_arguments
+from ..types import HTTP_ADDRESS
 
 WHAT = {"create": "create", "delete": "delete (with every message in it)", "pause": "pause",
         "unpause": "unpause", "empty": "empty (drop every message in it)", "tombstone": "tombstone"}
@@ -28,6 +29,12 @@ def _targets(f):
     ]):
         f = o(f)
     return f
+
+
+class NotConfirmed(click.ClickException):
+    """The user answered no: nothing was done, exit 1 (not an interrupt's 130)."""
+
+    exit_code = 1
 
 
 def run_action(app, action: str, topic: str, channel: str | None, nsqd, lookupd, dry_run: bool, yes: bool,
@@ -59,7 +66,7 @@ def run_action(app, action: str, topic: str, channel: str | None, nsqd, lookupd,
         for s in steps:
             click.echo(f"  {s.describe()}", err=True)
         if not click.confirm(f"{WHAT[action].capitalize()} {name} as above?", err=True):
-            raise click.exceptions.Abort()
+            raise NotConfirmed(f"not confirmed: {name} was not changed")
     apply(steps)
     if as_json:
         write_stdout(json.dumps({"action": action, "topic": topic, "channel": channel,
@@ -75,7 +82,7 @@ def run_action(app, action: str, topic: str, channel: str | None, nsqd, lookupd,
 
 
 def _group(name: str, doc: str) -> click.Group:
-    return click.Group(name, help=doc, context_settings={"help_option_names": ["-h", "--help"]})
+    return Group(name, help=doc, context_settings={"help_option_names": ["-h", "--help"]})
 
 
 topic = _group("topic", """Create, delete, pause, unpause or empty a topic on every nsqd that carries
@@ -105,11 +112,11 @@ Examples:
 def _topic_command(action: str, doc: str):
     @click.command(action, cls=Command, uses_context=True, help=doc,
                    examples=f"nsqcli topic {action} events{' --yes' if action in ('delete', 'empty') else ''}")
-    @click.argument("topic_name", metavar="TOPIC", type=TOPIC)
+    @topic_arguments()
     @_targets
     @click.pass_obj
-    def cmd(app, topic_name, nsqd, lookupd, dry_run, yes, as_json):
-        return run_action(app, action, topic_name, None, nsqd, lookupd, dry_run, yes, as_json)
+    def cmd(app, topic, nsqd, lookupd, dry_run, yes, as_json):
+        return run_action(app, action, topic, None, nsqd, lookupd, dry_run, yes, as_json)
 
     return cmd
 
@@ -117,12 +124,11 @@ def _topic_command(action: str, doc: str):
 def _channel_command(action: str, doc: str):
     @click.command(action, cls=Command, uses_context=True, help=doc,
                    examples=f"nsqcli channel {action} events archive{' --yes' if action in ('delete', 'empty') else ''}")
-    @click.argument("topic_name", metavar="TOPIC", type=TOPIC)
-    @click.argument("channel_name", metavar="CHANNEL", type=CHANNEL)
+    @topic_arguments(channel=True, channel_required=True)
     @_targets
     @click.pass_obj
-    def cmd(app, topic_name, channel_name, nsqd, lookupd, dry_run, yes, as_json):
-        return run_action(app, action, topic_name, channel_name, nsqd, lookupd, dry_run, yes, as_json)
+    def cmd(app, topic, channel, nsqd, lookupd, dry_run, yes, as_json):
+        return run_action(app, action, topic, channel, nsqd, lookupd, dry_run, yes, as_json)
 
     return cmd
 
@@ -143,16 +149,15 @@ for _action, _doc in DOCS.items():
 nsqcli node tombstone events 10.0.0.7:4151 --lookupd-http-address 10.0.0.5:4161 --yes
 nsqcli node tombstone events 10.0.0.7:4150 --dry-run     # a node's TCP or HTTP address
 """)
-@click.argument("topic_name", metavar="TOPIC", type=TOPIC)
-@click.argument("node_address", metavar="NODE")
+@topic_arguments(rest="node", rest_metavar="NODE", rest_min=1, rest_max=1)
 @_targets
 @click.pass_obj
-def tombstone(app, topic_name, node_address, nsqd, lookupd, dry_run, yes, as_json):
+def tombstone(app, topic, rest, nsqd, lookupd, dry_run, yes, as_json):
     """Tombstone TOPIC's producer NODE in every nsqlookupd: consumers stop being sent to that node
     for the topic (e.g. before deleting the topic there, or decommissioning the node)."""
     if not lookupd:
         raise click.UsageError("tombstoning is done in nsqlookupd: give --lookupd-http-address")
-    return run_action(app, "tombstone", topic_name, None, (), lookupd, dry_run, yes, as_json, node=node_address)
+    return run_action(app, "tombstone", topic, None, (), lookupd, dry_run, yes, as_json, node=rest[0])
 
 
 node.add_command(tombstone)

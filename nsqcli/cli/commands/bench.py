@@ -13,9 +13,10 @@ import time
 import click
 
 from ...loadgen import STAMP, consumer, guarded, percentiles, publisher
-from ..command import Command, option
-from ..options import build_config, connection_options, nsqd_addresses, pop_connection, resolve_producers
-from ..types import CHANNEL, DURATION, TOPIC
+from ..command import Command, Group, option
+from ..options import (build_config, check_timeout, connection_options, deadline_alarm, nsqd_addresses,
+                       pop_connection, resolve_producers, timeout_option, topic_arguments)
+from ..types import DURATION
 
 def _report(results, size, as_json, app):
     from ..app import write_stdout
@@ -160,7 +161,7 @@ class _Bar:
         self.p.stop()
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
 def bench():
     """How fast is this cluster? Publish, consume, or both, and report msgs/s, MB/s and
     end-to-end latency percentiles (from a timestamp in each body), per client and in total.
@@ -183,8 +184,7 @@ def _mode_command(mode: str, doc: str):
         "sub": "nsqcli bench pub -t backlog -n 500000 && nsqcli bench sub -t backlog -n 500000",
         "pubsub": "nsqcli bench pubsub -n 200000\nnsqcli bench pubsub --publishers 2 --consumers 2 --processes --json",
     }[mode])
-    @option("-t", "--topic", type=TOPIC, default="nsqcli_bench", show_default=True)
-    @option("-c", "--channel", type=CHANNEL, default="nsqcli_bench", show_default=True)
+    @topic_arguments(channel=True, topic_default="nsqcli_bench", channel_default="nsqcli_bench")
     @option("--size", type=click.IntRange(8, 1 << 20), default=100, show_default=True, help="Message size in bytes.")
     @option("-n", "--count", type=click.IntRange(0), default=0,
             help="Messages per publisher (sub: in total); default 100000 unless --duration.")
@@ -195,14 +195,17 @@ def _mode_command(mode: str, doc: str):
     @option("--max-in-flight", type=click.IntRange(1, 100000), default=2500, show_default=True,
             help="Per consumer.")
     @option("--processes", is_flag=True, help="One process per client (threads share Python's interpreter lock).")
-    @option("--json", "as_json", is_flag=True, help="The report as one JSON document on stdout.")
+    @option("--json", "as_json", is_flag=True, help="The report as one JSON line on stdout.")
+    @timeout_option("Give up (exit 3) if the bench has not finished by then (e.g. sub: fewer messages than -n).")
     @connection_options()
     @click.pass_obj
     def cmd(app, topic, channel, size, count, duration, batch_size, publishers, consumers, max_in_flight, processes,
-            as_json, **kwargs):
+            as_json, timeout, **kwargs):
+        check_timeout(timeout)
         conn = pop_connection(kwargs)
-        return run_bench(app, mode, topic, channel, size, count, duration, batch_size, publishers, consumers,
-                         max_in_flight, processes, as_json, conn)
+        with deadline_alarm(timeout, f"--timeout passed before 'bench {mode}' was done"):
+            return run_bench(app, mode, topic, channel, size, count, duration, batch_size, publishers, consumers,
+                             max_in_flight, processes, as_json, conn)
 
     return cmd
 

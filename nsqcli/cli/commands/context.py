@@ -6,7 +6,7 @@ import json
 
 import click
 
-from ..command import Command, option
+from ..command import Command, Group, option
 from ..types import HOST_PORT, HTTP_ADDRESS
 
 
@@ -25,7 +25,7 @@ def _sub(**kw):
     return click.command(cls=Command, uses_context=False, **kw)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
 def context():
     """Named connection settings: save a cluster's addresses, TLS and auth once, then use it
     with --context NAME, NSQCLI_CONTEXT=NAME, or select it as the default.

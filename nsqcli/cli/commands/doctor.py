@@ -9,8 +9,8 @@ from dataclasses import asdict, dataclass
 import click
 
 from ..command import command, option
-from ..options import build_config, connection_options, nsqd_addresses, pop_connection
-from ..types import HTTP_ADDRESS, TOPIC
+from ..options import build_config, connection_options, nsqd_addresses, pop_connection, topic_arguments
+from ..types import HTTP_ADDRESS
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 
@@ -148,10 +148,10 @@ nsqcli doctor                                  # the selected context, flags or 
 nsqcli doctor --context prod -t events         # also: where 'events' lives, its depth and channels
 nsqcli doctor --json | jq '.checks[] | select(.status != "ok")'
 """)
-@option("-t", "--topic", type=TOPIC, help="Also check this topic on every nsqd.")
+@topic_arguments(required=False, topic_help="Also check this topic on every nsqd (or the first argument).")
 @option("--nsqd-http-address", "nsqd_http", multiple=True, type=HTTP_ADDRESS, envvar="NSQCLI_NSQD_HTTP_ADDRESS",
         show_envvar=True, group="Connection", help="nsqd HTTP address to check (default: lookupd's nodes, or TCP port + 1).")
-@option("--json", "as_json", is_flag=True, help="The checks as one JSON document on stdout.")
+@option("--json", "as_json", is_flag=True, help="The checks as one JSON line on stdout.")
 @connection_options()
 @click.pass_obj
 def doctor(app, topic, nsqd_http, as_json, **kwargs):
@@ -195,7 +195,7 @@ def doctor(app, topic, nsqd_http, as_json, **kwargs):
     failed = [c for c in checks if c.status == FAIL]
     if as_json:
         write_stdout(json.dumps({"ok": not failed, "context": app.context,
-                                 "checks": [asdict(c) for c in checks]}, indent=2) + "\n")
+                                 "checks": [asdict(c) for c in checks]}) + "\n")
     else:
         write_stdout(_render(checks, tty=app.stderr_is_tty and _stdout_tty()))
     if failed:

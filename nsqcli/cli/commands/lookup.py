@@ -8,7 +8,8 @@ import sys
 import click
 
 from ..command import command, option
-from ..types import HTTP_ADDRESS, TOPIC
+from ..options import topic_arguments
+from ..types import HTTP_ADDRESS
 
 DEFAULT_LOOKUPD = "127.0.0.1:4161"
 
@@ -23,13 +24,13 @@ nsqcli lookup                        # topics, their channels and producers
 nsqcli lookup events                 # the nodes carrying 'events' (exit 1 if none does)
 nsqcli lookup --nodes --json | jq '.nodes[].tcp_address'
 """)
-@click.argument("topic_arg", required=False, metavar="[TOPIC]", type=TOPIC)
-@option("-t", "--topic", type=TOPIC, help="Only this topic: its producers (what a consumer connects to) and channels.")
+@topic_arguments(required=False, topic_help="Only this topic: its producers (what a consumer connects to) and "
+                 "channels (or the first argument).")
 @option("--nodes", is_flag=True, help="All nodes with their topics.")
-@option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")
+@option("--json", "as_json", is_flag=True, help="One JSON line on stdout.")
 @lookupd_option
 @click.pass_obj
-def lookup(app, topic_arg, topic, nodes, as_json, lookupds):
+def lookup(app, topic, nodes, as_json, lookupds):
     """Show topics, channels and producer nodes as the union of every nsqlookupd.
 
     Lookupds that fail are named in a warning; exit 0 when at least one answered, 1 when none did.
@@ -38,22 +39,19 @@ def lookup(app, topic_arg, topic, nodes, as_json, lookupds):
     from ..app import write_stdout
     from ...client.http import cluster_view
 
-    if topic_arg and topic and topic_arg != topic:
-        raise click.UsageError("give the topic once (as the argument or with -t)")
-    topic = topic or topic_arg
     if topic and nodes:
         raise click.UsageError("--topic and --nodes cannot be used together")
     addresses = list(lookupds) or [DEFAULT_LOOKUPD]
     view = cluster_view(addresses, topic)
+    if not view.answered:  # said once, as the error
+        raise NSQError(f"no nsqlookupd answered ({', '.join(addresses)}): {'; '.join(map(str, view.errors))}")
     for e in view.errors:
         app.warn(f"nsqlookupd failed: {e}")
-    if not view.answered:
-        raise NSQError(f"no nsqlookupd answered ({', '.join(addresses)})")
     doc = _document(view, topic, nodes)
     if topic and not view.producers(topic) and not view.topics.get(topic):
         raise NSQError(f"topic {topic!r} is unknown to nsqlookupd {', '.join(view.answered)}")
     if as_json:
-        write_stdout(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        write_stdout(json.dumps(doc, sort_keys=True) + "\n")
     elif sys.stdout.isatty():
         _rich(app, doc, topic, nodes)
     else:

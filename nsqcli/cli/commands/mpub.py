@@ -9,8 +9,8 @@ import time
 import click
 
 from ..command import command, option
-from ..options import build_config, connection_options, pop_connection, resolve_producers
-from ..types import DELIMITER, DURATION, TOPIC
+from ..options import build_config, connection_options, pop_connection, resolve_producers, topic_arguments
+from ..types import DELIMITER, DURATION
 
 CHUNK = 1 << 20
 
@@ -158,8 +158,8 @@ nsqcli tail events -f json -n 100 | nsqcli mpub -t events-copy -f json   # exact
 nsqcli mpub -t events big.txt --rate 500       # at most 500 messages a second
 nsqcli mpub -t events big.txt --skip 41000     # resume where an interrupted run said
 """)
-@option("-t", "--topic", required=True, type=TOPIC, help="Topic to publish to.")
-@click.argument("files", nargs=-1, type=click.File("rb"))
+@topic_arguments(topic_help="Topic to publish to (or the first argument).", rest="files", rest_metavar="[FILE]...",
+                 rest_type=click.File("rb"))
 @option("-d", "--delimiter", type=DELIMITER, default="\\n", show_default=True,
               help="Record separator: one byte or an escape (\\n, \\0, \\t, \\x1e).")
 @option("-0", "--null", is_flag=True, help="Records are separated by NUL (same as -d '\\0').")
@@ -181,7 +181,7 @@ nsqcli mpub -t events big.txt --skip 41000     # resume where an interrupted run
               help="nsqd's --max-body-size; MPUB batches stay below it.")
 @connection_options()
 @click.pass_obj
-def mpub(app, topic, files, delimiter, null, count, as_json, fmt, batch_size, rate, defer, skip_invalid, skip,
+def mpub(app, topic, rest, delimiter, null, count, as_json, fmt, batch_size, rate, defer, skip_invalid, skip,
          max_msg_size, max_body_size, **kwargs):
     """Publish every record of FILES (or stdin) to TOPIC.
 
@@ -194,6 +194,7 @@ def mpub(app, topic, files, delimiter, null, count, as_json, fmt, batch_size, ra
     from ..app import Interrupted
     from ..signals import GracefulStop
 
+    files = rest
     conn = pop_connection(kwargs)
     cfg = build_config(conn, max_msg_size=max_msg_size, max_body_size=max_body_size)
     if null:

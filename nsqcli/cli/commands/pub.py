@@ -8,8 +8,8 @@ import sys
 import click
 
 from ..command import command, option
-from ..options import build_config, connection_options, pop_connection, resolve_producers
-from ..types import DURATION, TOPIC
+from ..options import build_config, connection_options, pop_connection, resolve_producers, topic_arguments
+from ..types import DURATION
 
 
 @command(examples="""
@@ -20,8 +20,8 @@ nsqcli pub events --defer 30s 'later'         # DPUB: delivered in 30 s
 nsqcli pub events 'x' --json                  # {"acknowledged_by": [...], "bytes": 1, ...} on stdout
 nsqcli pub events 'x' --lookupd-http-address 127.0.0.1:4161   # to a node that carries the topic
 """)
-@option("-t", "--topic", "topic_opt", type=TOPIC, help="Topic to publish to (or the first argument).")
-@click.argument("args", nargs=-1, metavar="[TOPIC] [MESSAGE]")
+@topic_arguments(topic_help="Topic to publish to (or the first argument).", rest="message", rest_metavar="[MESSAGE]",
+                 rest_max=1)
 @option("--defer", type=DURATION, help="Deliver after this delay (DPUB).")
 @option("--fanout", is_flag=True, help="Publish to every nsqd given (like to_nsq), not just one.")
 @option("--timeout", type=DURATION, default="10s", show_default=True,
@@ -29,7 +29,7 @@ nsqcli pub events 'x' --lookupd-http-address 127.0.0.1:4161   # to a node that c
 @option("--json", "as_json", is_flag=True, help="The result as one JSON line on stdout.")
 @connection_options()
 @click.pass_obj
-def pub(app, topic_opt, args, defer, fanout, timeout, as_json, **kwargs):
+def pub(app, topic, rest, defer, fanout, timeout, as_json, **kwargs):
     """Publish MESSAGE (or all of stdin, binary-safe, when MESSAGE is '-' or absent) to TOPIC.
 
     Exits 0 only after nsqd answered OK. With several --nsqd-tcp-address it fails over to the
@@ -41,7 +41,7 @@ def pub(app, topic_opt, args, defer, fanout, timeout, as_json, **kwargs):
     from ...client.producer import Producer
     from ..app import DeadlineExceeded
 
-    topic, message = topic_and_message(topic_opt, args)
+    message = rest[0] if rest else None
     if timeout <= 0:
         raise click.BadParameter("must be more than 0", param_hint="'--timeout'")
     conn = pop_connection(kwargs)
@@ -80,17 +80,3 @@ def pub(app, topic_opt, args, defer, fanout, timeout, as_json, **kwargs):
                                  "published": 1}) + "\n")
     return 0
 
-
-def topic_and_message(topic_opt, args) -> tuple[str, str | None]:
-    """`pub TOPIC [MESSAGE]` or `pub -t TOPIC [MESSAGE]`."""
-    args = list(args)
-    if topic_opt is None:
-        if not args:
-            raise click.UsageError("missing TOPIC (nsqcli pub TOPIC [MESSAGE], or -t TOPIC)")
-        topic = TOPIC.convert(args.pop(0), None, None)
-    else:
-        topic = topic_opt
-    if len(args) > 1:
-        raise click.UsageError(f"too many arguments: {' '.join(args)!r} (quote a MESSAGE with spaces; "
-                               "TOPIC is given once, as the first argument or with -t)")
-    return topic, (args[0] if args else None)

@@ -12,7 +12,7 @@ import time
 import click
 
 from ..command import command, option
-from ..options import connection_options, pop_connection
+from ..options import connection_options, pop_connection, topic_arguments
 from ..spark_options import check_archives, spark_session, sink_options, spark_error, spark_options
 from ..types import MOMENT, TOPIC
 
@@ -23,8 +23,8 @@ nsqcli replay '/archive/*.log.gz' -t events_fixed --where "body_text like '%\\"t
 nsqcli replay /archive/ -t events --dry-run
 nsqcli replay /archive/ -t events --master spark://10.0.0.5:7077 --rate 5000
 """)
-@click.argument("archives", nargs=-1, required=True, metavar="ARCHIVE...")
-@option("-t", "--topic", required=True, type=TOPIC, help="Publish into this topic.")
+@topic_arguments(topic_help="Publish into this topic (or the first argument).", rest="archives",
+                 rest_metavar="ARCHIVE...", rest_min=1)
 @option("--since", type=MOMENT, help="Only messages at or after this time (ISO 8601 or e.g. 2h = two hours ago).")
 @option("--until", type=MOMENT, help="Only messages before this time.")
 @option("--where", "where", metavar="SQL",
@@ -33,12 +33,13 @@ nsqcli replay /archive/ -t events --master spark://10.0.0.5:7077 --rate 5000
               help="Only messages archived from this topic (repeatable; for mixed archives).")
 @option("--rate", type=click.FloatRange(min=0.001), help="Messages per second for the whole job.")
 @option("--dry-run", is_flag=True, help="Count what would be published, by topic and hour; publish nothing.")
+@option("--json", "as_json", is_flag=True, help="The result (or the --dry-run counts) as one JSON line on stdout.")
 @option("-f", "--format", "fmt", type=click.Choice(["auto", "raw", "json"]), default="auto", show_default=True,
               help="Archive format (auto: from the first record).")
 @spark_options
 @connection_options()
 @click.pass_obj
-def replay(app, archives, topic, since, until, where, from_topics, rate, dry_run, fmt, master, remote, confs,
+def replay(app, topic, rest, since, until, where, from_topics, rate, dry_run, as_json, fmt, master, remote, confs,
            py_files, spark_log_level, **kwargs):
     """Re-publish archived messages (what to-file or nsq_to_file wrote: raw or JSON, gzip or
     not; files, directories, globs) into TOPIC, on Spark.
@@ -48,15 +49,18 @@ def replay(app, archives, topic, since, until, where, from_topics, rate, dry_run
     Delivery is at least once: when Spark retries a failed task, that task's messages are
     published again. The last line says how many messages nsqd acknowledged.
     """
+    archives = tuple(rest)
     conn = pop_connection(kwargs)
     if since and until and since >= until:
         raise click.UsageError("--since must be before --until")
     check_archives(archives)
     with spark_session(app, "replay", master, remote, confs, py_files, spark_log_level) as spark:
-        return _replay(app, spark, archives, topic, since, until, where, from_topics, rate, dry_run, fmt, conn)
+        return _replay(app, spark, archives, topic, since, until, where, from_topics, rate, dry_run, fmt, conn,
+                       as_json)
 
 
-def _replay(app, spark, archives, topic, since, until, where, from_topics, rate, dry_run, fmt, conn):
+def _replay(app, spark, archives, topic, since, until, where, from_topics, rate, dry_run, fmt, conn,
+            as_json=False):
     from ...spark.jobs import archive_selection, counts_by_topic_and_hour
     from ..app import write_stdout
 
@@ -70,6 +74,11 @@ def _replay(app, spark, archives, topic, since, until, where, from_topics, rate,
         raise
     if dry_run:
         total = sum(n for _, _, n in rows)
+        if as_json:
+            hours = [{"topic": t, "hour": h.strftime("%Y-%m-%dT%H:00:00Z") if h else None, "messages": n}
+                     for t, h, n in rows]
+            write_stdout(json.dumps({"dry_run": True, "topic": topic, "messages": total, "by_hour": hours}) + "\n")
+            return 0
         lines = [f"{'TOPIC':<24} {'HOUR (UTC)':<17} {'MESSAGES':>10}"]
         lines += [f"{t or '-':<24} {h.strftime('%Y-%m-%d %H:00') if h else '-':<17} {n:>10}" for t, h, n in rows]
         write_stdout("\n".join(lines) + "\n")
@@ -102,6 +111,9 @@ def _replay(app, spark, archives, topic, since, until, where, from_topics, rate,
     el = time.monotonic() - t0
     app.info(f"replayed {done} message{'s' * (done != 1)} into {topic} in {el:.1f}s "
              f"({done / el if el else 0:,.0f} msg/s)")
+    if as_json:
+        write_stdout(json.dumps({"dry_run": False, "topic": topic, "published": done,
+                                 "elapsed": round(el, 3)}) + "\n")
     return 0
 
 

@@ -39,9 +39,11 @@ nsqcli sandbox --install                      # build nsqd/nsqlookupd v1.3.0 wit
 @option("--install", "install_only", is_flag=True,
         help="Build nsqd, nsqlookupd and the official tools (NSQ v1.3.0) with Go into the user's data "
              "directory, then exit.")
+@option("--json", "as_json", is_flag=True, help="Once the servers are up: their addresses, pids and the "
+        "environment as one JSON line on stdout (instead of the export lines).")
 @click.pass_obj
 def sandbox(app, nodes, no_lookupd, data_dir, tls_cert, tls_key, auth_http_address, msg_timeout,
-            max_rdy_count, no_snappy, no_deflate, env_file, detach, save_context, install_only):
+            max_rdy_count, no_snappy, no_deflate, env_file, detach, save_context, install_only, as_json):
     """Run a local NSQ (real nsqlookupd and nsqd on 127.0.0.1, free ports) until Ctrl-C.
 
     Prints shell export lines on stdout that point every other nsqcli command at it. The NSQ
@@ -71,7 +73,7 @@ def sandbox(app, nodes, no_lookupd, data_dir, tls_cert, tls_key, auth_http_addre
     for program in ("nsqd",) + (() if no_lookupd else ("nsqlookupd",)):
         find_binary(program)  # before anything starts: one line saying how to get it
     if detach:
-        return _detach(app)
+        return _detach(app, as_json)
     from ...sandbox import NsqdOptions, Sandbox
 
     opts = NsqdOptions(tls_cert=tls_cert, tls_key=tls_key, auth_http_address=auth_http_address,
@@ -86,7 +88,7 @@ def sandbox(app, nodes, no_lookupd, data_dir, tls_cert, tls_key, auth_http_addre
         sb.start()
         for _ in range(nodes - 1):
             sb.add_nsqd()
-        _report(app, sb, env_file)
+        _report(app, sb, env_file, as_json)
         if save_context:
             _save(app, sb, save_context)
         while not stop.wait(0.5):
@@ -100,12 +102,19 @@ def sandbox(app, nodes, no_lookupd, data_dir, tls_cert, tls_key, auth_http_addre
     return 0
 
 
-def _report(app, sb, env_file) -> None:
+def _report(app, sb, env_file, as_json: bool = False) -> None:
     import os
     import shlex
 
     lines = [f"export {k}={shlex.quote(v)}" for k, v in sb.env().items()]
-    print("\n".join(lines), flush=True)
+    if as_json:
+        _json_line({"env": sb.env(), "data_dir": str(sb.base_dir),
+                    "nsqd": [{"pid": s.pid, "tcp_address": s.tcp_address, "http_address": s.http_address,
+                              "https_address": s.https_address} for s in sb.nsqds],
+                    "nsqlookupd": {"pid": sb.lookupd.pid, "tcp_address": sb.lookupd.tcp_address,
+                                   "http_address": sb.lookupd.http_address} if sb.lookupd else None})
+    else:
+        print("\n".join(lines), flush=True)
     if env_file:  # written whole, then renamed: a reader never sees half of it
         tmp = f"{env_file}.tmp{os.getpid()}"
         with open(tmp, "w") as f:
@@ -147,7 +156,15 @@ def _save(app, sb, name: str) -> None:
     app.info(f"saved as context {name!r} ({path}); use it with --context {name}")
 
 
-def _detach(app) -> int:
+def _json_line(doc: dict) -> None:
+    import json
+
+    from ..app import write_stdout
+
+    write_stdout(json.dumps(doc) + "\n")
+
+
+def _detach(app, as_json: bool = False) -> int:
     """Start this same command in a new session with --env-file, wait until it wrote the file
     (servers up) or died, print the lines plus NSQCLI_SANDBOX_PID and return: the caller's
     $(...) ends because the child's stdout is a log file, not the caller's pipe."""
@@ -158,7 +175,7 @@ def _detach(app) -> int:
 
     from ...errors import NSQError
 
-    argv = [a for a in sys.argv[1:] if a != "--detach"]
+    argv = [a for a in sys.argv[1:] if a not in ("--detach", "--json")]
     fd, env_path = tempfile.mkstemp(prefix="nsqcli-sandbox-", suffix=".env")
     os.close(fd)
     os.unlink(env_path)
@@ -179,7 +196,14 @@ def _detach(app) -> int:
     with open(env_path) as f:
         lines = f.read()
     os.unlink(env_path)
-    print(lines + f"export NSQCLI_SANDBOX_PID={child.pid}", flush=True)
+    if as_json:
+        import shlex
+
+        env = dict(w.split("=", 1) for ln in lines.splitlines() if ln.startswith("export ")
+                   for w in shlex.split(ln[len("export "):]))
+        _json_line({"env": {**env, "NSQCLI_SANDBOX_PID": str(child.pid)}, "pid": child.pid, "log": log_path})
+    else:
+        print(lines + f"export NSQCLI_SANDBOX_PID={child.pid}", flush=True)
     app.info(f"sandbox running in the background, pid {child.pid}, log {log_path}; stop it with "
              "kill $NSQCLI_SANDBOX_PID")
     return 0

@@ -10,22 +10,29 @@ import time
 import click
 
 from ..command import command, option
-from ..types import CHANNEL, DURATION, HTTP_ADDRESS, TOPIC
+from ..options import check_timeout, timeout_option, topic_arguments
+from ..types import DURATION, HTTP_ADDRESS
 
 HEADER = ("------rate------+----------------depth----------------+--------------metadata---------------\n"
           "ingress  egress |   total     mem    disk inflt   def |     req     t-o         msgs clients")
 ROW = "{:7.0f} {:7.0f} | {:7d} {:7d} {:7d} {:5d} {:5d} | {:7d} {:7d} {:12d} {:7d}"
 
 
-def discover(app, nsqd: list[str], lookupd: list[str], topic: str | None, said: set | None = None) -> list[str]:
+def discover(app, nsqd: list[str], lookupd: list[str], topic: str | None, said: set | None = None,
+             first: bool = False) -> list[str]:
     """nsqd HTTP addresses: the given ones and every node the lookupds know (carrying ``topic``).
-    A lookupd failure is said once (``said`` remembers across polls) until it changes."""
+    A lookupd failure is said once (``said`` remembers across polls) until it changes. On the
+    ``first`` poll, no lookupd answering and no nsqd given is the one error (nothing to poll)."""
     if not lookupd:
         return nsqd
     from ...client.http import cluster_view
 
     view = cluster_view(lookupd, topic)
     said = set() if said is None else said
+    if first and not view.answered and not nsqd:  # nothing to poll at all: one error, no warning
+        from ...errors import NSQError
+
+        raise NSQError(f"no nsqlookupd answered ({'; '.join(map(str, view.errors))})")
     for e in view.errors:
         if str(e) not in said:
             app.warn(f"nsqlookupd failed: {e}")
@@ -44,8 +51,8 @@ nsqcli stat --lookupd-http-address 127.0.0.1:4161 --per-node
 nsqcli stat --json -n 1 | jq '.rows[] | select(.depth > 1000)'
 nsqcli stat --clients                          # also every consumer: RDY, in-flight, finished
 """)
-@option("-t", "--topic", type=TOPIC, help="Only this topic.")
-@option("-c", "--channel", type=CHANNEL, help="Only this channel (with --topic).")
+@topic_arguments(required=False, channel=True, topic_help="Only this topic (or the first argument).",
+                 channel_help="Only this channel (with a topic)")
 @option("--nsqd-http-address", "nsqd", multiple=True, type=HTTP_ADDRESS, envvar="NSQCLI_NSQD_HTTP_ADDRESS", show_envvar=True,
               help="nsqd HTTP address (repeatable). Default 127.0.0.1:4151 when no lookupd is given.")
 @option("--lookupd-http-address", "lookupd", multiple=True, type=HTTP_ADDRESS, envvar="NSQCLI_LOOKUPD_HTTP_ADDRESS",
@@ -56,8 +63,9 @@ nsqcli stat --clients                          # also every consumer: RDY, in-fl
 @option("--clients", is_flag=True, help="Also show every consumer (live view and --json).")
 @option("--json", "as_json", is_flag=True, help="One NDJSON snapshot per interval on stdout.")
 @option("--live/--no-live", default=None, help="Live dashboard (default: when stdout is a TTY).")
+@timeout_option("Stop then; exit 3 if --count reports were not printed by then (0 is refused).")
 @click.pass_obj
-def stat(app, topic, channel, nsqd, lookupd, interval, count, per_node, clients, as_json, live):
+def stat(app, topic, channel, nsqd, lookupd, interval, count, per_node, clients, as_json, live, timeout):
     """Poll nsqd /stats every --interval and report per topic/channel: ingress and egress rates,
     depth (memory/disk), in-flight, deferred, requeued, timed out, messages, clients.
 
@@ -66,6 +74,7 @@ def stat(app, topic, channel, nsqd, lookupd, interval, count, per_node, clients,
     """
     from ...errors import NSQError
     from ...client.stats import compute_rows, poll_nodes
+    from ..app import DeadlineExceeded
 
     if interval <= 0:
         raise click.BadParameter("must be more than 0", param_hint="'--interval'")
@@ -73,6 +82,8 @@ def stat(app, topic, channel, nsqd, lookupd, interval, count, per_node, clients,
         raise click.UsageError("--json and --live cannot be used together")
     if channel and not topic:
         raise click.UsageError("--channel needs --topic")
+    check_timeout(timeout)
+    deadline = time.monotonic() + timeout if timeout else None
     nsqd, lookupd = list(nsqd), list(lookupd)
     if not nsqd and not lookupd:
         nsqd = ["127.0.0.1:4151"]
@@ -90,7 +101,7 @@ def stat(app, topic, channel, nsqd, lookupd, interval, count, per_node, clients,
     view = _LiveView(app, clients) if live else None
     try:
         while not stop.is_set():
-            nodes = discover(app, nsqd, lookupd, topic, lookupd_errors)
+            nodes = discover(app, nsqd, lookupd, topic, lookupd_errors, first=last is None)
             sample = poll_nodes(nodes, topic, channel, clients=True)
             answered |= bool(sample.stats)
             rows = compute_rows(last, sample, per_node, history)
@@ -108,6 +119,12 @@ def stat(app, topic, channel, nsqd, lookupd, interval, count, per_node, clients,
             last = _merge(last, sample)
             if count and reports >= count:
                 break
+            if deadline is not None and time.monotonic() + interval > deadline:
+                stop.wait(max(0.0, deadline - time.monotonic()))
+                if not stop.is_set():
+                    if count:
+                        raise DeadlineExceeded(f"--timeout passed after {reports} of {count} reports")
+                    break
             stop.wait(interval)
     finally:
         if view is not None:

@@ -10,8 +10,8 @@ import time
 import click
 
 from ..command import command, option
-from ..options import build_config, connection_options, nsqd_addresses, pop_connection
-from ..types import CHANNEL, DURATION, HTTP_ADDRESS, TOPIC
+from ..options import build_config, connection_options, nsqd_addresses, pop_connection, topic_arguments
+from ..types import DURATION, HTTP_ADDRESS
 
 
 class Sink:
@@ -66,10 +66,8 @@ nsqcli tail events --live > /tmp/bodies.txt   # the connections table on the ter
 nsqcli tail events -c audit                   # a durable channel (takes from its other consumers)
 nsqcli tail -t events --lookupd-http-address 127.0.0.1:4161
 """)
-@click.argument("topic_args", nargs=-1, metavar="[TOPIC]...", type=TOPIC)
-@option("-t", "--topic", "topics", multiple=True, type=TOPIC, help="Topic to tail (repeatable; or as arguments).")
-@option("-c", "--channel", type=CHANNEL,
-        help="Channel (default: a new ephemeral one, so real consumers lose nothing).")
+@topic_arguments(many=True, channel="option", topic_help="Topic to tail (repeatable; or as arguments).",
+                 channel_help="Channel (default: a new ephemeral one, so real consumers lose nothing).")
 @option("--max-in-flight", type=click.IntRange(1, 100000), default=200, show_default=True,
         help="Messages in flight per topic.")
 @option("-n", "--count", type=click.IntRange(0), default=0,
@@ -89,7 +87,7 @@ nsqcli tail -t events --lookupd-http-address 127.0.0.1:4161
         help="nsqd HTTP address for the backlog check (default: lookupd's answer, or the TCP port + 1).")
 @connection_options(consumer=True)
 @click.pass_obj
-def tail(app, topic_args, topics, channel, max_in_flight, count, idle_timeout, timeout, fmt, print_topic, null,
+def tail(app, topics, channel, max_in_flight, count, idle_timeout, timeout, fmt, print_topic, null,
          live, drain_backlog, nsqd_http, **kwargs):
     """Consume TOPIC(s) and write each message body to stdout.
 
@@ -107,9 +105,7 @@ def tail(app, topic_args, topics, channel, max_in_flight, count, idle_timeout, t
     from ...records import Formatter
 
     conn = pop_connection(kwargs)
-    topics = tuple(dict.fromkeys(topic_args + topics))
-    if not topics:
-        raise click.UsageError("missing TOPIC (nsqcli tail TOPIC..., or -t TOPIC)")
+    topics = tuple(topics)
     try:
         formatter = Formatter(fmt, print_topic)
     except ValueError as e:

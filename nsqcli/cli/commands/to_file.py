@@ -11,8 +11,8 @@ import time
 import click
 
 from ..command import command, option
-from ..options import build_config, connection_options, nsqd_addresses, pop_connection
-from ..types import CHANNEL, DURATION, TOPIC, Size
+from ..options import build_config, connection_options, nsqd_addresses, pop_connection, topic_arguments
+from ..types import DURATION, Size
 
 @command("to-file", examples="""
 nsqcli to-file -t events --output-dir /archive --work-dir /archive/.work --gzip --rotate-size 100M
@@ -20,11 +20,11 @@ nsqcli to-file --topic-pattern '^app\\.' --lookupd-http-address 127.0.0.1:4161 -
 nsqcli to-file -t events --output-dir . --rotate-interval 1h --sync-interval 5s
 kill -HUP $(pgrep -f 'nsqcli to-file')      # close and move the current files now
 """)
-@option("-t", "--topic", "topics", multiple=True, type=TOPIC, help="Topic to archive (repeatable).")
+@topic_arguments(many=True, required=False, channel="option", channel_default="nsqcli_to_file",
+                 topic_help="Topic to archive (repeatable; or as arguments).")
 @option("--topic-pattern", help="Regex: archive every topic nsqlookupd knows that matches (needs lookupd).")
 @option("--topic-refresh", type=DURATION, default="1m", show_default=True,
               help="How often --topic-pattern re-reads the topic list (also at start-up).")
-@option("-c", "--channel", type=CHANNEL, default="nsqcli_to_file", show_default=True)
 @option("--max-in-flight", type=click.IntRange(1, 1_000_000), default=200, show_default=True,
               help="Messages in flight per topic; also the largest un-synced batch.")
 @option("--output-dir", type=click.Path(file_okay=False), default="/tmp", show_default=True,
@@ -49,6 +49,7 @@ kill -HUP $(pgrep -f 'nsqcli to-file')      # close and move the current files n
 @option("--log-level", type=click.Choice(["debug", "info", "warn", "error"]), default="info",
               show_default=True, help="Log lines on stderr.")
 @option("--live/--no-live", default=None, help="Live status table (default: on when stderr is a TTY).")
+@option("--json", "as_json", is_flag=True, help="At the end, the summary as one JSON line on stdout.")
 @option("--status-interval", type=DURATION, default="60s", show_default=True,
               help="Without --live: a status line per topic this often at info level (0 = off).")
 @connection_options()
@@ -56,7 +57,7 @@ kill -HUP $(pgrep -f 'nsqcli to-file')      # close and move the current files n
 def to_file(app, topics, topic_pattern, topic_refresh, channel, max_in_flight, output_dir, work_dir,
             filename_format, datetime_format, local_time, host_identifier, use_gzip, gzip_level,
             rotate_size, rotate_interval, sync_interval, skip_empty_files, fmt, log_level, live,
-            status_interval, **kwargs):
+            status_interval, as_json, **kwargs):
     """Archive TOPIC(s) to files; run as a daemon.
 
     A message is FINed only after the file holding it is fsync'ed (gzip: after the member holding
@@ -143,8 +144,23 @@ def to_file(app, topics, topic_pattern, topic_refresh, channel, max_in_flight, o
         raise NSQError(f"stopped: cannot write the archive ({getattr(e, 'strerror', None) or e}"
                        f"{': ' + str(e.filename) if getattr(e, 'filename', None) else ''}); "
                        "messages not on disk were requeued")
+    if as_json:
+        _json_summary(archiver.status())
     sys.stderr.flush()
     return 0
+
+
+def _json_summary(rows: list[dict]) -> None:
+    """The end-of-run summary, one JSON line: per topic and in total."""
+    import json
+
+    from ..app import write_stdout
+
+    keys = ("received", "finished", "closed", "syncs", "timed_out", "lost_responses", "late_messages")
+    topics = [{"topic": r["topic"], **{k: r[k] for k in keys}} for r in rows]
+    doc = {"received": sum(r["received"] for r in rows), "finished": sum(r["finished"] for r in rows),
+           "files_closed": sum(r["closed"] for r in rows), "topics": topics}
+    write_stdout(json.dumps(doc) + "\n")
 
 
 def _existing(path: str) -> str:

@@ -12,8 +12,8 @@ import click
 
 from ...relay.http_delivery import Deliverer, Endpoint, Failed
 from ..command import command, option
-from ..options import build_config, connection_options, nsqd_addresses, pop_connection
-from ..types import CHANNEL, DURATION, TOPIC
+from ..options import build_config, connection_options, nsqd_addresses, pop_connection, topic_arguments
+from ..types import DURATION
 
 
 class Stats:
@@ -31,8 +31,7 @@ nsqcli to-http -t events --get 'http://127.0.0.1:8080/hook?msg=%s' --sample 0.1
 nsqcli to-http -t events --post https://api.example/v1 --header 'Authorization: Bearer X' \\
     --content-type application/json --http-timeout 5s
 """)
-@option("-t", "--topic", required=True, type=TOPIC, help="Topic to deliver.")
-@option("-c", "--channel", type=CHANNEL, default="nsq_to_http", show_default=True)
+@topic_arguments(channel=True, channel_default="nsq_to_http", topic_help="Topic to deliver (or the first argument).")
 @option("--post", "posts", multiple=True, metavar="URL", help="POST each message body here (repeatable).")
 @option("--get", "gets", multiple=True, metavar="URL",
         help="GET this URL with %s replaced by the query-escaped body (repeatable).")
@@ -55,12 +54,14 @@ nsqcli to-http -t events --post https://api.example/v1 --header 'Authorization: 
 @option("-n", "--count", type=click.IntRange(0), default=0, help="Stop after delivering N messages.")
 @option("--idle-timeout", type=DURATION, help="Stop after no message for this long.")
 @option("--live/--no-live", default=None, help="Live connections table (default: when stderr is a TTY).")
+@option("--json", "as_json", is_flag=True, help="At the end, the summary as one JSON line on stdout.")
 @option("--status-interval", type=DURATION, default="60s", show_default=True,
         help="Without --live: a status line this often (0 = off).")
 @connection_options(consumer=True)
 @click.pass_obj
 def to_http(app, topic, channel, posts, gets, headers, content_type, mode, sample, concurrency, max_in_flight,
-            http_connect_timeout, http_timeout, requeue_delay, count, idle_timeout, live, status_interval, **kwargs):
+            http_connect_timeout, http_timeout, requeue_delay, count, idle_timeout, live, status_interval, as_json,
+            **kwargs):
     """Deliver TOPIC's messages to HTTP endpoints (nsq_to_http).
 
     A message is FINed after a 2xx answer to a POST (200 to a GET), otherwise requeued with
@@ -175,7 +176,16 @@ def to_http(app, topic, channel, posts, gets, headers, content_type, mode, sampl
             view.stop()
         pool.shutdown(wait=True)  # every request in flight is answered (FIN or REQ) before close
         c.stop(timeout=15)
-    app.info(_status(stats, time.monotonic() - start))
+    elapsed = time.monotonic() - start
+    app.info(_status(stats, elapsed))
+    if as_json:
+        import json
+
+        from ..app import write_stdout
+
+        write_stdout(json.dumps({"topic": topic, "channel": channel, "delivered": stats.delivered,
+                                 "failed_attempts": stats.failed, "sampled_out": stats.sampled_out,
+                                 "elapsed": round(elapsed, 3)}) + "\n")
     return 0
 
 

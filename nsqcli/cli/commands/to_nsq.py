@@ -3,6 +3,7 @@ the destination acknowledged it (MPUB's OK): killed at any moment, nothing is lo
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
 import time
@@ -11,9 +12,9 @@ import click
 
 from ..command import command, option
 from ..options import (build_config, connection_options, destination_options, nsqd_addresses,
-                      pop_connection, pop_destination)
+                      pop_connection, pop_destination, topic_arguments)
 from ...relay.copier import Copier, DestinationError
-from ..types import CHANNEL, DURATION, TOPIC, Size
+from ..types import DURATION, TOPIC, Size
 
 
 def destination_addresses(app, dest: dict, topics: list[str]) -> list[str]:
@@ -40,8 +41,8 @@ nsqcli to-nsq -t orders --destination-nsqd-tcp-address 10.1.0.7:4150 --destinati
     --require-json-field region --require-json-value eu --whitelist-json-field id --whitelist-json-field total
 nsqcli to-nsq -t events --destination-nsqd-tcp-address 10.1.0.7:4150 --destination-tls --rate 5000
 """)
-@option("-t", "--topic", "topics", multiple=True, required=True, type=TOPIC, help="Topic to copy (repeatable).")
-@option("-c", "--channel", type=CHANNEL, default="nsq_to_nsq", show_default=True)
+@topic_arguments(many=True, channel="option", channel_default="nsq_to_nsq",
+                 topic_help="Topic to copy (repeatable; or as arguments).")
 @option("--destination-topic", type=TOPIC, help="Publish into this topic (default: the source topic).")
 @option("--mode", type=click.Choice(["hostpool", "round-robin", "fanout"]), default="hostpool", show_default=True,
         help="hostpool: one destination, the next when it fails; round-robin: batches alternate; "
@@ -66,6 +67,7 @@ nsqcli to-nsq -t events --destination-nsqd-tcp-address 10.1.0.7:4150 --destinati
 @option("-n", "--count", type=click.IntRange(0), default=0, help="Stop after copying N messages (0 = run until stopped).")
 @option("--idle-timeout", type=DURATION, help="Stop after no message for this long.")
 @option("--live/--no-live", default=None, help="Live connections table (default: when stderr is a TTY).")
+@option("--json", "as_json", is_flag=True, help="At the end, the summary as one JSON line on stdout.")
 @option("--status-interval", type=DURATION, default="60s", show_default=True,
         help="Without --live: a status line this often (0 = off).")
 @destination_options
@@ -73,7 +75,7 @@ nsqcli to-nsq -t events --destination-nsqd-tcp-address 10.1.0.7:4150 --destinati
 @click.pass_obj
 def to_nsq(app, topics, channel, destination_topic, mode, max_in_flight, concurrency, rate, require_json_field,
            require_json_value, whitelist, requeue_delay, destination_max_msg_size, max_attempts, count, idle_timeout,
-           live, status_interval, **kwargs):
+           live, status_interval, as_json, **kwargs):
     """Copy TOPIC(s) from one NSQ to another (nsq_to_nsq), in pipelined MPUB batches.
 
     A message is FINed only after the destination acknowledged it; when the destination fails,
@@ -144,7 +146,15 @@ def to_nsq(app, topics, channel, destination_topic, mode, max_in_flight, concurr
             c.stop(timeout=15)
         copier.wait_idle(60)  # a publish still waiting for its answer (bounded by its own timeout)
         producer.close()
-    app.info(copier.status(time.monotonic() - start))  # last: after every publish was answered
+    elapsed = time.monotonic() - start
+    app.info(copier.status(elapsed))  # last: after every publish was answered
+    if as_json:
+        from ..app import write_stdout
+
+        write_stdout(json.dumps({"topics": list(topics), "destination_topic": destination_topic,
+                                 "copied": copier.copied, "filtered": copier.filtered,
+                                 "failed_batches": copier.failed_batches, "too_big": copier.too_big,
+                                 "given_up": copier.given_up, "elapsed": round(elapsed, 3)}) + "\n")
     sys.stderr.flush()
     return 0
 

@@ -8,9 +8,9 @@ import time
 import click
 
 from ..command import command, option
-from ..options import connection_options, pop_connection
+from ..options import connection_options, pop_connection, topic_arguments
 from ..spark_options import spark_session, sink_options, spark_error, spark_options
-from ..types import CHANNEL, DURATION, TOPIC
+from ..types import DURATION
 
 
 @command("to-parquet", examples="""
@@ -18,8 +18,8 @@ nsqcli to-parquet -t events -o /data/events --checkpoint /data/_ck/events
 nsqcli to-parquet -t events -o /data/events --checkpoint /data/_ck/events --available-now
 nsqcli to-parquet -t a -t b -o s3a://bucket/nsq --checkpoint s3a://bucket/_ck --master spark://10.0.0.5:7077
 """)
-@option("-t", "--topic", "topics", required=True, multiple=True, type=TOPIC, help="Topic to archive (repeatable).")
-@option("-c", "--channel", default="nsqcli_to_parquet", show_default=True, type=CHANNEL)
+@topic_arguments(many=True, channel="option", channel_default="nsqcli_to_parquet",
+                 topic_help="Topic to archive (repeatable; or as arguments).")
 @option("-o", "--output", required=True, metavar="DIR", help="The Parquet dataset (a directory or URL).")
 @option("--checkpoint", required=True, metavar="DIR",
               help="Spark checkpoint; restart with the same one to go on where it stopped.")
