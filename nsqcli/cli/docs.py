@@ -20,7 +20,7 @@ def _roff(text: str) -> str:
 
 
 def man_page(name: str, cmd: click.Command, parent: click.Context | None = None) -> str:
-    ctx = click.Context(cmd, info_name=name, parent=parent)
+    ctx = click.Context(cmd, info_name=name, parent=parent, **cmd.context_settings)  # -h too, whatever ran first
     title = ctx.command_path.replace(" ", "-")
     help_text = inspect.cleandoc(cmd.help or "").replace("\b\n", "")
     help_text = "\n.PP\n".join(_roff(par) for par in help_text.split("\n\n"))
@@ -61,7 +61,7 @@ def man_page(name: str, cmd: click.Command, parent: click.Context | None = None)
 def man_pages() -> dict[str, str]:
     from . import cli
 
-    root = click.Context(cli, info_name="nsqcli")
+    root = click.Context(cli, info_name="nsqcli", **cli.context_settings)
     pages = {"nsqcli.1": man_page("nsqcli", cli)}
     for sub in cli.list_commands(root):
         pages[f"nsqcli-{sub}.1"] = man_page(sub, cli.get_command(root, sub), root)
