@@ -1,0 +1,77 @@
+"""Footguns: command lines, variables and saved settings that used to mean something other than
+what the user meant (or failed late, or with a traceback). Each row is refused before anything
+is published or consumed: the exit code, exactly one stderr line naming the problem and the fix,
+nothing on stdout, and nsqd's /stats shows no message and no consumer on the row's topic."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from helpers import run_nsqcli, topic_stats
+
+FILE = __file__  # an existing file
+
+
+def one_line(r, code: int, pattern: str) -> str:
+    err = r.stderr.decode()
+    assert "Traceback" not in err, err
+    assert r.returncode == code, (r.returncode, err)
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("nsqcli: error: ") and re.search(pattern, lines[0]), lines[0]
+    assert r.stdout == b"", r.stdout
+    return lines[0]
+
+
+def untouched(nsqd, *topics: str) -> None:
+    """Nothing published to, nothing subscribed on these topics (nsqd never heard of them)."""
+    for t in topics:
+        assert topic_stats(nsqd, t) is None, (t, topic_stats(nsqd, t))
+
+
+def fill(args, nsqd, topic):
+    """{tcp}/{http} -> the session nsqd's addresses, {t} -> this row's topic."""
+    return [a.format(tcp=nsqd.tcp_address, http=nsqd.http_address, t=topic, file=FILE) for a in args]
+
+
+# -- 1 + 3: what click would have guessed ---------------------------------------------------------
+ARGV = [
+    # Go-style single-dash long flags (click read `-topic` as `-t opic`)
+    (["tail", "-topic", "{t}", "--nsqd-tcp-address", "{tcp}", "-n", "1", "--timeout", "2s"],
+     r"'-topic' is not an option: use --topic \(two dashes"),
+    (["pub", "-topic={t}", "x", "--nsqd-tcp-address", "{tcp}"], r"'-topic={t}' is not an option: use --topic={t}"),
+    (["pub", "{t}", "x", "-nsqd-tcp-address", "{tcp}"], r"'-nsqd-tcp-address' is not an option: use --nsqd-tcp-addr"),
+    (["mpub", "-t", "{t}", "-count", "1", "--nsqd-tcp-address", "{tcp}"], r"use --count"),
+    (["to-file", "-topic", "{t}", "--nsqd-tcp-address", "{tcp}"], r"'-topic' is not an option: use --topic"),
+    (["stat", "-topic", "{t}"], r"'-topic' is not an option: use --topic"),
+    (["context", "add", "x", "-nsqd-tcp-address", "{tcp}"], r"use --nsqd-tcp-address"),
+    # a single-valued option twice: the last one won, silently
+    (["pub", "-t", "{t}", "-t", "{t}_b", "x", "--nsqd-tcp-address", "{tcp}"],
+     r"--topic given twice \(-t '{t}', then -t '{t}_b'\): give it once \(see 'nsqcli pub --help'\)"),
+    (["pub", "--topic={t}", "x", "--topic", "{t}_b", "--nsqd-tcp-address", "{tcp}"], r"--topic given twice"),
+    (["mpub", "-t{t}", "--topic", "{t}_b", "--nsqd-tcp-address", "{tcp}"], r"--topic given twice"),
+    (["tail", "{t}", "-c", "a", "--channel", "b", "--nsqd-tcp-address", "{tcp}", "-n", "1"],
+     r"--channel given twice \(-c 'a', then --channel 'b'\)"),
+]
+
+
+@pytest.mark.parametrize("args,pattern", ARGV, ids=[" ".join(a[0])[:50] for a in ARGV])
+def test_argv_footgun_is_refused_before_acting(nsqd, topic, args, pattern):
+    r = run_nsqcli(fill(args, nsqd, topic), input=b"a\nb\n", timeout=30)
+    one_line(r, 2, pattern.replace("{t}", re.escape(topic)))
+    untouched(nsqd, topic, topic + "_b", "opic", topic[1:])
+
+
+ARGV_OK = [  # what still works: clusters, attached values, the same value twice, `--` before data
+    ["pub", "-t{t}", "-q", "-v", "x", "--nsqd-tcp-address", "{tcp}"],
+    ["pub", "-t", "{t}", "-t", "{t}", "x", "--nsqd-tcp-address", "{tcp}"],
+    ["pub", "{t}", "--nsqd-tcp-address", "{tcp}", "--", "-topic"],
+]
+
+
+@pytest.mark.parametrize("args", ARGV_OK, ids=[" ".join(a)[:50] for a in ARGV_OK])
+def test_what_looks_alike_still_works(nsqd, topic, args):
+    r = run_nsqcli(fill(args, nsqd, topic), timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert topic_stats(nsqd, topic)["message_count"] == 1
