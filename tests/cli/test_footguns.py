@@ -75,3 +75,48 @@ def test_what_looks_alike_still_works(nsqd, topic, args):
     r = run_nsqcli(fill(args, nsqd, topic), timeout=30)
     assert r.returncode == 0, r.stderr
     assert topic_stats(nsqd, topic)["message_count"] == 1
+
+
+# -- 2: addresses with a scheme, comma lists --------------------------------------------------------
+ADDRESSES = [
+    ({}, ["pub", "{t}", "x", "--nsqd-tcp-address", "tcp://{tcp}"],
+     r"'--nsqd-tcp-address': invalid address 'tcp://{tcp}': drop the scheme: {tcp}"),
+    ({}, ["tail", "{t}", "--nsqd-tcp-address", "tcp://{tcp}/", "-n", "1"], r"drop the scheme: {tcp}"),
+    ({}, ["mpub", "-t", "{t}", "--nsqd-tcp-address", "http://{tcp}"], r"drop the scheme: {tcp}"),
+    ({}, ["pub", "{t}", "x", "--lookupd-http-address", "tcp://{http}"],
+     r"'--lookupd-http-address': invalid HTTP address 'tcp://{http}': drop the scheme: {http}"),
+    ({}, ["stat", "-t", "{t}", "--nsqd-http-address", "tcp://{http}", "-n", "1"], r"drop the scheme: {http}"),
+    ({}, ["topic", "create", "{t}", "--nsqd-http-address", "nsqd://{http}"], r"drop the scheme: {http}"),
+    ({}, ["to-nsq", "-t", "{t}_src", "--nsqd-tcp-address", "{tcp}", "--destination-nsqd-tcp-address", "tcp://{tcp}",
+          "--destination-topic", "{t}"], r"'--destination-nsqd-tcp-address': .*drop the scheme: {tcp}"),
+    ({}, ["topic", "create", "{t}", "--nsqd-http-address", "http://{http}/stats"],
+     r"a path is not used .*give http://{http}"),
+    ({}, ["pub", "{t}", "x", "--nsqd-tcp-address", "{tcp},{tcp}"],
+     r"'{tcp},{tcp}' is a comma list: give one address per --nsqd-tcp-address "
+     r"\(--nsqd-tcp-address {tcp} --nsqd-tcp-address {tcp}\)"),
+    ({"NSQCLI_NSQD_TCP_ADDRESS": "{tcp},{tcp}"}, ["pub", "{t}", "x"],
+     r"NSQCLI_NSQD_TCP_ADDRESS has a comma list '{tcp},{tcp}': separate several addresses with spaces "
+     r"\(NSQCLI_NSQD_TCP_ADDRESS='{tcp} {tcp}'\)"),
+    ({"NSQCLI_NSQD_TCP_ADDRESS": "{tcp}, {tcp}"}, ["tail", "{t}", "-n", "1"],
+     r"NSQCLI_NSQD_TCP_ADDRESS has a comma list '{tcp}, {tcp}'.*'{tcp} {tcp}'"),
+    ({"NSQCLI_LOOKUPD_HTTP_ADDRESS": "127.0.0.1:4161,127.0.0.1:4162"}, ["pub", "{t}", "x"],
+     r"NSQCLI_LOOKUPD_HTTP_ADDRESS has a comma list.*separate several addresses with spaces"),
+    ({"NSQCLI_NSQD_HTTP_ADDRESS": "{http},{http}"}, ["stat", "-n", "1"], r"NSQCLI_NSQD_HTTP_ADDRESS has a comma list"),
+]
+
+
+@pytest.mark.parametrize("env,args,pattern", ADDRESSES, ids=[" ".join(a[1])[:50] for a in ADDRESSES])
+def test_address_footgun_is_refused_naming_the_fix(nsqd, topic, env, args, pattern):
+    env = {k: v.format(tcp=nsqd.tcp_address, http=nsqd.http_address) for k, v in env.items()}
+    r = run_nsqcli(fill(args, nsqd, topic), env, input=b"a\n", timeout=30)
+    one_line(r, 2, pattern.format(t=re.escape(topic), tcp=re.escape(nsqd.tcp_address),
+                                  http=re.escape(nsqd.http_address)))
+    untouched(nsqd, topic, topic + "_src")
+
+
+def test_http_urls_stay_accepted(nsqd, topic):
+    """http(s):// is documented for HTTP addresses (https is the only way to reach a lookupd
+    behind TLS): only a path, which would be dropped, is refused."""
+    r = run_nsqcli(["topic", "create", topic, "--nsqd-http-address", f"http://{nsqd.http_address}/"])
+    assert r.returncode == 0, r.stderr
+    assert topic_stats(nsqd, topic) is not None
