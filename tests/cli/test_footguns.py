@@ -120,3 +120,29 @@ def test_http_urls_stay_accepted(nsqd, topic):
     r = run_nsqcli(["topic", "create", topic, "--nsqd-http-address", f"http://{nsqd.http_address}/"])
     assert r.returncode == 0, r.stderr
     assert topic_stats(nsqd, topic) is not None
+
+
+# -- 4 + 5: to-file refuses a file name or a directory it cannot use, before it subscribes ----------
+TO_FILE = [
+    (["--filename-format", "../x/<TOPIC>.log"], r"--filename-format '\.\./x/<TOPIC>\.log' leaves --output-dir: "
+                                                r"give a path inside it \(no leading '/', no '\.\.'\)"),
+    (["--filename-format", "{tmp}_abs/<TOPIC>.log"], r"--filename-format '/.*_abs/<TOPIC>\.log' leaves --output-dir"),
+    (["--filename-format", "a/../../<TOPIC>.<REV>.log", "--gzip"], r"leaves --output-dir"),
+    (["--output-dir", "/sys/kernel"], r"'--output-dir': cannot write files in '/sys/kernel' \(Permission denied\)"),
+    (["--output-dir", "{file}/sub"], r"'--output-dir': cannot write files in '.*/sub' \(Not a directory\)"),
+    (["--output-dir", "{tmp}", "--work-dir", "/sys/kernel/work"], r"'--work-dir': cannot write files in "
+                                                                  r"'/sys/kernel/work' \(Operation not permitted\)"),
+    (["--output-dir", "{tmp}", "--work-dir", "{file}/work"], r"'--work-dir': cannot write files in .*Not a directory"),
+]
+
+
+@pytest.mark.parametrize("extra,pattern", TO_FILE, ids=[" ".join(a[0])[:50] for a in TO_FILE])
+def test_to_file_refuses_what_it_cannot_write_before_subscribing(nsqd, topic, tmp_path, extra, pattern):
+    run_nsqcli(["pub", topic, "kept", "--nsqd-tcp-address", nsqd.tcp_address]).check_returncode()
+    args = ["to-file", "-t", topic, "--nsqd-tcp-address", nsqd.tcp_address]
+    args += [] if "--output-dir" in extra else ["--output-dir", str(tmp_path / "out")]
+    args += [a.format(file=FILE, tmp=str(tmp_path / "out")) for a in extra]
+    one_line(run_nsqcli(args, timeout=30), 2, pattern)
+    t = topic_stats(nsqd, topic)
+    assert t["channels"] == [] and t["depth"] == 1  # never subscribed: the message is still there
+    assert not any(tmp_path.rglob("*.log"))
