@@ -146,3 +146,70 @@ def test_to_file_refuses_what_it_cannot_write_before_subscribing(nsqd, topic, tm
     t = topic_stats(nsqd, topic)
     assert t["channels"] == [] and t["depth"] == 1  # never subscribed: the message is still there
     assert not any(tmp_path.rglob("*.log"))
+
+
+# -- 6: contexts ------------------------------------------------------------------------------------
+def _files(cfg, files: dict) -> None:
+    for rel, text in files.items():
+        (cfg / rel).parent.mkdir(parents=True, exist_ok=True)
+        (cfg / rel).write_text(text)
+
+
+CONTEXTS = [  # (files in the config dir, env, args, pattern)
+    ({"contexts/bad.toml": "nsqd-tcp-address = 42150\n"}, {}, ["pub", "{t}", "x", "--context", "bad"],
+     r"'--context': .*/contexts/bad\.toml: context 'bad': nsqd-tcp-address = 42150 is not valid: "
+     r"use \[\"127\.0\.0\.1:4150\"\] \(a list of strings\)"),
+    ({"contexts/bad.toml": 'tls = "yes"\n'}, {"NSQCLI_CONTEXT": "bad"}, ["tail", "{t}", "-n", "1"],
+     r"bad\.toml: context 'bad': tls = \"yes\" is not valid: use true or false"),
+    ({"contexts/bad.toml": "deflate-level = \"9\"\n", "config.toml": 'context = "bad"\n'}, {},
+     ["pub", "{t}", "x", "--nsqd-tcp-address", "{tcp}"], r"context 'bad': deflate-level = \"9\" is not valid: use a whole"),
+    ({"contexts/bad.toml": "nsqd-tcp-address = [1]\n"}, {}, ["context", "show", "bad"],
+     r"context 'bad': nsqd-tcp-address = \[1\] is not valid"),
+    ({"config.toml": 'context = "gone"\n', "contexts/other.toml": "tls = true\n"}, {},
+     ["pub", "{t}", "x", "--nsqd-tcp-address", "{tcp}"],
+     r"the selected context 'gone' \(.*config\.toml\) no longer exists; select another \('nsqcli context select NAME'\)"),
+    ({}, {"NSQCLI_CONTEXT": "gone"}, ["pub", "{t}", "x", "--nsqd-tcp-address", "{tcp}"], r"no context named 'gone'"),
+    ({}, {"NSQCLI_CONFIG_DIR": "{file}"}, ["pub", "{t}", "x", "--nsqd-tcp-address", "{tcp}"],
+     r"NSQCLI_CONFIG_DIR=.*test_footguns\.py is not a directory"),
+    ({}, {"NSQCLI_CONFIG_DIR": "{file}"}, ["context", "ls"], r"NSQCLI_CONFIG_DIR=.* is not a directory"),
+    ({}, {"NSQCLI_CONFIG_DIR": "{file}"}, ["context", "add", "x", "--nsqd-tcp-address", "{tcp}"],
+     r"NSQCLI_CONFIG_DIR=.* is not a directory"),
+]
+
+
+@pytest.mark.parametrize("files,env,args,pattern", CONTEXTS, ids=[" ".join(c[2])[:50] for c in CONTEXTS])
+def test_a_context_that_cannot_be_used_is_one_usage_line(nsqd, topic, tmp_path, files, env, args, pattern):
+    cfg = tmp_path / "cfg"
+    cfg.mkdir()
+    _files(cfg, files)
+    env = {"NSQCLI_CONFIG_DIR": str(cfg), **{k: v.format(file=FILE) for k, v in env.items()}}
+    one_line(run_nsqcli(fill(args, nsqd, topic), env, input=b"", timeout=30), 2, pattern)
+    untouched(nsqd, topic)
+
+
+def test_a_sandbox_context_is_stale_once_the_sandbox_is_gone(nsqd, topic, tmp_path):
+    import json
+    import os
+    import signal
+
+    from helpers import wait_for
+
+    env = {"NSQCLI_CONFIG_DIR": str(tmp_path / "cfg")}
+    if os.environ.get("NSQCLI_NSQ_BIN"):  # where the session's nsqd came from
+        env["NSQCLI_NSQ_BIN"] = os.environ["NSQCLI_NSQ_BIN"]
+    r = run_nsqcli(["sandbox", "--detach", "--no-lookupd", "--save-context", "dev"], env, timeout=60)
+    assert r.returncode == 0, r.stderr
+    pid = int(re.search(rb"NSQCLI_SANDBOX_PID=(\d+)", r.stdout).group(1))
+    try:
+        assert b"stale" not in run_nsqcli(["context", "ls"], env).stdout
+        assert run_nsqcli(["pub", topic, "x", "--context", "dev"], env).returncode == 0
+    finally:
+        os.kill(pid, signal.SIGTERM)
+    wait_for(lambda: b"stale" in run_nsqcli(["context", "ls"], env).stdout, what="the context is stale")
+    assert run_nsqcli(["context", "ls"], env).stdout.decode() == (
+        f"  dev  {json.loads(run_nsqcli(['context', 'ls', '--json'], env).stdout)[0]['description']}  "
+        f"(stale: the sandbox that saved it is gone (pid {pid}))\n")
+    one_line(run_nsqcli(["pub", topic, "y", "--context", "dev", "--nsqd-tcp-address", nsqd.tcp_address], env), 2,
+             rf"the sandbox that saved context 'dev' is gone \(pid {pid}\); start it again or 'nsqcli context rm dev'")
+    assert topic_stats(nsqd, topic) is None  # the first pub went to the sandbox's nsqd, the second nowhere
+    assert run_nsqcli(["context", "rm", "dev"], env).returncode == 0
