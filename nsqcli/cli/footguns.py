@@ -93,3 +93,31 @@ def _once(p: click.Option, name: str, value: str, seen: dict) -> None:
         raise click.UsageError(f"{shown} given twice ({before[0]} {before[1]!r}, then {name} {value!r}): "
                                "give it once")
     seen[p.name] = (name, value)
+
+
+#: what an HTTP request to a port that is not the right server's HTTP port looks like
+_TCP_SIGNS = ("reset by peer", "not an HTTP answer", "E_BAD_PROTOCOL", "Broken pipe")
+_HTTP_PORT = {"nsqd": 4151, "nsqlookupd": 4161}
+
+
+def port_hint(error, server: str) -> str:
+    """The hint for an HTTP failure that says the address is another port: a TCP port (nsqd's
+    4150, nsqlookupd's 4160), or the other server's HTTP port (a 404 to its paths). '' if none.
+    ``server`` is what was meant: "nsqd" or "nsqlookupd". (pub, tail and doctor give the same.)"""
+    text = str(error)
+    port = _HTTP_PORT[server]
+    if any(sign in text for sign in _TCP_SIGNS):
+        return f"this port speaks TCP, not HTTP: give {server}'s HTTP port, usually {port}"
+    if "HTTP 404" in text or "answered HTTP 404" in text:
+        other = "an nsqd" if server == "nsqlookupd" else "nsqlookupd"
+        return f"it answered 404 like {other} HTTP port: give {server}'s HTTP port, usually {port}"
+    return ""
+
+
+def with_hint(text: str, errors, server: str) -> str:
+    """``text`` plus the first port hint any of ``errors`` gives."""
+    for e in errors:
+        hint = port_hint(e, server)
+        if hint:
+            return f"{text} ({hint})"
+    return text

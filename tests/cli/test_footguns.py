@@ -213,3 +213,39 @@ def test_a_sandbox_context_is_stale_once_the_sandbox_is_gone(nsqd, topic, tmp_pa
              rf"the sandbox that saved context 'dev' is gone \(pid {pid}\); start it again or 'nsqcli context rm dev'")
     assert topic_stats(nsqd, topic) is None  # the first pub went to the sandbox's nsqd, the second nowhere
     assert run_nsqcli(["context", "rm", "dev"], env).returncode == 0
+
+
+# -- 7: a TCP port where an HTTP port is meant, or the other server's HTTP port ---------------------
+PORTS = [  # {tcp}/{http}: the nsqd's ports, {lhttp}: nsqlookupd's HTTP port
+    (["stat", "-n", "1", "--no-live", "--nsqd-http-address", "{tcp}"],
+     r"no nsqd answered /stats: {tcp} \(this port speaks TCP, not HTTP: give nsqd's HTTP port, usually 4151\)"),
+    (["stat", "-n", "1", "--no-live", "--nsqd-http-address", "{lhttp}"],
+     r"\(it answered 404 like nsqlookupd HTTP port: give nsqd's HTTP port, usually 4151\)"),
+    (["stat", "-n", "1", "--no-live", "--lookupd-http-address", "{tcp}"],
+     r"none found through nsqlookupd \(this port speaks TCP, not HTTP: give nsqlookupd's HTTP port, usually 4161\)"),
+    (["stat", "-n", "1", "--no-live", "--lookupd-http-address", "{http}"],
+     r"\(it answered 404 like an nsqd HTTP port: give nsqlookupd's HTTP port, usually 4161\)"),
+    (["lookup", "--lookupd-http-address", "{tcp}"],
+     r"no nsqlookupd answered \({tcp}\) \(this port speaks TCP, not HTTP: give nsqlookupd's HTTP port"),
+    (["lookup", "--lookupd-http-address", "{http}"], r"\(it answered 404 like an nsqd HTTP port: give nsqlookupd's"),
+    (["topic", "create", "{t}", "--nsqd-http-address", "{tcp}"],
+     r"create failed on 1 of 1 node\(s\): .*\(this port speaks TCP, not HTTP: give nsqd's HTTP port, usually 4151\)"),
+    (["channel", "create", "{t}", "c", "--lookupd-http-address", "{tcp}"],
+     r"no nsqlookupd answered .*\(this port speaks TCP, not HTTP: give nsqlookupd's HTTP port, usually 4161\)"),
+    (["topic", "delete", "{t}", "--yes", "--lookupd-http-address", "{http}"],
+     r"no nsqlookupd answered .*HTTP 404.* \(it answered 404 like an nsqd HTTP port: give nsqlookupd's HTTP port"),
+    (["node", "tombstone", "{t}", "{tcp}", "--yes", "--lookupd-http-address", "{tcp}"],
+     r"this port speaks TCP, not HTTP: give nsqlookupd's HTTP port"),
+]
+
+
+@pytest.mark.parametrize("args,pattern", PORTS, ids=[" ".join(a[0])[:50] for a in PORTS])
+def test_a_port_mix_up_gets_the_hint(nsqd, lookupd, topic, args, pattern):
+    args = [a.format(tcp=nsqd.tcp_address, http=nsqd.http_address, lhttp=lookupd.http_address, t=topic) for a in args]
+    r = run_nsqcli(args, timeout=30)
+    err = r.stderr.decode()
+    assert r.returncode == 1 and "Traceback" not in err, (r.returncode, err)
+    errors = [ln for ln in err.splitlines() if not ln.startswith("nsqcli: warning: ")]
+    assert len(errors) == 1 and errors[0].startswith("nsqcli: error: "), err
+    assert re.search(pattern.format(tcp=re.escape(nsqd.tcp_address)), errors[0]), errors[0]
+    untouched(nsqd, topic)

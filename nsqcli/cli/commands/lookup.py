@@ -48,7 +48,9 @@ def lookup(app, topic_arg, topic, nodes, as_json, lookupds):
     for e in view.errors:
         app.warn(f"nsqlookupd failed: {e}")
     if not view.answered:
-        raise NSQError(f"no nsqlookupd answered ({', '.join(addresses)})")
+        from ..footguns import with_hint
+
+        raise NSQError(with_hint(f"no nsqlookupd answered ({', '.join(addresses)})", view.errors, "nsqlookupd"))
     doc = _document(view, topic, nodes)
     if topic and not view.producers(topic) and not view.topics.get(topic):
         raise NSQError(f"topic {topic!r} is unknown to nsqlookupd {', '.join(view.answered)}")

@@ -87,11 +87,13 @@ def stat(app, topic, channel, nsqd, lookupd, interval, count, per_node, clients,
     answered = False
     down_before: set[str] = set()
     lookupd_errors: set[str] = set()
+    down: dict = {}  # the last poll's failed nodes, for the port hint if none ever answered
     view = _LiveView(app, clients) if live else None
     try:
         while not stop.is_set():
             nodes = discover(app, nsqd, lookupd, topic, lookupd_errors)
             sample = poll_nodes(nodes, topic, channel, clients=True)
+            down = sample.down
             answered |= bool(sample.stats)
             rows = compute_rows(last, sample, per_node, history)
             for node in set(sample.down) - down_before:
@@ -113,7 +115,11 @@ def stat(app, topic, channel, nsqd, lookupd, interval, count, per_node, clients,
         if view is not None:
             view.stop()
     if not answered:
-        raise NSQError("no nsqd answered /stats: " + (", ".join(nsqd) or "none found through nsqlookupd"))
+        from ..footguns import with_hint
+
+        text = "no nsqd answered /stats: " + (", ".join(nsqd) or "none found through nsqlookupd")
+        hinted = with_hint(text, down.values(), "nsqd")
+        raise NSQError(hinted if hinted != text else with_hint(text, lookupd_errors, "nsqlookupd"))
     return 0
 
 
