@@ -121,3 +121,40 @@ def with_hint(text: str, errors, server: str) -> str:
         if hint:
             return f"{text} ({hint})"
     return text
+
+
+def closed_stdout_as_broken_pipe() -> None:
+    """``nsqcli lookup >&-``: Python starts with sys.stdout None when fd 1 is closed, and the
+    first print was an internal error (AttributeError). Make fd 1 a pipe whose reader is gone,
+    so that a closed stdout ends a command exactly as ``| head -0`` does (quietly, exit 0, after
+    the work that needs no stdout)."""
+    import os
+    import sys
+
+    if sys.stdin is None and _closed(0):  # `mpub <&-`: no input, as from /dev/null
+        fd = os.open(os.devnull, os.O_RDONLY)
+        if fd != 0:
+            os.dup2(fd, 0)
+            os.close(fd)
+        sys.stdin = open(0, encoding="utf-8", errors="surrogateescape", closefd=False)
+    if sys.stdout is not None:
+        return
+    if not _closed(1):
+        return  # fd 1 was opened since (by whoever set sys.stdout to None): not ours to change
+    r, w = os.pipe()  # fd 1 is free: one of the two may land on it
+    if w != 1:
+        os.dup2(w, 1)  # if r was 1, this closes the read end in the same step
+        os.close(w)
+    if r != 1:
+        os.close(r)
+    sys.stdout = open(1, "w", encoding="utf-8", errors="replace", closefd=False)
+
+
+def _closed(fd: int) -> bool:
+    import os
+
+    try:
+        os.fstat(fd)
+        return False
+    except OSError:
+        return True

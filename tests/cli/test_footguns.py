@@ -249,3 +249,80 @@ def test_a_port_mix_up_gets_the_hint(nsqd, lookupd, topic, args, pattern):
     assert len(errors) == 1 and errors[0].startswith("nsqcli: error: "), err
     assert re.search(pattern.format(tcp=re.escape(nsqd.tcp_address)), errors[0]), errors[0]
     untouched(nsqd, topic)
+
+
+# -- 8: a topic that exists nowhere, a pattern that matches nothing yet, a closed stdout ------------
+def test_stat_of_a_topic_that_exists_nowhere_says_so(nsqd, lookupd, topic):
+    r = run_nsqcli(["stat", "-t", topic, "-n", "1", "--no-live", "--nsqd-http-address", nsqd.http_address])
+    one_line(r, 1, rf"topic '{topic}' exists on no nsqd \(asked {re.escape(nsqd.http_address)}\)")
+    r = run_nsqcli(["stat", "-t", topic, "-n", "1", "--json", "--lookupd-http-address", lookupd.http_address])
+    one_line(r, 1, rf"topic '{topic}' is unknown to nsqlookupd {re.escape(lookupd.http_address)}")
+    untouched(nsqd, topic)
+
+
+def test_to_file_says_once_what_a_pattern_waits_for(nsqd, lookupd, topic, tmp_path):
+    import signal
+    import subprocess
+    import time
+
+    from helpers import NSQCLI, clean_env, http_post, wait_for
+
+    proc = subprocess.Popen(NSQCLI + ["to-file", "--topic-pattern", f"^{topic}$", "--lookupd-http-address",
+                                      lookupd.http_address, "--topic-refresh", "0.5s", "--output-dir", str(tmp_path),
+                                      "--sync-interval", "0.2s", "--no-live"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=clean_env())
+    try:
+        time.sleep(2.5)  # several refreshes: said once, not at each
+        http_post(nsqd.http_address, "/pub", b"late", topic=topic)
+        wait_for(lambda: list(tmp_path.rglob(f"{topic}*")), timeout=20, what="the topic archived")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and out == b"", err
+    waiting = [ln for ln in err.decode().splitlines() if "waiting for a topic" in ln]
+    assert len(waiting) == 1 and waiting[0].endswith(
+        f"INFO: waiting for a topic matching '^{topic}$': nsqlookupd {lookupd.http_address} knows none with a "
+        "producer yet (asked every 0.5s)"), err
+
+
+CLOSED_STDOUT = [
+    ["pub", "{t}", "kept", "--json", "--nsqd-tcp-address", "{tcp}"],
+    ["mpub", "-t", "{t}", "--json", "--nsqd-tcp-address", "{tcp}"],
+    ["tail", "{t}", "-n", "1", "--drain-backlog", "--nsqd-tcp-address", "{tcp}"],
+    ["lookup"], ["lookup", "--json"], ["lookup", "--nodes"],
+    ["stat", "-n", "1", "--no-live"], ["stat", "-n", "1", "--json"],
+    ["topic", "create", "{t}_admin", "--nsqd-http-address", "{http}"], ["topic", "pause", "{t}", "--dry-run"],
+    ["doctor", "--nsqd-tcp-address", "{tcp}", "--nsqd-http-address", "{http}"],
+    ["context", "ls", "--json"], ["version"], ["completion", "bash"], ["man", "pub"],
+]
+
+
+@pytest.mark.parametrize("how", ["closed", "pipe"])
+@pytest.mark.parametrize("args", CLOSED_STDOUT, ids=[" ".join(a)[:40] for a in CLOSED_STDOUT])
+def test_a_closed_stdout_is_never_an_error(nsqd, lookupd, topic, args, how):
+    """`>&-` and a pipe whose reader is gone: exit 0, nothing on stderr but what the command says
+    anyway (no error, no traceback, no 'Exception ignored'), and the work that needs no stdout done."""
+    import os
+    import subprocess
+
+    from helpers import NSQCLI, clean_env, http_post
+
+    http_post(nsqd.http_address, "/pub", b"before", topic=topic)
+    env = clean_env({"NSQCLI_LOOKUPD_HTTP_ADDRESS": lookupd.http_address,
+                     "NSQCLI_NSQD_HTTP_ADDRESS": nsqd.http_address})
+    argv = NSQCLI + fill(args, nsqd, topic)
+    if how == "closed":
+        r = subprocess.run(["bash", "-c", 'exec "$@" >&-', "-", *argv], input=b"rec\n", capture_output=False,
+                           stderr=subprocess.PIPE, env=env, timeout=60)
+    else:
+        rd, wr = os.pipe()
+        os.close(rd)
+        try:
+            r = subprocess.run(argv, input=b"rec\n", stdout=wr, stderr=subprocess.PIPE, env=env, timeout=60)
+        finally:
+            os.close(wr)
+    err = r.stderr.decode()
+    assert r.returncode == 0, err
+    assert not re.search(r"error|Traceback|Exception ignored", err), err
+    if args[0] in ("pub", "mpub"):
+        assert topic_stats(nsqd, topic)["message_count"] == 2  # published all the same

@@ -142,6 +142,9 @@ def to_file(app, topics, topic_pattern, topic_refresh, channel, max_in_flight, o
     stop_on_signals(archiver.stop_event)
     signal.signal(signal.SIGHUP, lambda *_: archiver.hup_event.set())
     archiver.start()
+    if topic_pattern and not archiver.topics:  # said once; "archiving topic X" when one comes
+        logger.info("waiting for a topic matching %r: nsqlookupd %s knows none with a producer yet "
+                    "(asked every %gs)", topic_pattern, ", ".join(lookupd), topic_refresh)
     view = None
     if show_live:
         from ..views import LiveArchive
