@@ -35,7 +35,11 @@ KEYS = {
     "deflate-level": "int",
     "auth-secret-file": "str",
     "client-id": "str",
+    "sandbox-pid": "int",  # saved by `nsqcli sandbox --save-context`: stale once that process is gone
 }
+#: what a value of each kind looks like, for the error naming a wrong one
+_EXAMPLE = {"list": '["127.0.0.1:4150"] (a list of strings)', "bool": "true or false", "int": "a whole number",
+            "str": 'a "quoted string"'}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
@@ -44,10 +48,17 @@ class ContextError(NSQError):
 
 
 def config_dir() -> Path:
+    """Where contexts live; a path that exists but is not a directory is an error (it used to
+    mean "no contexts", silently, and a failing `context add`)."""
     if os.environ.get("NSQCLI_CONFIG_DIR"):
-        return Path(os.environ["NSQCLI_CONFIG_DIR"])
-    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return Path(base) / "nsqcli"
+        path, what = Path(os.environ["NSQCLI_CONFIG_DIR"]), f"NSQCLI_CONFIG_DIR={os.environ['NSQCLI_CONFIG_DIR']}"
+    else:
+        base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+        path = Path(base) / "nsqcli"
+        what = f"the config directory {path}"
+    if path.exists() and not path.is_dir():
+        raise ContextError(f"{what} is not a directory (nsqcli keeps its contexts in a directory there)")
+    return path
 
 
 def check_name(name: str) -> str:
@@ -88,7 +99,25 @@ def load(name: str) -> dict:
     unknown = sorted(set(data) - set(KEYS))
     if unknown:
         raise ContextError(f"{path}: unknown key(s) {', '.join(unknown)} (known: {', '.join(KEYS)})")
+    for key, value in data.items():
+        data[key] = _checked(path, name, key, value)
     return data
+
+
+def _checked(path: Path, name: str, key: str, value):
+    """``value`` if it is of ``key``'s kind (a lone string where a list is meant becomes a list
+    of one); else ContextError naming the file, context and key."""
+    kind = KEYS[key]
+    if kind == "list" and isinstance(value, str):
+        value = [value]
+    ok = {"list": lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
+          "bool": lambda v: isinstance(v, bool),
+          "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+          "str": lambda v: isinstance(v, str)}[kind](value)
+    if not ok:
+        raise ContextError(f"{path}: context {name!r}: {key} = {_toml_value(value)} is not valid: "
+                           f"use {_EXAMPLE[kind]}")
+    return value
 
 
 def _toml_value(value) -> str:
@@ -140,11 +169,45 @@ def select(name: str | None) -> None:
 
 
 def active(explicit: str | None) -> tuple[str | None, dict]:
-    """The context to use: the one named (--context / NSQCLI_CONTEXT), else the selected one."""
+    """The context to use: the one named (--context / NSQCLI_CONTEXT), else the selected one.
+    A selected context that is gone, or a sandbox's context whose sandbox is gone, is an error
+    (not a silent fall-back to 127.0.0.1)."""
     name = explicit if explicit is not None else selected()
     if not name or name == "none":
         return None, {}
-    return name, load(name)
+    if explicit is None and name not in names():
+        raise ContextError(f"the selected context {name!r} ({config_dir() / 'config.toml'}) no longer exists; "
+                           "select another ('nsqcli context select NAME') or none ('nsqcli context select --none')")
+    settings = load(name)
+    why = stale(settings)
+    if why:
+        raise ContextError(f"the sandbox that saved context {name!r} is gone ({why}); start it again or "
+                           f"'nsqcli context rm {name}'")
+    return name, settings
+
+
+def stale(settings: dict) -> str | None:
+    """Why a context saved by `nsqcli sandbox --save-context` no longer points at anything
+    (its sandbox process is gone), or None."""
+    pid = settings.get("sandbox-pid")
+    if pid is None:
+        return None
+    return None if _sandbox_running(pid) else f"pid {pid}"
+
+
+def _sandbox_running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return pid > 0  # another user's process: assume it is still the sandbox
+    try:  # the pid may have been reused (or be a zombie, whose command line is empty)
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmdline = f.read()
+    except OSError:
+        return True  # no /proc: trust the pid
+    return b"nsqcli" in cmdline and b"sandbox" in cmdline
 
 
 def defaults_for(command, settings: dict) -> dict:
@@ -153,7 +216,7 @@ def defaults_for(command, settings: dict) -> dict:
     out = {}
     for p in command.params:
         for opt in getattr(p, "opts", ()):
-            if opt.startswith("--") and opt[2:] in settings and opt[2:] != "description":
+            if opt.startswith("--") and opt[2:] in settings and opt[2:] not in ("description", "sandbox-pid"):
                 value = settings[opt[2:]]
                 out[p.name] = tuple(value) if KEYS[opt[2:]] == "list" else value
     return out

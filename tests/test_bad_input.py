@@ -40,6 +40,10 @@ CASES = [
     (["pub", "t", "x", "--msg-timeout", "x"], 2, r"'--msg-timeout': 'x' is not a duration"),
     (["pub", "a" * 65, "x"], 2, r"invalid topic name 'a{65}'.*64"),
     (["pub", "t#ephemeral#x", "x"], 2, r"invalid topic name 't#ephemeral#x'"),
+    (["pub", "-topic", "t", "x"], 2, r"'-topic' is not an option: use --topic \(two dashes"),
+    (["pub", "-t", "a", "-t", "b", "x"], 2, r"--topic given twice \(-t 'a', then -t 'b'\): give it once"),
+    (["pub", "t", "x", "--nsqd-tcp-address", "tcp://h:1"], 2, r"invalid address 'tcp://h:1': drop the scheme: h:1"),
+    (["pub", "t", "x", "--nsqd-tcp-address", "a:1,b:1"], 2, r"'a:1,b:1' is a comma list: give one address per"),
     # -- mpub --
     (["mpub"], 2, r"missing TOPIC \(nsqcli mpub TOPIC \[FILE\]\.\.\., or -t TOPIC\)"),
     (["mpub", "-t", "t", "/nonexistent"], 2, r"Invalid value for FILE: '/nonexistent': No such file or directory"),
@@ -86,6 +90,8 @@ CASES = [
     (["to-file", "-t", "t", "--log-level", "loud"], 2, r"'--log-level': 'loud' is not one of"),
     (["to-file", "-t", "t", "--sync-interval", "x"], 2, r"'--sync-interval': 'x' is not a duration"),
     (["to-file", "-t", "t", "--sync-interval", "0"], 2, r"'--sync-interval': must be more than 0"),
+    (["to-file", "-t", "t", "--filename-format", "../<TOPIC>.log"], 2, r"'\.\./<TOPIC>\.log' leaves --output-dir"),
+    (["to-file", "-t", "t", "--output-dir", FILE + "/sub"], 2, r"'--output-dir': cannot write files in"),
     (["to-file", "-t", "t", "--output-dir", FILE], 2, r"'--output-dir': Directory '.*' is a file"),
     # -- lookup --
     (["lookup", "--lookupd-http-address", DEAD], 1, r"no nsqlookupd answered \(127\.0\.0\.1:1\)"),
@@ -159,6 +165,9 @@ ENV_CASES = [
     ({"NSQCLI_TLS_MIN_VERSION": "9"}, ["pub", "t", "x"], 2, r"'9' is not one of"),
     ({"NSQCLI_CONTEXT": "nope"}, ["pub", "t", "x"], 2, r"no context named 'nope'"),
     ({"NSQCLI_SAMPLE_RATE": "-5"}, ["tail", "t"], 2, r"-5 is not in the range 0<=x<=99"),
+    ({"NSQCLI_LOOKUPD_HTTP_ADDRESS": "a:4161,b:4161"}, ["tail", "t"], 2,
+     r"NSQCLI_LOOKUPD_HTTP_ADDRESS has a comma list 'a:4161,b:4161': separate several addresses with spaces"),
+    ({"NSQCLI_CONFIG_DIR": FILE}, ["pub", "t", "x"], 2, r"NSQCLI_CONFIG_DIR=.* is not a directory"),
 ]
 
 

@@ -41,3 +41,15 @@ def move_into(path: Path, output_dir: Path, name: str) -> Path:
     fsync_dir(dest.parent)
     fsync_dir(path.parent)
     return dest
+
+
+def check_writable_dir(path: str) -> None:
+    """At start-up, before anything is consumed: create ``path`` if missing and prove a file
+    can be created in it. Raises OSError saying why not (a file, no permission, read-only)."""
+    import tempfile
+
+    d = Path(path)
+    d.mkdir(parents=True, exist_ok=True)
+    fd, probe = tempfile.mkstemp(prefix=".nsqcli-probe-", dir=d)
+    os.close(fd)
+    os.unlink(probe)

@@ -66,6 +66,18 @@ class FileOptions:
                              "or a separate --work-dir (so a new file never overwrites an old one)")
         if "<TOPIC>" not in self.filename_format:
             raise ValueError("--filename-format needs <TOPIC>")
+        if leaves_dir(self.filename_format):
+            raise ValueError(f"--filename-format {self.filename_format!r} leaves --output-dir: give a path "
+                             "inside it (no leading '/', no '..')")
+
+
+def leaves_dir(name_format: str) -> bool:
+    """True when names made from ``name_format`` would not stay under the directory they are
+    made in (an absolute path, or '..' climbing out)."""
+    import posixpath
+
+    probe = re.sub(r"<[A-Z_]+>", "x", name_format)
+    return posixpath.isabs(probe) or posixpath.normpath(probe).split("/")[0] == ".."
 
 
 def short_host() -> str:

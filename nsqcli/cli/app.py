@@ -255,6 +255,9 @@ def _quiet_broken_pipe() -> None:
 
 def run(command: click.Command, args: list[str] | None = None) -> None:
     """Run the click command; map every outcome to an exit code at this one place."""
+    from .footguns import closed_stdout_as_broken_pipe
+
+    closed_stdout_as_broken_pipe()
     try:
         rc = command.main(args=args, prog_name="nsqcli", standalone_mode=False)
     except click.exceptions.Exit as e:
@@ -290,4 +293,8 @@ def run(command: click.Command, args: list[str] | None = None) -> None:
         _fail(f"{e.strerror or e}{': ' + str(e.filename) if e.filename else ''}", EXIT_RUNTIME)
     except Exception as e:  # a bug or an unforeseen input: still one line (traceback with -vv)
         _fail(f"internal error: {type(e).__name__}: {e} (NSQCLI_DEBUG=1 shows where)", EXIT_RUNTIME)
+    try:  # output a command wrote but could not deliver (its reader went away) must not fail at exit
+        sys.stdout.flush()
+    except (BrokenPipeError, ValueError):
+        _quiet_broken_pipe()
     sys.exit(rc if isinstance(rc, int) else EXIT_OK)

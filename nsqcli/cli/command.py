@@ -84,6 +84,13 @@ class Command(click.Command):
         if uses_context:
             self.params.append(context_option())
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        from .footguns import refuse  # `-topic x` (Go style), `-t a -t b`: refused, not guessed
+
+        if not ctx.resilient_parsing:
+            refuse(self, ctx, args)
+        return super().parse_args(ctx, args)
+
     def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         sections: dict[str, list] = {}
         for p in self.get_params(ctx):

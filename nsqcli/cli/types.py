@@ -64,12 +64,48 @@ class Moment(click.ParamType):
         return t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
 
 
+def _address_footgun(value: str, param, ctx, http: bool) -> str | None:
+    """What is wrong with an address that would otherwise pass (or fail obscurely): a scheme
+    where HOST:PORT is meant (``tcp://h:4150``), a comma list (``a:4161,b:4161``, which a TCP
+    address read as host ``a:4161,b``). None when nothing is."""
+    text = str(value)
+    scheme, sep, rest = text.partition("://")
+    if sep and not (http and scheme.lower() in ("http", "https")):
+        bare = rest.split("/", 1)[0]
+        return f"invalid {'HTTP ' if http else ''}address {text!r}: drop the scheme: {bare}"
+    if sep and rest.split("/", 1)[1:] not in ([], [""]):
+        return (f"invalid HTTP address {text!r}: a path is not used (nsqcli asks /lookup, /stats ... "
+                f"itself); give {scheme}://{rest.split('/', 1)[0]}")
+    if "," in text:
+        return _comma_list(text, param, ctx)
+    return None
+
+
+def _comma_list(text: str, param, ctx) -> str:
+    from click.core import ParameterSource
+
+    import os
+
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    envvar = param.envvar if param is not None and isinstance(param.envvar, str) else None
+    if envvar and ctx is not None and ctx.get_parameter_source(param.name) == ParameterSource.ENVIRONMENT:
+        text = os.environ.get(envvar, text)  # the whole variable (click split it at spaces)
+        parts = [p for p in re.split(r"[\s,]+", text) if p]
+        return (f"{envvar} has a comma list {text!r}: separate several addresses with spaces "
+                f"({envvar}='{' '.join(parts)}')")
+    flag = max(param.opts, key=len) if param is not None else "the flag"
+    return f"{text!r} is a comma list: give one address per {flag} ({' '.join(f'{flag} {p}' for p in parts)})"
+
+
 class HostPort(click.ParamType):
     name = "HOST:PORT"
 
     def convert(self, value, param, ctx):
         from ..client.transport import split_address
 
+        problem = _address_footgun(value, param, ctx, http=False)
+        if problem:
+            self.fail(problem, param, ctx)
         try:
             split_address(value)
         except ValueError as e:
@@ -86,6 +122,9 @@ class HttpAddress(click.ParamType):
         from ..client.http import base_url
         from ..client.transport import split_address
 
+        problem = _address_footgun(value, param, ctx, http=True)
+        if problem:
+            self.fail(problem, param, ctx)
         try:
             if "://" not in str(value):
                 split_address(value)  # HOST:PORT, checked like nsqd's TCP addresses

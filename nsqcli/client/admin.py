@@ -48,7 +48,8 @@ def plan(action: str, topic: str, channel: str | None, nsqd: list[str], lookupd:
         view = cluster_view(lookupd, topic, timeout)
         warnings += [f"nsqlookupd failed: {e}" for e in view.errors]
         if not view.answered:
-            raise LookupdError("no nsqlookupd answered", ", ".join(lookupd))
+            raise LookupdError("no nsqlookupd answered (" + "; ".join(str(e) for e in view.errors) + ")",
+                               ", ".join(lookupd))
         if not nsqd:
             nodes = sorted(n.http_address for n in view.producers(topic))
     if action == "tombstone":

@@ -46,10 +46,15 @@ def run_action(app, action: str, topic: str, channel: str | None, nsqd, lookupd,
     nsqd, lookupd = list(nsqd), list(lookupd)
     if not nsqd and not lookupd:
         nsqd = ["127.0.0.1:4151"]
+    from ...errors import LookupdError
+    from ..footguns import with_hint
+
     try:
         steps, warnings = plan(action, topic, channel, nsqd, lookupd, node)
     except ValueError as e:
         raise click.UsageError(str(e)) from None
+    except LookupdError as e:  # e.g. an nsqd port given as --lookupd-http-address
+        raise NSQError(with_hint(str(e), [e], "nsqlookupd")) from None
     for w in warnings:
         app.warn(w)
     name = f"{'channel' if channel else 'topic'} {topic}{'/' + channel if channel else ''}"
@@ -76,7 +81,9 @@ def run_action(app, action: str, topic: str, channel: str | None, nsqd, lookupd,
                              for s in steps))
     failed = [s for s in steps if not s.ok]
     if failed:
-        raise NSQError(f"{action} failed on {len(failed)} of {len(steps)} node(s): {failed[0].error}")
+        server = "nsqlookupd" if failed[0].kind == "nsqlookupd" else "nsqd"
+        raise NSQError(with_hint(f"{action} failed on {len(failed)} of {len(steps)} node(s): {failed[0].error}",
+                                 [failed[0].error], server))
     app.info(f"{name}: {action} done on {len(steps)} node(s)")
     return 0
 

@@ -25,7 +25,20 @@ def _sub(**kw):
     return click.command(cls=Command, uses_context=False, **kw)
 
 
-@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
+class _Group(Group):
+    """A context that cannot be read (wrong type, config dir is a file ...) is a usage error of
+    every subcommand: one line, exit 2."""
+
+    def invoke(self, ctx: click.Context):
+        from ... import contexts
+
+        try:
+            return super().invoke(ctx)
+        except contexts.ContextError as e:
+            raise click.UsageError(str(e), ctx) from None
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 def context():
     """Named connection settings: save a cluster's addresses, TLS and auth once, then use it
     with --context NAME, NSQCLI_CONTEXT=NAME, or select it as the default.
@@ -99,23 +112,28 @@ def add(app, name, nsqd_tcp, nsqd_http, lookupd, select_it, force, **settings):
 @_sub(name="ls", examples="nsqcli context ls\nnsqcli context ls --json")
 @option("--json", "as_json", is_flag=True, help="JSON on stdout.")
 def ls(as_json):
-    """List the saved contexts; the selected one is marked with '*'."""
+    """List the saved contexts; the selected one is marked with '*', one whose sandbox is gone
+    with '(stale: ...)'."""
     from ... import contexts
     from ..app import write_stdout
 
     chosen = contexts.selected()
     rows = []
     for n in contexts.names():
+        stale = None
         try:
-            desc = contexts.load(n).get("description", "")
+            data = contexts.load(n)
+            desc, stale = data.get("description", ""), contexts.stale(data)
         except contexts.ContextError as e:
             desc = f"(unreadable: {e})"
-        rows.append({"name": n, "selected": n == chosen, "description": desc})
+        rows.append({"name": n, "selected": n == chosen, "description": desc,
+                     **({"stale": f"the sandbox that saved it is gone ({stale})"} if stale else {})})
     if as_json:
         write_stdout(json.dumps(rows) + "\n")
     elif rows:
         width = max(len(r["name"]) for r in rows)
-        write_stdout("".join(f"{'*' if r['selected'] else ' '} {r['name']:<{width}}  {r['description']}".rstrip() + "\n"
+        write_stdout("".join(f"{'*' if r['selected'] else ' '} {r['name']:<{width}}  {r['description']}"
+                             f"{'  (stale: ' + r['stale'] + ')' if r.get('stale') else ''}".rstrip() + "\n"
                              for r in rows))
     else:
         click.echo("nsqcli: no contexts yet; create one with 'nsqcli context add NAME ...'", err=True)

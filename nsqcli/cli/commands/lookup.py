@@ -43,8 +43,11 @@ def lookup(app, topic, nodes, as_json, lookupds):
         raise click.UsageError("--topic and --nodes cannot be used together")
     addresses = list(lookupds) or [DEFAULT_LOOKUPD]
     view = cluster_view(addresses, topic)
-    if not view.answered:  # said once, as the error
-        raise NSQError(f"no nsqlookupd answered ({', '.join(addresses)}): {'; '.join(map(str, view.errors))}")
+    if not view.answered:  # said once, as the error, with a port hint when one applies
+        from ..footguns import with_hint
+
+        raise NSQError(with_hint(f"no nsqlookupd answered ({', '.join(addresses)}): "
+                                 f"{'; '.join(map(str, view.errors))}", view.errors, "nsqlookupd"))
     for e in view.errors:
         app.warn(f"nsqlookupd failed: {e}")
     doc = _document(view, topic, nodes)

@@ -147,7 +147,9 @@ def _install(app) -> int:
 def _save(app, sb, name: str) -> None:
     from ... import contexts
 
-    settings = {"description": f"nsqcli sandbox (data in {sb.base_dir})",
+    import os
+
+    settings = {"description": f"nsqcli sandbox (data in {sb.base_dir})", "sandbox-pid": os.getpid(),
                 "nsqd-tcp-address": [s.tcp_address for s in sb.nsqds],
                 "nsqd-http-address": [s.http_address for s in sb.nsqds]}
     if sb.lookupd:

@@ -98,11 +98,15 @@ def stat(app, topic, channel, nsqd, lookupd, interval, count, per_node, clients,
     answered = False
     down_before: set[str] = set()
     lookupd_errors: set[str] = set()
+    down: dict = {}  # the last poll's failed nodes, for the port hint if none ever answered
     view = _LiveView(app, clients) if live else None
     try:
         while not stop.is_set():
             nodes = discover(app, nsqd, lookupd, topic, lookupd_errors, first=last is None)
             sample = poll_nodes(nodes, topic, channel, clients=True)
+            down = sample.down
+            if topic and last is None:
+                _require_topic(topic, sample, lookupd, nodes, lookupd_errors)
             answered |= bool(sample.stats)
             rows = compute_rows(last, sample, per_node, history)
             for node in set(sample.down) - down_before:
@@ -130,8 +134,25 @@ def stat(app, topic, channel, nsqd, lookupd, interval, count, per_node, clients,
         if view is not None:
             view.stop()
     if not answered:
-        raise NSQError("no nsqd answered /stats: " + (", ".join(nsqd) or "none found through nsqlookupd"))
+        from ..footguns import with_hint
+
+        text = "no nsqd answered /stats: " + (", ".join(nsqd) or "none found through nsqlookupd")
+        hinted = with_hint(text, down.values(), "nsqd")
+        raise NSQError(hinted if hinted != text else with_hint(text, lookupd_errors, "nsqlookupd"))
     return 0
+
+
+def _require_topic(topic: str, sample, lookupd: list, nodes: list, lookupd_errors: set) -> None:
+    """At the first poll: a topic that no node that answered carries (and no lookupd that
+    answered knows) is an error, as in `nsqcli lookup` - not an empty report forever."""
+    from ...errors import NSQError
+
+    if any(t.get("topic_name") == topic for st in sample.stats.values() for t in st.get("topics") or []):
+        return
+    if sample.stats:
+        raise NSQError(f"topic {topic!r} exists on no nsqd (asked {', '.join(sorted(sample.stats))})")
+    if lookupd and not nodes and len(lookupd_errors) < len(lookupd):
+        raise NSQError(f"topic {topic!r} is unknown to nsqlookupd {', '.join(lookupd)}")
 
 
 def _merge(last, sample):

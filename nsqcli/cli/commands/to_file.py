@@ -100,6 +100,7 @@ def to_file(app, topics, topic_pattern, topic_refresh, channel, max_in_flight, o
         opts.validate()
     except ValueError as e:
         raise click.UsageError(str(e)) from None
+    _check_writable(output_dir, work_dir)
     _check_same_filesystem(output_dir, work_dir)
     cfg = build_config(conn, max_in_flight=max_in_flight, max_attempts=0)
     if cfg.msg_timeout is not None and sync_interval >= cfg.msg_timeout:
@@ -125,6 +126,9 @@ def to_file(app, topics, topic_pattern, topic_refresh, channel, max_in_flight, o
     stop_on_signals(archiver.stop_event)
     signal.signal(signal.SIGHUP, lambda *_: archiver.hup_event.set())
     archiver.start()
+    if topic_pattern and not archiver.topics:  # said once; "archiving topic X" when one comes
+        logger.info("waiting for a topic matching %r: nsqlookupd %s knows none with a producer yet "
+                    "(asked every %gs)", topic_pattern, ", ".join(lookupd), topic_refresh)
     view = None
     if show_live:
         from ..views import LiveArchive
@@ -170,6 +174,23 @@ def _existing(path: str) -> str:
     while not os.path.exists(path):
         path = os.path.dirname(path)
     return path
+
+
+def _check_writable(output_dir: str, work_dir: str | None) -> None:
+    """Refused before subscribing (it used to fail at the first message): a directory that
+    cannot be created or written is a bad --output-dir / --work-dir, like one that is a file."""
+    from ...archive.files import check_writable_dir
+
+    for flag, path in (("--output-dir", output_dir), ("--work-dir", work_dir)):
+        if not path:
+            continue
+        try:
+            check_writable_dir(path)
+        except OSError as e:
+            name = str(e.filename or "")
+            where = f": {name}" if name and name != path and ".nsqcli-probe-" not in name else ""
+            raise click.BadParameter(f"cannot write files in {path!r} ({e.strerror or e}{where})",
+                                     param_hint=f"'{flag}'") from None
 
 
 def _check_same_filesystem(output_dir: str, work_dir: str | None) -> None:
