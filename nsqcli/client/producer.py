@@ -114,6 +114,9 @@ class Producer(ConnectionDelegate):
         self._current = 0
         self._lock = threading.Lock()
         self._closed = False
+        #: a context manager around each connection attempt (the CLI's: a signal during a
+        #: handshake that never ends raises there)
+        self.connecting = None
 
     def __enter__(self) -> "Producer":
         return self
@@ -130,7 +133,11 @@ class Producer(ConnectionDelegate):
             if self._closed:
                 raise TransportError("producer is closed", address)
             conn = Connection(address, self.config, self, name="producer", dial=self._dial)
-            conn.connect(deadline=self.deadline)
+            if self.connecting is None:
+                conn.connect(deadline=self.deadline)
+            else:
+                with self.connecting():
+                    conn.connect(deadline=self.deadline)
             self._links[address] = conn
             return conn
 

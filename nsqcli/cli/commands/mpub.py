@@ -275,7 +275,7 @@ def mpub(app, topic, files, delimiter, null, count, as_json, fmt, batch_size, li
     if progress:
         records.listeners.append(progress.update)
     stopper = GracefulStop().install()
-    records.blocking = stopper.blocking
+    records.blocking = producer.connecting = stopper.blocking
     try:
         if defer is not None:
             _publish_deferred(producer, topic, records, defer, rate, stopper.event)

@@ -78,9 +78,9 @@ def stat(app, topic, channel, nsqd, lookupd, interval, count, per_node, clients,
         nsqd = ["127.0.0.1:4151"]
     live = sys.stdout.isatty() and not as_json if live is None else live
     stop = threading.Event()
-    from ..app import stop_on_signals
+    from ..signals import GracefulStop
 
-    stop_on_signals(stop)
+    stopper = GracefulStop(stop).install()
     history: dict = {}
     last = None  # latest answer of every node, for rates
     reports = 0
@@ -90,8 +90,9 @@ def stat(app, topic, channel, nsqd, lookupd, interval, count, per_node, clients,
     view = _LiveView(app, clients) if live else None
     try:
         while not stop.is_set():
-            nodes = discover(app, nsqd, lookupd, topic, lookupd_errors)
-            sample = poll_nodes(nodes, topic, channel, clients=True)
+            with stopper.blocking():  # a node that never answers: a signal ends the wait (130)
+                nodes = discover(app, nsqd, lookupd, topic, lookupd_errors)
+                sample = poll_nodes(nodes, topic, channel, clients=True)
             answered |= bool(sample.stats)
             rows = compute_rows(last, sample, per_node, history)
             for node in set(sample.down) - down_before:

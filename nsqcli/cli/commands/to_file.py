@@ -136,11 +136,12 @@ def to_file(app, topics, topic_pattern, topic_refresh, channel, max_in_flight, o
                         lookupd=lookupd, sync_interval=sync_interval,
                         on_error=lambda e: source_error(outages, e),
                         status_interval=0.0 if show_live else status_interval)
-    from ..app import stop_on_signals
+    from ..signals import GracefulStop
 
-    stop_on_signals(archiver.stop_event)
+    stopper = GracefulStop(archiver.stop_event).install()
     signal.signal(signal.SIGHUP, lambda *_: archiver.hup_event.set())
-    archiver.start()
+    with stopper.blocking():  # a signal while connecting ends it at once (130)
+        archiver.start()
     view = None
     if show_live:
         from ..views import LiveArchive
