@@ -160,7 +160,8 @@ def _json(rows, sample, clients: bool) -> None:
 
 
 class _LiveView:
-    """The dashboard on the terminal (stdout), refitted to the terminal's width at each sample."""
+    """The dashboard on the terminal (stdout), refitted to the terminal's width and height at
+    each sample (the rows that fit and "+N more": the title never scrolls away)."""
 
     def __init__(self, app, clients: bool):
         from rich.live import Live
@@ -173,7 +174,11 @@ class _LiveView:
         self.live.start()
 
     def update(self, rows, sample, interval) -> None:
-        self.live.update(self.render(rows, sample, self.clients, width=self.live.console.width), refresh=True)
+        from ..views import live_height
+
+        console = self.live.console
+        self.live.update(self.render(rows, sample, self.clients, width=console.width, height=live_height(console)),
+                         refresh=True)
 
     def stop(self) -> None:
         self.live.stop()
