@@ -101,7 +101,9 @@ def test_global_flags_work_after_the_subcommand(nsqd, topic):
     assert r.returncode == 0 and r.stderr == b""  # the AUTH warning is silenced by -q
     r = run_nsqcli(["pub", topic, "x", "--auth-secret", "s"], env)
     assert r.returncode == 0
-    assert r.stderr.decode() == (f"nsqcli: warning: nsqd {nsqd.tcp_address} does not use AUTH: the --auth-secret "
+    assert r.stderr.decode() == ("nsqcli: warning: --auth-secret on the command line is visible to every user in "
+                                 "'ps': use --auth-secret-file or NSQCLI_AUTH_SECRET\n"
+                                 f"nsqcli: warning: nsqd {nsqd.tcp_address} does not use AUTH: the --auth-secret "
                                  "was not sent (is this the cluster you meant?)\n")
     r = run_nsqcli(["pub", topic, "x", "-v"], env)
     assert r.returncode == 0 and f"published 1 bytes to {nsqd.tcp_address}" in r.stderr.decode()

@@ -41,7 +41,9 @@ def connection_options(consumer: bool = False):
         _opt("--deflate", group="Compression", is_flag=True, envvar="NSQCLI_DEFLATE", help="Negotiate deflate compression."),
         _opt("--deflate-level", group="Compression", type=click.IntRange(1, 9), default=6, envvar="NSQCLI_DEFLATE_LEVEL",
              help="Deflate level (nsqd caps it at its --max-deflate-level)."),
-        _opt("--auth-secret", group="Auth", envvar="NSQCLI_AUTH_SECRET", help="Secret for nsqd AUTH (never logged)."),
+        _opt("--auth-secret", group="Auth", envvar="NSQCLI_AUTH_SECRET",
+             help="Secret for nsqd AUTH (never logged). On the command line it is visible to every user "
+                  "in 'ps': prefer --auth-secret-file or NSQCLI_AUTH_SECRET."),
         _opt("--auth-secret-file", group="Auth", type=click.Path(exists=True, dir_okay=False),
              envvar="NSQCLI_AUTH_SECRET_FILE", help="Read the AUTH secret from this file."),
         _opt("--client-id", envvar="NSQCLI_CLIENT_ID", help="client_id sent in IDENTIFY (default: short hostname)."),
@@ -85,7 +87,8 @@ def destination_options(f):
         _opt("--destination-deflate", "dest_deflate", is_flag=True, group="Destination", show_envvar=False),
         _opt("--destination-auth-secret", "dest_auth_secret", group="Destination", show_envvar=False,
              envvar="NSQCLI_DESTINATION_AUTH_SECRET", help="AUTH secret for the destination (env: "
-             "NSQCLI_DESTINATION_AUTH_SECRET)."),
+             "NSQCLI_DESTINATION_AUTH_SECRET). On the command line it is visible to every user in 'ps': "
+             "prefer --destination-auth-secret-file or the variable."),
         _opt("--destination-auth-secret-file", "dest_auth_secret_file", type=click.Path(exists=True, dir_okay=False),
              group="Destination", show_envvar=False),
     ]
@@ -96,7 +99,9 @@ def destination_options(f):
 
 def pop_destination(kwargs: dict) -> dict:
     """The --destination-* options as connection options (same keys as pop_connection)."""
-    return {k[len("dest_"):]: kwargs.pop(k) for k in list(kwargs) if k.startswith("dest_")}
+    dest = {k[len("dest_"):]: kwargs.pop(k) for k in list(kwargs) if k.startswith("dest_")}
+    dest["option_prefix"] = "destination-"  # for messages about its options
+    return dest
 
 
 CONNECTION_KEYS = ("nsqd_tcp_addresses", "lookupd_http_addresses", "tls", "tls_ca_file", "tls_cert",
@@ -118,6 +123,7 @@ def build_config(conn: dict, **extra):
         raise click.UsageError("--snappy and --deflate cannot be used together")
     if bool(conn.get("tls_cert")) != bool(conn.get("tls_key")):
         raise click.UsageError("--tls-cert and --tls-key go together")
+    security_hints(conn)
     secret = conn.get("auth_secret")
     if conn.get("auth_secret_file"):
         with open(conn["auth_secret_file"], encoding="utf-8") as f:
@@ -139,6 +145,50 @@ def build_config(conn: dict, **extra):
         fields["lookupd_poll_interval"] = max(0.1, conn["lookupd_poll_interval"])
     fields.update(extra)
     return Config(**fields)
+
+
+def security_hints(conn: dict) -> None:
+    """Warnings about options that weaken security, each said once per run however many
+    connections (and configs) the command makes: certificates not verified, an AUTH secret
+    file others can read (as ssh says of keys), a secret on the command line (``ps`` shows it)."""
+    import os
+
+    prefix = conn.get("option_prefix", "")
+    if conn.get("tls_insecure_skip_verify"):
+        _hint_once(f"--{prefix}tls-insecure-skip-verify: nsqd's certificate and hostname are not checked; "
+                   "anyone on the path can read and change the traffic")
+    path = conn.get("auth_secret_file")
+    if path:
+        try:
+            mode = os.stat(path).st_mode & 0o777
+        except OSError:
+            mode = 0
+        if mode & 0o077:
+            _hint_once(f"--{prefix}auth-secret-file {path} has mode {mode:04o}: other users may read the "
+                       f"secret; chmod 600 {path}")
+    ctx = click.get_current_context(silent=True)
+    name = ("dest_" if prefix else "") + "auth_secret"
+    if conn.get("auth_secret") and ctx is not None and name in ctx.params:
+        from click.core import ParameterSource
+
+        if ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE:
+            env = "NSQCLI_" + (prefix.upper().replace("-", "_")) + "AUTH_SECRET"
+            _hint_once(f"--{prefix}auth-secret on the command line is visible to every user in 'ps': use "
+                       f"--{prefix}auth-secret-file or {env}")
+
+
+def _hint_once(text: str) -> None:
+    """One warning line, once per run (the run's click context holds what was said)."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return
+    said = ctx.find_root().meta.setdefault("nsqcli.hints", set())
+    if text in said:
+        return
+    said.add(text)
+    app = ctx.obj
+    if app is not None and hasattr(app, "warn"):
+        app.warn(text)
 
 
 def _once_to_stderr():

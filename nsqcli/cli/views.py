@@ -26,8 +26,35 @@ def _cell_width(value) -> int:
     return len(value.plain) if hasattr(value, "plain") else len(str(value))
 
 
-def fitted_table(title: str, cols: list[Col], rows: list[list], width: int, caption: str = ""):
-    """A rich Table of ``rows`` that fits ``width``: short headers, then fewer columns."""
+def fitted_table(title: str, cols: list[Col], rows: list[list], width: int, caption: str = "",
+                 height: int | None = None):
+    """A rich Table of ``rows`` that fits ``width``: short headers, then fewer columns; and,
+    with ``height``, at most that many lines: the first rows that fit and a "+N more" row."""
+    table = _fitted_table(title, cols, rows, width, caption)
+    if height is None or not rows or rendered_height(table, width) <= height:
+        return table
+    lo, hi = 0, len(rows) - 1  # the most rows that fit with the "+N more" row below them
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if rendered_height(_fitted_table(title, cols, rows[:mid], width, caption, len(rows) - mid), width) <= height:
+            lo = mid
+        else:
+            hi = mid - 1
+    return _fitted_table(title, cols, rows[:lo], width, caption, len(rows) - lo)
+
+
+def rendered_height(renderable, width: int) -> int:
+    """Lines ``renderable`` takes on a terminal ``width`` columns wide."""
+    import io
+
+    from rich.console import Console
+
+    console = Console(file=io.StringIO(), width=width, height=10_000, color_system=None)
+    return len(console.render_lines(renderable, console.options, pad=False))
+
+
+def _fitted_table(title: str, cols: list[Col], rows: list[list], width: int, caption: str = "",
+                  more: int = 0):
     from rich.table import Table
 
     fold_at = max(16, width // 3)  # a long name (topic/channel) wraps at this width instead of
@@ -60,6 +87,8 @@ def fitted_table(title: str, cols: list[Col], rows: list[list], width: int, capt
                          no_wrap=cols[i].priority > 1, overflow="fold")
     for r in rows:
         table.add_row(*[r[i] if hasattr(r[i], "plain") else str(r[i]) for i in idx])
+    if more:
+        table.add_row(f"+{more} more", *[""] * (len(idx) - 1), style="dim")
     return table
 
 
@@ -101,15 +130,17 @@ def _common_domain_suffix(hosts: set[str]) -> str:
 
 
 CONNECTION_COLS = [Col("topic", "topic", 2, False), Col("nsqd", "nsqd", 1, False), Col("state", "state", 6, False),
-                   Col("RDY", "RDY", 1), Col("in-flight", "infl", 1), Col("received", "recv", 2),
+                   Col("RDY", "RDY", 1), Col("in-flight", "infl", 1), Col("msgs/s", "msg/s", 2),
+                   Col("received", "recv", 2),
                    Col("FINed", "fin", 2), Col("requeued", "req", 3), Col("timed out", "t-o", 3),
                    Col("lost acks", "lost", 4), Col("late", "late", 6), Col("backoff", "backoff", 2, False),
                    Col("last msg", "last", 5)]
 
 
-def connections_table(consumers, width: int = 120):
-    """A row per connection: RDY, in flight (held by nsqcli, not yet answered), received, FINed,
-    requeued, timed out (answered after nsqd's timeout), lost acks, late, backoff state."""
+def connections_table(consumers, width: int = 120, height: int | None = None, rates: "Rates | None" = None):
+    """A row per connection: RDY, in flight (held by nsqcli, not yet answered), messages a
+    second (over the last second or so, from ``rates``), received, FINed, requeued, timed out
+    (answered after nsqd's timeout), lost acks, late, backoff state. At most ``height`` lines."""
     now = time.time()
     snaps = [(c.topic, s) for c in consumers for s in c.stats()]
     names, note = short_names([s.address for _, s in snaps])
@@ -118,13 +149,38 @@ def connections_table(consumers, width: int = 120):
     rows = []
     for topic, s in snaps:
         age = f"{now - s.last_message:.1f}s" if s.last_message else "-"
-        row = [topic, names.get(s.address, s.address), s.state, s.rdy, s.in_flight, f"{s.received:,}",
+        rate = rates.rate((topic, s.address), s.received) if rates is not None else None
+        row = [topic, names.get(s.address, s.address), s.state, s.rdy, s.in_flight,
+               "-" if rate is None else f"{rate:,.0f}", f"{s.received:,}",
                f"{s.finished:,}", f"{s.requeued:,}", s.timed_out, s.lost, s.late, s.backoff or "-", age]
         rows.append(row[1:] if one_topic else row)
     title = "nsqcli connections" + (f" - {consumers[0].topic}" if one_topic and consumers else "")
     if not rows:
         return fitted_table(title, cols, [], width, caption="no nsqd connected yet")
-    return fitted_table(title, cols, rows, width, caption=note)
+    return fitted_table(title, cols, rows, width, caption=note, height=height)
+
+
+class Rates:
+    """Per-key rates of a growing count, each over the last second or more of refreshes."""
+
+    def __init__(self, clock=time.monotonic):
+        self.clock = clock
+        self._last: dict = {}   # key -> (time, count) of the window's start
+        self._rate: dict = {}
+
+    def rate(self, key, count: int) -> float | None:
+        now = self.clock()
+        t0, n0 = self._last.setdefault(key, (now, count))
+        if now - t0 >= 1.0:
+            self._rate[key] = (count - n0) / (now - t0)
+            self._last[key] = (now, count)
+        return self._rate.get(key)
+
+
+def live_height(console) -> int:
+    """Lines a live view may take: the terminal's height less one (the cursor's line), so a
+    refresh redraws in place instead of scrolling its top away."""
+    return max(4, console.height - 1)
 
 
 class LiveConnections:
@@ -132,8 +188,11 @@ class LiveConnections:
         from rich.live import Live
 
         self.consumers = consumers
-        self.live = Live(get_renderable=lambda: connections_table(self.consumers, console.width), console=console,
-                         refresh_per_second=refresh_per_second, transient=False, vertical_overflow="visible")
+        self.rates = Rates()
+        self.live = Live(get_renderable=lambda: connections_table(self.consumers, console.width,
+                                                                  live_height(console), self.rates),
+                         console=console, refresh_per_second=refresh_per_second, transient=False,
+                         vertical_overflow="visible")
 
     def start(self) -> "LiveConnections":
         self.live.start()
@@ -148,7 +207,7 @@ ARCHIVE_COLS = [Col("topic", "topic", 1, False), Col("current file", "file", 4, 
                 Col("syncs", "syncs", 5), Col("last sync", "synced", 2), Col("files closed", "closed", 5)]
 
 
-def archive_table(archiver, width: int = 120):
+def archive_table(archiver, width: int = 120, height: int | None = None):
     import os
 
     now = time.time()
@@ -159,7 +218,8 @@ def archive_table(archiver, width: int = 120):
         rows.append([row["topic"], os.path.basename(row["file"]) if row["file"] else "-", f"{row['size']:,}",
                      f"{row['received']:,}", f"{rate:,.0f}", row["pending"], row["syncs"], age, row["closed"]])
     work = next((os.path.dirname(r["file"]) for r in archiver.status() if r["file"]), "")
-    return fitted_table("nsqcli to-file", ARCHIVE_COLS, rows, width, caption=f"in {work}" if work else "")
+    return fitted_table("nsqcli to-file", ARCHIVE_COLS, rows, width, caption=f"in {work}" if work else "",
+                        height=height)
 
 
 class LiveArchive:
@@ -173,10 +233,15 @@ class LiveArchive:
         self._last: dict[str, tuple[float, int]] = {}
         archiver.rates = {}
 
-        def render():
+        rates = Rates()
+
+        def render():  # the topics get half the height (at least), the connections the rest
             self._update_rates()
             consumers = [a.consumer for a in list(archiver.topics.values())]
-            return Group(archive_table(archiver, console.width), connections_table(consumers, console.width))
+            width, height = console.width, live_height(console)
+            topics = archive_table(archiver, width, max(4, height // 2))
+            rest = max(4, height - rendered_height(topics, width))
+            return Group(topics, connections_table(consumers, width, rest, rates))
 
         self.live = Live(get_renderable=render, console=console, refresh_per_second=refresh_per_second,
                          vertical_overflow="visible")
@@ -217,9 +282,10 @@ CLIENT_COLS = [Col("topic/channel", "topic/channel", 1, False), Col("client", "c
                Col("FINed", "fin", 2), Col("requeued", "req", 2), Col("connected for", "up", 3)]
 
 
-def dashboard(rows, sample, clients: bool = False, width: int = 120):
+def dashboard(rows, sample, clients: bool = False, width: int = 120, height: int | None = None):
     """The `nsqcli stat` live view of one sample: a row per topic/channel (or node), rates,
-    depth with a sparkline, time to drain, warnings; nodes down; optionally every client."""
+    depth with a sparkline, time to drain, warnings; nodes down; optionally every client.
+    With ``height``: at most that many lines ("+N more" rows; clients get at most half)."""
     from rich.console import Group
     from rich.text import Text
 
@@ -234,19 +300,28 @@ def dashboard(rows, sample, clients: bool = False, width: int = 120):
     cols = STAT_COLS
     if not any(r[-1].plain for r in body):  # no warnings anywhere: no empty column
         cols, body = cols[:-1], [r[:-1] for r in body]
-    parts = [fitted_table("nsqcli stat", cols, body, width, caption=note)]
     status = Text(f"nodes up: {len(sample.stats)}")
     if sample.down:
         status.append(f"   down: {', '.join(sorted(sample.down))}", style="bold red")
-    parts.append(status)
-    if clients:
-        now = time.time()
-        client_rows = [[f"{r.topic}/{r.channel}", cl.get("client_id") or cl.get("remote_address", ""),
-                        cl.get("user_agent", ""), cl.get("ready_count", 0), cl.get("in_flight_count", 0),
-                        f"{cl.get('finish_count', 0):,}", f"{cl.get('requeue_count', 0):,}",
-                        f"{now - cl.get('connect_ts', now):.0f}s"] for r in rows for cl in r.client_list]
-        for cr, cl in zip(client_rows, [cl for r in rows for cl in r.client_list]):
-            if cl.get("client_id") and cl.get("remote_address"):
-                cr[1] = f"{cl['client_id']} {cl['remote_address']}"
-        parts.append(fitted_table("clients", CLIENT_COLS, client_rows, width))
+    client_table = _clients_table(rows, width, None if height is None else max(4, height // 2)) if clients else None
+    left = None
+    if height is not None:
+        left = max(4, height - rendered_height(status, width)
+                   - (rendered_height(client_table, width) if client_table is not None else 0))
+    parts = [fitted_table("nsqcli stat", cols, body, width, caption=note, height=left), status]
+    if client_table is not None:
+        parts.append(client_table)
     return Group(*parts)
+
+
+def _clients_table(rows, width: int, height: int | None):
+    """Every client of every row, at most ``height`` lines."""
+    now = time.time()
+    client_rows = [[f"{r.topic}/{r.channel}", cl.get("client_id") or cl.get("remote_address", ""),
+                    cl.get("user_agent", ""), cl.get("ready_count", 0), cl.get("in_flight_count", 0),
+                    f"{cl.get('finish_count', 0):,}", f"{cl.get('requeue_count', 0):,}",
+                    f"{now - cl.get('connect_ts', now):.0f}s"] for r in rows for cl in r.client_list]
+    for cr, cl in zip(client_rows, [cl for r in rows for cl in r.client_list]):
+        if cl.get("client_id") and cl.get("remote_address"):
+            cr[1] = f"{cl['client_id']} {cl['remote_address']}"
+    return fitted_table("clients", CLIENT_COLS, client_rows, width, height=height)

@@ -112,6 +112,9 @@ class Producer(ConnectionDelegate):
         self._current = 0
         self._lock = threading.Lock()
         self._closed = False
+        #: a context manager around each connection attempt (the CLI's: a signal during a
+        #: handshake that never ends raises there)
+        self.connecting = None
 
     def __enter__(self) -> "Producer":
         return self
@@ -128,7 +131,11 @@ class Producer(ConnectionDelegate):
             if self._closed:
                 raise TransportError("producer is closed", address)
             conn = Connection(address, self.config, self, name="producer", dial=self._dial)
-            conn.connect(deadline=self.deadline)
+            if self.connecting is None:
+                conn.connect(deadline=self.deadline)
+            else:
+                with self.connecting():
+                    conn.connect(deadline=self.deadline)
             self._links[address] = conn
             return conn
 
@@ -323,6 +330,9 @@ class Producer(ConnectionDelegate):
         exactly how many messages nsqd acknowledged: the first ``published`` messages, in order,
         and no other.
 
+        A body :data:`FLUSH` (between bodies) sends the batch taken so far without waiting for
+        it to fill: a source that streams slowly yields it when its linger time has passed.
+
         ``retries``: when every nsqd address failed (unreachable, connection lost, or nsqd
         answered E_PUB_FAILED/E_MPUB_FAILED), wait ``retry_backoff`` seconds (doubling, at most
         30) and go round the addresses again, this many times, before giving up."""
@@ -372,6 +382,18 @@ class Pacer:
             time.sleep(delay)
 
 
+class _Flush:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "FLUSH"
+
+
+#: yielded by a publish_iter source between bodies: the batch taken so far is sent now, not
+#: when it is full (a source that waited long enough for more: ``mpub --linger``)
+FLUSH = _Flush()
+
+
 class Stopped(Exception):
     """publish_iter's ``stop`` event was set: the source was not read further."""
 
@@ -382,6 +404,10 @@ class Stopped(Exception):
 #: nsqd refused a batch as too big (E_BAD_BODY: over --max-body-size; E_BAD_MESSAGE: one of its
 #: messages over --max-msg-size): split it and send the halves
 TOO_BIG = ("E_BAD_BODY", "E_BAD_MESSAGE")
+
+
+def _answered(entry: Entry) -> bool:
+    return entry.future is not None and entry.future.done()
 
 
 class _IterPublish:
@@ -433,6 +459,13 @@ class _IterPublish:
         try:
             for body in bodies:  # hot loop: locals only
                 if type(body) is not bytes:
+                    if body is FLUSH:  # the source has nothing more for now: send what there is
+                        if cur:
+                            yield cur, len(cur), size, topic
+                            cur = []
+                            append = cur.append
+                            size = 4
+                        continue
                     body = body.encode("utf-8") if isinstance(body, str) else bytes(body)
                 n = len(body)
                 if n == 0 or n > max_msg:
@@ -472,10 +505,11 @@ class _IterPublish:
             for batch, count, nbytes, topic in batches:
                 if self.pacer is not None:
                     self.pacer.wait(count)
-                self.ledger.take(batch, count, nbytes, topic)
+                ledger = self.ledger
+                ledger.take(batch, count, nbytes, topic)
                 self._fill()
-                while len(self.ledger) >= self.window:
-                    self._settle_head()
+                while ledger.entries and (len(ledger) >= self.window or _answered(ledger.entries[0])):
+                    self._settle_head()  # answered ones at once: progress is not held back
                 if stop is not None and stop.is_set():
                     raise Stopped()
             while self.ledger.entries:

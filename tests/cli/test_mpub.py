@@ -104,3 +104,41 @@ def test_tiny_limits_and_one_record_over_them_count_exactly(nsqd_factory, topic,
     doc = json.loads(r.stdout)
     assert r.returncode == 1 and f"record {big + 1} refused by nsqd" in r.stderr.decode(), r.stderr
     assert doc["published"] == doc["resume_skip"] == big == _held(server, topic)
+
+
+def _streaming_mpub(nsqd, topic, *args):
+    return subprocess.Popen(NSQCLI + ["mpub", "-t", topic, "--json", "--nsqd-tcp-address", nsqd.tcp_address,
+                                      *args],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=clean_env())
+
+
+def test_records_from_a_pipe_that_stays_open_reach_nsqd_within_the_linger(nsqd, topic):
+    """`tail -F app.log | nsqcli mpub`: three records, stdin still open - they are in nsqd now,
+    not once 500 (a batch) have piled up or the pipe closes."""
+    proc = _streaming_mpub(nsqd, topic)
+    try:
+        proc.stdin.write(b"one\ntwo\nthree\n")
+        proc.stdin.flush()
+        wait_for(lambda: _held(nsqd, topic) == 3, 15, what="3 records in nsqd while stdin is open")
+        assert proc.poll() is None  # still reading
+        proc.stdin.write(b"four\n")
+        proc.stdin.flush()
+        wait_for(lambda: _held(nsqd, topic) == 4, 15, what="the 4th record, later")
+    finally:
+        out, err = proc.communicate(timeout=30)  # closes stdin
+    assert proc.returncode == 0, err
+    doc = json.loads(out)
+    assert (doc["published"], doc["failed"], doc["resume_skip"]) == (4, 0, 4) and _held(nsqd, topic) == 4
+
+
+def test_an_interrupt_while_the_pipe_is_quiet_counts_the_lingered_records(nsqd, topic):
+    proc = _streaming_mpub(nsqd, topic, "--linger", "10ms")
+    proc.stdin.write(b"a\nb\nc\npartial")
+    proc.stdin.flush()
+    wait_for(lambda: _held(nsqd, topic) == 3, 15, what="3 records in nsqd")
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    doc = json.loads(out)
+    assert (doc["published"], doc["resume_skip"]) == (3, 3) and _held(nsqd, topic) == 3
+    assert b"resume with --skip 3" in err and b"Traceback" not in err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import sys
 import time
 
@@ -15,21 +16,71 @@ from ..types import DELIMITER, DURATION
 CHUNK = 1 << 20
 
 
-def read_records(stream, delimiter: bytes, blocking=None):
+def read_records(stream, delimiter: bytes, blocking=None, linger: float | None = None):
     """Yield records split by one delimiter byte. A missing final delimiter keeps the last
     record whole (the official to_nsq drops its last byte). Empty records are yielded as b"".
-    ``blocking``: a context manager around each read (a signal may interrupt it there)."""
-    from ...records import split_records
+    ``blocking``: a context manager around each read (a signal may interrupt it there).
+    ``linger`` (seconds): when records read have waited that long for more input (a pipe from
+    ``tail -F``), the producer's FLUSH is yielded between records (see :func:`read_chunks`)."""
+    from ...client.producer import FLUSH
 
-    read = getattr(stream, "read1", stream.read)  # what is there now: a slow pipe is not held back
-    if blocking is None:
-        return split_records(iter(lambda: read(CHUNK), b""), delimiter)
+    rest = b""
+    for chunk in read_chunks(stream, blocking or contextlib.nullcontext, linger):
+        if chunk is FLUSH:
+            yield chunk
+            continue
+        parts = (rest + chunk).split(delimiter)
+        rest = parts.pop()
+        yield from parts
+    if rest:
+        yield rest
 
-    def chunk() -> bytes:
+
+def read_chunks(stream, blocking, linger: float | None):
+    """The bytes of ``stream``, chunk by chunk, as soon as they are there (a slow pipe is not
+    held back). With ``linger`` and a stream that has a file descriptor, FLUSH is yielded once
+    ``linger`` seconds have passed since the first chunk after the last FLUSH - at once when
+    input keeps coming, else when waiting for more input would pass that time (select on
+    the descriptor: no thread, and a signal interrupts the wait as it does a read)."""
+    from ...client.producer import FLUSH
+
+    fd = _fileno(stream) if linger is not None else None
+    if fd is None:
+        read = getattr(stream, "read1", stream.read)
+        while True:
+            with blocking():
+                data = read(CHUNK)
+            if not data:
+                return
+            yield data
+    import os
+    import select
+
+    since = None  # when the first chunk not yet flushed was read
+    while True:
+        if since is not None:
+            left = since + linger - time.monotonic()
+            if left > 0:
+                with blocking():
+                    ready = select.select((fd,), (), (), left)[0]
+            if left <= 0 or not ready:
+                since = None
+                yield FLUSH
+                continue
         with blocking():
-            return read(CHUNK)
+            data = os.read(fd, CHUNK)
+        if not data:
+            return
+        if since is None:
+            since = time.monotonic()
+        yield data
 
-    return split_records(iter(chunk, b""), delimiter)
+
+def _fileno(stream) -> int | None:
+    try:
+        return stream.fileno()
+    except (OSError, ValueError, AttributeError):  # io.BytesIO (tests), a wrapped stream
+        return None
 
 
 class Stats:
@@ -62,14 +113,19 @@ class Records:
         self.listeners: list = []
         self.limit = 0  # -n: stop after this many bodies
         self.blocking = None  # GracefulStop.blocking: reads a signal may interrupt
+        self.linger: float | None = None  # --linger: a partial batch waits at most this long for more input
 
     def __iter__(self):
         from ...records import envelope_body
+        from ...client.producer import FLUSH
 
         stats = self.stats
         given = 0
         for src in self.sources:
-            for rec in read_records(src, self.delimiter, self.blocking):
+            for rec in read_records(src, self.delimiter, self.blocking, self.linger):
+                if rec is FLUSH:
+                    yield rec
+                    continue
                 stats.records += 1
                 if stats.records <= self.skip:
                     stats.handled = self.last_done = stats.records
@@ -132,12 +188,14 @@ class Records:
 
 def _publish_deferred(producer, topic, records, defer, rate, stop, timeout=10.0):
     """DPUB one by one (nsqd has no deferred MPUB), paced like publish_iter."""
-    from ...client.producer import Pacer, Stopped
+    from ...client.producer import FLUSH, Pacer, Stopped
     from ...errors import PublishError
 
     pacer, done = Pacer(rate) if rate else None, 0
     try:
         for body in records:
+            if body is FLUSH:  # one by one: nothing waits to be sent
+                continue
             if stop.is_set():
                 raise Stopped()
             if pacer is not None:
@@ -169,6 +227,10 @@ nsqcli mpub -t events big.txt --skip 41000     # resume where an interrupted run
               help="json: each record is the NDJSON envelope written by 'tail --format json'.")
 @option("--batch-size", type=click.IntRange(1, 100000), default=500, show_default=True,
               help="Messages per MPUB (also bounded by --max-body-size).")
+@option("--linger", type=DURATION, default="50ms", show_default=True,
+              help="Send a batch that is not full once its first record has waited this long "
+                   "(records from a slow pipe like 'tail -F' arrive within it; like kcat's "
+                   "queue.buffering.max.ms). 0: send what was read at once.")
 @option("--rate", type=click.FloatRange(min=0, min_open=True), help="At most N messages per second.")
 @option("--defer", type=DURATION, help="Deliver each message after this delay (DPUB per message).")
 @option("--skip-invalid", is_flag=True,
@@ -181,7 +243,7 @@ nsqcli mpub -t events big.txt --skip 41000     # resume where an interrupted run
               help="nsqd's --max-body-size; MPUB batches stay below it.")
 @connection_options()
 @click.pass_obj
-def mpub(app, topic, rest, delimiter, null, count, as_json, fmt, batch_size, rate, defer, skip_invalid, skip,
+def mpub(app, topic, rest, delimiter, null, count, as_json, fmt, batch_size, linger, rate, defer, skip_invalid, skip,
          max_msg_size, max_body_size, **kwargs):
     """Publish every record of FILES (or stdin) to TOPIC.
 
@@ -207,12 +269,13 @@ def mpub(app, topic, rest, delimiter, null, count, as_json, fmt, batch_size, rat
     stats = Stats()
     records = Records(app, sources, delimiter, fmt, skip, skip_invalid, max_msg_size, stats)
     records.limit = count or 0
+    records.linger = linger
     producer = Producer(resolve_producers(app, conn, topic), cfg)
     progress = _Progress(app, stats, sources) if app.stderr_is_tty else None
     if progress:
         records.listeners.append(progress.update)
     stopper = GracefulStop().install()
-    records.blocking = stopper.blocking
+    records.blocking = producer.connecting = stopper.blocking
     try:
         if defer is not None:
             _publish_deferred(producer, topic, records, defer, rate, stopper.event)

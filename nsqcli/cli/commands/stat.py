@@ -89,9 +89,9 @@ def stat(app, topic, channel, nsqd, lookupd, interval, count, per_node, clients,
         nsqd = ["127.0.0.1:4151"]
     live = sys.stdout.isatty() and not as_json if live is None else live
     stop = threading.Event()
-    from ..app import stop_on_signals
+    from ..signals import GracefulStop
 
-    stop_on_signals(stop)
+    stopper = GracefulStop(stop).install()
     history: dict = {}
     last = None  # latest answer of every node, for rates
     reports = 0
@@ -102,8 +102,9 @@ def stat(app, topic, channel, nsqd, lookupd, interval, count, per_node, clients,
     view = _LiveView(app, clients) if live else None
     try:
         while not stop.is_set():
-            nodes = discover(app, nsqd, lookupd, topic, lookupd_errors, first=last is None)
-            sample = poll_nodes(nodes, topic, channel, clients=True)
+            with stopper.blocking():  # a node that never answers: a signal ends the wait (130)
+                nodes = discover(app, nsqd, lookupd, topic, lookupd_errors, first=last is None)
+                sample = poll_nodes(nodes, topic, channel, clients=True)
             down = sample.down
             if topic and last is None:
                 _require_topic(topic, sample, lookupd, nodes, lookupd_errors)
@@ -197,7 +198,8 @@ def _json(rows, sample, clients: bool) -> None:
 
 
 class _LiveView:
-    """The dashboard on the terminal (stdout), refitted to the terminal's width at each sample."""
+    """The dashboard on the terminal (stdout), refitted to the terminal's width and height at
+    each sample (the rows that fit and "+N more": the title never scrolls away)."""
 
     def __init__(self, app, clients: bool):
         from rich.live import Live
@@ -210,7 +212,11 @@ class _LiveView:
         self.live.start()
 
     def update(self, rows, sample, interval) -> None:
-        self.live.update(self.render(rows, sample, self.clients, width=self.live.console.width), refresh=True)
+        from ..views import live_height
+
+        console = self.live.console
+        self.live.update(self.render(rows, sample, self.clients, width=console.width, height=live_height(console)),
+                         refresh=True)
 
     def stop(self) -> None:
         self.live.stop()

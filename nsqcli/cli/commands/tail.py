@@ -101,7 +101,7 @@ def tail(app, topics, channel, max_in_flight, count, idle_timeout, timeout, fmt,
     """
     from ...client.consumer import Consumer
     from ...errors import NSQError
-    from ..app import DeadlineExceeded, stop_on_signals
+    from ..app import DeadlineExceeded
     from ...records import Formatter
 
     conn = pop_connection(kwargs)
@@ -142,7 +142,9 @@ def tail(app, topics, channel, max_in_flight, count, idle_timeout, timeout, fmt,
     def on_error(err):  # said when it starts, counted while it lasts, "recovered" when it ends
         source_error(outages, err)
 
-    stop_on_signals(done)
+    from ..signals import GracefulStop
+
+    stopper = GracefulStop(done).install()  # a signal while connecting ends it at once (130)
     deadline = time.monotonic() + timeout if timeout else None
     try:
         for topic in topics:
@@ -152,7 +154,8 @@ def tail(app, topics, channel, max_in_flight, count, idle_timeout, timeout, fmt,
                          nsqd_tcp_addresses=nsqd_addresses(conn),
                          lookupd_http_addresses=list(conn.get("lookupd_http_addresses") or ()))
             try:
-                c.start(deadline=deadline)
+                with stopper.blocking():
+                    c.start(deadline=deadline)
             except NSQError as e:
                 if deadline is not None and time.monotonic() >= deadline:
                     raise DeadlineExceeded(f"--timeout passed while connecting: {e}") from e

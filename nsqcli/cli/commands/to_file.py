@@ -121,11 +121,12 @@ def to_file(app, topics, topic_pattern, topic_refresh, channel, max_in_flight, o
                         lookupd=lookupd, sync_interval=sync_interval,
                         on_error=lambda e: source_error(outages, e),
                         status_interval=0.0 if show_live else status_interval)
-    from ..app import stop_on_signals
+    from ..signals import GracefulStop
 
-    stop_on_signals(archiver.stop_event)
+    stopper = GracefulStop(archiver.stop_event).install()
     signal.signal(signal.SIGHUP, lambda *_: archiver.hup_event.set())
-    archiver.start()
+    with stopper.blocking():  # a signal while connecting ends it at once (130)
+        archiver.start()
     if topic_pattern and not archiver.topics:  # said once; "archiving topic X" when one comes
         logger.info("waiting for a topic matching %r: nsqlookupd %s knows none with a producer yet "
                     "(asked every %gs)", topic_pattern, ", ".join(lookupd), topic_refresh)

@@ -70,7 +70,7 @@ def to_http(app, topic, channel, posts, gets, headers, content_type, mode, sampl
     any moment, what was not FINed is redelivered.
     """
     from ...client.consumer import Consumer
-    from ..app import Outages, source_error, sources_recovered, stop_on_signals
+    from ..app import Outages, source_error, sources_recovered
 
     conn = pop_connection(kwargs)
     if bool(posts) == bool(gets):
@@ -152,11 +152,14 @@ def to_http(app, topic, channel, posts, gets, headers, content_type, mode, sampl
     c = Consumer(topic, channel, batch_handler=handle, config=cfg, on_error=lambda e: source_error(outages, e),
                  nsqd_tcp_addresses=nsqd_addresses(conn),
                  lookupd_http_addresses=list(conn.get("lookupd_http_addresses") or ()))
-    stop_on_signals(done)
+    from ..signals import GracefulStop
+
+    stopper = GracefulStop(done).install()
     start = time.monotonic()
     view = None
     try:
-        c.start()
+        with stopper.blocking():  # a signal while connecting ends it at once (130)
+            c.start()
         if live or (live is None and app.stderr_is_tty):
             from ..views import LiveConnections
 

@@ -88,7 +88,7 @@ def to_nsq(app, topics, channel, destination_topic, mode, max_in_flight, concurr
     """
     from ...client.consumer import Consumer
     from ...client.producer import Pacer, Producer
-    from ..app import Outages, sources_recovered, stop_on_signals
+    from ..app import Outages, sources_recovered
 
     dest = pop_destination(kwargs)
     conn = pop_connection(kwargs)
@@ -115,7 +115,9 @@ def to_nsq(app, topics, channel, destination_topic, mode, max_in_flight, concurr
                     max_msg_size=destination_max_msg_size, max_attempts=max_attempts,
                     requeue_delay=requeue_delay, outages=outages, warn=app.warn)
     consumers = []
-    stop_on_signals(done)
+    from ..signals import GracefulStop
+
+    stopper = GracefulStop(done).install()
     start = time.monotonic()
     view = None
     try:
@@ -123,7 +125,8 @@ def to_nsq(app, topics, channel, destination_topic, mode, max_in_flight, concurr
             c = Consumer(topic, channel, batch_handler=copier, config=cfg, on_error=lambda e: _say(outages, e),
                          nsqd_tcp_addresses=nsqd_addresses(conn),
                          lookupd_http_addresses=list(conn.get("lookupd_http_addresses") or ()))
-            c.start()
+            with stopper.blocking():  # a signal while connecting ends it at once (130)
+                c.start()
             consumers.append(c)
         if live or (live is None and app.stderr_is_tty):
             from ..views import LiveConnections

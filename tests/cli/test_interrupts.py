@@ -1,0 +1,57 @@
+"""Ctrl-C while a server accepts the connection and never answers (a handshake or an HTTP
+request that would hang until its timeout): every command stops at once with exit 130 and one
+line on stderr, as `pub` does."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+
+import pytest
+
+from fakes import FakeNsqd
+from helpers import NSQCLI, clean_env, wait_for
+
+
+def _silent(peer) -> None:
+    peer.silence(60)  # reads nothing, answers nothing
+
+
+COMMANDS = {
+    "pub": lambda a, b, tmp: ["pub", "-t", "x", "hello", "--nsqd-tcp-address", a],
+    "mpub": lambda a, b, tmp: ["mpub", "-t", "x", "--nsqd-tcp-address", a],
+    "tail": lambda a, b, tmp: ["tail", "-t", "x", "--nsqd-tcp-address", a],
+    "to-file": lambda a, b, tmp: ["to-file", "-t", "x", "--output-dir", str(tmp), "--nsqd-tcp-address", a],
+    "to-nsq": lambda a, b, tmp: ["to-nsq", "-t", "x", "--nsqd-tcp-address", a,
+                                 "--destination-nsqd-tcp-address", b],
+    "to-http": lambda a, b, tmp: ["to-http", "-t", "x", "--nsqd-tcp-address", a, "--post", f"http://{b}/"],
+    "stat": lambda a, b, tmp: ["stat", "--nsqd-http-address", a],
+    "lookup": lambda a, b, tmp: ["lookup", "--lookupd-http-address", a],
+    "doctor": lambda a, b, tmp: ["doctor", "--nsqd-tcp-address", a, "--nsqd-http-address", a],
+}
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_ctrl_c_while_the_server_never_answers_stops_at_once(name, tmp_path):
+    with FakeNsqd(_silent) as silent, FakeNsqd(_silent) as other:
+        proc = subprocess.Popen(NSQCLI + COMMANDS[name](silent.address, other.address, tmp_path),
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=clean_env())
+        try:
+            if name == "mpub":
+                proc.stdin.write(b"a\nb\n")
+                proc.stdin.flush()
+            wait_for(lambda: silent.connections > 0 or proc.poll() is not None, 30, what="a connection")
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.5)  # inside the handshake / the request now
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=4)  # the handshake timeout is 5 s
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    lines = err.decode().splitlines()
+    assert proc.returncode == 130, err
+    assert len(lines) == 1 and lines[0].startswith("nsqcli: interrupted (SIGINT)"), lines
+    assert out == b""
