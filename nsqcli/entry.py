@@ -73,6 +73,7 @@ def fast_pub_plan(argv: list[str]) -> dict | None:
     plan = {"topic": None, "nsqd": [], "timeout": "10s", "defer": None, "as_json": False, "fanout": False,
             "quiet": False}
     args: list[str] = []
+    given: set[str] = set()
     it = iter(argv[1:])
     for arg in it:
         name, eq, value = arg.partition("=") if arg.startswith("--") else (arg, "", "")
@@ -83,8 +84,11 @@ def fast_pub_plan(argv: list[str]) -> dict | None:
                     return None  # click's own message for a missing or option-like value
             if _VALUED[name] == "nsqd":
                 plan["nsqd"].append(value)
+            elif _VALUED[name] in given:
+                return None  # given twice: click refuses it (nsqcli.cli.footguns)
             else:
                 plan[_VALUED[name]] = value
+                given.add(_VALUED[name])
         elif name in _FLAGS and not eq:
             plan[_FLAGS[name]] = True
         elif arg.startswith("-") and arg != "-":
@@ -112,6 +116,8 @@ def _checked(plan: dict, args: list[str]) -> dict | None:
         plan["nsqd"] = env.split() if env else []
         if env and not plan["nsqd"]:
             return None
+    if any("://" in a or "," in a for a in plan["nsqd"]):
+        return None  # a scheme or a comma list: click's footgun message
     try:
         validate_topic(plan["topic"])
         for address in plan["nsqd"]:

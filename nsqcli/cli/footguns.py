@@ -123,6 +123,13 @@ def with_hint(text: str, errors, server: str) -> str:
     return text
 
 
+def no_answer(text: str, errors, server: str) -> str:
+    """``text`` ("no nsqlookupd answered (ADDRESSES)") with the port hint when one applies, else
+    with what each server did: one line either way."""
+    hinted = with_hint(text, errors, server)
+    return hinted if hinted != text else f"{text}: {'; '.join(map(str, errors))}"
+
+
 def closed_stdout_as_broken_pipe() -> None:
     """``nsqcli lookup >&-``: Python starts with sys.stdout None when fd 1 is closed, and the
     first print was an internal error (AttributeError). Make fd 1 a pipe whose reader is gone,

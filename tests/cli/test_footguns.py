@@ -222,7 +222,7 @@ PORTS = [  # {tcp}/{http}: the nsqd's ports, {lhttp}: nsqlookupd's HTTP port
     (["stat", "-n", "1", "--no-live", "--nsqd-http-address", "{lhttp}"],
      r"\(it answered 404 like nsqlookupd HTTP port: give nsqd's HTTP port, usually 4151\)"),
     (["stat", "-n", "1", "--no-live", "--lookupd-http-address", "{tcp}"],
-     r"none found through nsqlookupd \(this port speaks TCP, not HTTP: give nsqlookupd's HTTP port, usually 4161\)"),
+     r"no nsqlookupd answered \({tcp}\) \(this port speaks TCP, not HTTP: give nsqlookupd's HTTP port, usually 4161\)"),
     (["stat", "-n", "1", "--no-live", "--lookupd-http-address", "{http}"],
      r"\(it answered 404 like an nsqd HTTP port: give nsqlookupd's HTTP port, usually 4161\)"),
     (["lookup", "--lookupd-http-address", "{tcp}"],

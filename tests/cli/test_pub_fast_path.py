@@ -73,6 +73,12 @@ def test_same_output_and_exit_codes_on_both_paths(nsqd, topic, silent_server):
         (["pub", topic, "m"], {**env, "NSQCLI_CONTEXT": "missing"}, b"", False),
         (["pub", topic, "m", "--bogus"], env, b"", False),
         (["-q", "pub", topic, "m"], env, b"", False),
+        (["pub", "-t", topic, "-t", topic + "x", "m"], env, b"", False),          # given twice: 2
+        (["pub", topic, "m", "--timeout", "1s", "--timeout", "2s"], env, b"", False),
+        (["pub", "-topic", topic, "m"], env, b"", False),                         # Go-style flag: 2
+        (["pub", topic, "m", "--nsqd-tcp-address", f"tcp://{addr}"], {}, b"", False),
+        (["pub", topic, "m"], {"NSQCLI_NSQD_TCP_ADDRESS": f"{addr},{addr}"}, b"", False),
+        (["pub", "-t", topic, "m", topic], env, b"", False),                      # -t and two args
     ]
     for args, extra, stdin, fast in cases:
         fast_r, click_r = both(args, extra, stdin)

@@ -44,10 +44,9 @@ def lookup(app, topic, nodes, as_json, lookupds):
     addresses = list(lookupds) or [DEFAULT_LOOKUPD]
     view = cluster_view(addresses, topic)
     if not view.answered:  # said once, as the error, with a port hint when one applies
-        from ..footguns import with_hint
+        from ..footguns import no_answer
 
-        raise NSQError(with_hint(f"no nsqlookupd answered ({', '.join(addresses)}): "
-                                 f"{'; '.join(map(str, view.errors))}", view.errors, "nsqlookupd"))
+        raise NSQError(no_answer(f"no nsqlookupd answered ({', '.join(addresses)})", view.errors, "nsqlookupd"))
     for e in view.errors:
         app.warn(f"nsqlookupd failed: {e}")
     doc = _document(view, topic, nodes)

@@ -31,8 +31,9 @@ def discover(app, nsqd: list[str], lookupd: list[str], topic: str | None, said: 
     said = set() if said is None else said
     if first and not view.answered and not nsqd:  # nothing to poll at all: one error, no warning
         from ...errors import NSQError
+        from ..footguns import no_answer
 
-        raise NSQError(f"no nsqlookupd answered ({'; '.join(map(str, view.errors))})")
+        raise NSQError(no_answer(f"no nsqlookupd answered ({', '.join(lookupd)})", view.errors, "nsqlookupd"))
     for e in view.errors:
         if str(e) not in said:
             app.warn(f"nsqlookupd failed: {e}")
