@@ -44,12 +44,21 @@ def move_into(path: Path, output_dir: Path, name: str) -> Path:
 
 
 def check_writable_dir(path: str) -> None:
-    """At start-up, before anything is consumed: create ``path`` if missing and prove a file
-    can be created in it. Raises OSError saying why not (a file, no permission, read-only)."""
+    """At start-up, before anything is consumed: prove ``path`` can be created and a file
+    created in it, leaving nothing behind. Raises OSError saying why not (a file, no
+    permission, read-only)."""
     import tempfile
 
     d = Path(path)
-    d.mkdir(parents=True, exist_ok=True)
-    fd, probe = tempfile.mkstemp(prefix=".nsqcli-probe-", dir=d)
-    os.close(fd)
-    os.unlink(probe)
+    created = [p for p in (d, *d.parents) if not p.exists()]
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".nsqcli-probe-", dir=d)
+        os.close(fd)
+        os.unlink(probe)
+    finally:  # leave no trace: a later start-up check may still refuse (the archiver creates them)
+        for p in created:
+            try:
+                p.rmdir()
+            except OSError:
+                pass

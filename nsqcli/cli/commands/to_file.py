@@ -100,8 +100,8 @@ def to_file(app, topics, topic_pattern, topic_refresh, channel, max_in_flight, o
         opts.validate()
     except ValueError as e:
         raise click.UsageError(str(e)) from None
-    _check_same_filesystem(output_dir, work_dir)  # first: it creates nothing
     _check_writable(output_dir, work_dir)
+    _check_same_filesystem(output_dir, work_dir)
     cfg = build_config(conn, max_in_flight=max_in_flight, max_attempts=0)
     if cfg.msg_timeout is not None and sync_interval >= cfg.msg_timeout:
         app.warn("--sync-interval should stay below --msg-timeout, or messages time out before they are FINed")
