@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 import urllib.request
+
+from nsqcli import Config, Consumer
 
 
 def http_get_json(address: str, path: str, **params) -> dict:
@@ -68,3 +72,43 @@ def run_nsqcli(args, env_addr=None, input=None, timeout=30, **kw):
     """Run the real nsqcli executable to completion; stdout and stderr captured."""
     return subprocess.run(NSQCLI + list(args), input=input, capture_output=True, timeout=timeout,
                           env=clean_env(env_addr), **kw)
+
+
+def one_error_line(r, code: int, pattern: str) -> str:
+    err = r.stderr.decode()
+    assert r.returncode == code, (r.returncode, err)
+    lines = [ln for ln in err.splitlines() if not ln.startswith("nsqcli: warning:")]
+    assert len(lines) == 1 and lines[0].startswith("nsqcli: error: "), err
+    assert re.search(pattern, lines[0]), lines[0]
+    assert "Traceback" not in err
+    return lines[0]
+
+
+class Collector:
+    def __init__(self, want: int):
+        self.want = want
+        self.msgs = []
+        self.done = threading.Event()
+        self.lock = threading.Lock()
+
+    def __call__(self, m):
+        with self.lock:
+            self.msgs.append((m.body, m.attempts, m.nsqd, m.id))
+            if len(self.msgs) >= self.want:
+                self.done.set()
+
+    @property
+    def bodies(self):
+        return [b for b, *_ in self.msgs]
+
+
+def consume(topic, want, addresses=(), lookupds=(), channel="c", timeout=20, **cfg):
+    col = Collector(want)
+    c = Consumer(topic, channel, col, nsqd_tcp_addresses=list(addresses),
+                 lookupd_http_addresses=list(lookupds), config=Config(**cfg))
+    c.start()
+    try:
+        assert col.done.wait(timeout), f"got {len(col.msgs)} of {want}"
+    finally:
+        c.stop()
+    return col

@@ -1,15 +1,20 @@
 """The sandbox starts real servers and leaves no process behind."""
 
+from __future__ import annotations
+
+import json
 import os
+import re
 import shlex
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
+from helpers import NSQCLI, clean_env, http_get_json, http_post, one_error_line, run_nsqcli, topic_stats, wait_for
 
-from helpers import http_get_json, http_post, topic_stats, wait_for
 from nsqcli import sandbox as sbmod
 from nsqcli.errors import SandboxError
 from nsqcli.sandbox import Sandbox
@@ -104,3 +109,101 @@ def test_cli_sandbox_runs_until_ctrl_c(tmp_path):
     assert out.splitlines()[0].startswith("export NSQCLI_NSQD_TCP_ADDRESS='127.0.0.1:")
     assert "sandbox stopped" in err
     assert not any(pid_alive(p) for p in child_pids)
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().split()[2] != "Z"
+
+
+def pip_like_env(tmp_path, **extra) -> dict:
+    """nsqcli as pip installs it: the package alone (no clone's .nsq/bin next to it)."""
+    import shutil
+
+    site = tmp_path / "site"
+    if not site.exists():
+        shutil.copytree(ROOT / "nsqcli", site / "nsqcli", ignore=shutil.ignore_patterns("__pycache__"))
+    return clean_env({"PATH": "/usr/bin:/bin", "XDG_DATA_HOME": str(tmp_path / "data"), "HOME": str(tmp_path),
+                      "PYTHONPATH": str(site), **extra})
+
+
+# -- sandbox ---------------------------------------------------------------------------------------
+def test_documented_detached_sandbox_line_works_in_a_shell(tmp_path):
+    """`eval "$(nsqcli sandbox --detach)"` returns (no hang), points the shell at a real NSQ,
+    saves a context, and `kill $NSQCLI_SANDBOX_PID` stops every process."""
+    bindir = Path(NSQCLI[0]).parent
+    cfg = tmp_path / "cfg"
+    script = f"""
+set -e
+nsqcli() {{ "{NSQCLI[0]}" -m nsqcli "$@"; }}
+eval "$(nsqcli sandbox --detach --nodes 2 --save-context box)"
+echo "pid=$NSQCLI_SANDBOX_PID"
+echo "nsqd=$NSQCLI_NSQD_TCP_ADDRESS"
+nsqcli pub tour 'hello' --json
+nsqcli tail tour -c first -n 1
+nsqcli stat -n 1 --no-live -t tour --per-node | wc -l | sed 's/^/statlines=/'
+kill $NSQCLI_SANDBOX_PID
+"""
+    t0 = time.monotonic()
+    r = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60,
+                       env=clean_env({"NSQCLI_CONFIG_DIR": str(cfg), "PATH": f"{bindir}:{os.environ['PATH']}"}))
+    assert r.returncode == 0, r.stderr
+    assert time.monotonic() - t0 < 30
+    out = dict(ln.split("=", 1) for ln in r.stdout.splitlines() if re.match(r"^(pid|nsqd|statlines)=", ln))
+    lines = r.stdout.splitlines()
+    assert json.loads(lines[2])["published"] == 1 and lines[3] == "hello"
+    assert len(out["nsqd"].split()) == 2
+    assert int(out["statlines"]) == 2 + 2  # header + a row per node: the whole cluster
+    saved = json.loads(run_nsqcli(["context", "show", "box", "--json"], {"NSQCLI_CONFIG_DIR": str(cfg)}).stdout)
+    assert saved["nsqd-tcp-address"] == out["nsqd"].split()
+    pid = int(out["pid"])
+    wait_for(lambda: not _alive(pid), timeout=15, what="sandbox stopped")
+    ports = [a.rsplit(":", 1)[1] for a in saved["nsqd-tcp-address"]]
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert not any(f":{p}" in ps for p in ports), "an nsqd of the detached sandbox is still running"
+
+
+def test_sandbox_without_nsqd_says_what_to_do(tmp_path):
+    """A pip install without nsqd and without Go."""
+    env = pip_like_env(tmp_path)
+    for args in (["sandbox"], ["sandbox", "--detach"]):
+        r = subprocess.run(NSQCLI + args, capture_output=True, timeout=30, env=env, cwd=tmp_path)
+        one_error_line(r, 1, r"nsq(lookup)?d not found \(looked in .*\): run 'nsqcli sandbox --install'")
+    r = subprocess.run(NSQCLI + ["sandbox", "--install"], capture_output=True, timeout=30, env=env, cwd=tmp_path)
+    one_error_line(r, 1, r"'go' not found on PATH\. Install Go")
+
+
+def test_sandbox_install_builds_into_the_user_data_dir(tmp_path):
+    """`nsqcli sandbox --install` with Go present: the same build as scripts/install-nsq (the
+    Go module cache is shared with the project's, so only the build runs)."""
+    import shutil
+
+    from nsqcli import nsq_install
+
+    data = tmp_path / "data"
+    bindir = data / "nsqcli" / f"nsq-{nsq_install.NSQ_VERSION}" / "bin"
+    # reuse the project's Go caches: the module is already downloaded there by scripts/install-nsq
+    (data / "nsqcli").mkdir(parents=True)
+    os.symlink(ROOT / ".nsq" / "go", data / "nsqcli" / "go")
+    go = Path(shutil.which("go")).parent
+    env = pip_like_env(tmp_path, PATH=f"{go}:/usr/bin:/bin")
+    r = subprocess.run(NSQCLI + ["sandbox", "--install"], capture_output=True, timeout=300, env=env, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr.decode()
+    assert f"installed into {bindir}" in r.stderr.decode()
+    assert subprocess.run([bindir / "nsqd", "--version"], capture_output=True, text=True).stdout.startswith("nsqd v1.3.0")
+    r = subprocess.run(NSQCLI + ["version", "--json"], capture_output=True, timeout=30, cwd=tmp_path, env=env)
+    assert json.loads(r.stdout)["nsqd"] == f"v1.3.0 ({bindir}/nsqd)"
+    # and the sandbox runs from there
+    r = subprocess.run(["bash", "-c", f"eval \"$('{NSQCLI[0]}' -m nsqcli sandbox --detach)\"; "
+                        f"'{NSQCLI[0]}' -m nsqcli pub x y && kill $NSQCLI_SANDBOX_PID"],
+                       capture_output=True, timeout=60, env=env, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr

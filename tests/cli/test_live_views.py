@@ -5,11 +5,15 @@ printed to a rich Console of a fixed size."""
 from __future__ import annotations
 
 import io
+import os
 import time
 from types import SimpleNamespace
 
+import pytest
+from helpers import http_post, wait_for
 from rich.console import Console
 
+from nsqcli import Config
 from nsqcli.cli.views import Rates, archive_table, connections_table, dashboard, live_height
 from nsqcli.client.stats import Sample, compute_rows
 
@@ -83,3 +87,102 @@ def test_to_file_live_tables_share_the_height():
     archiver = SimpleNamespace(status=lambda: rows, rates={})
     lines = _render(archive_table(archiver, 80, 11))
     assert len(lines) <= 11 and "nsqcli to-file" in lines[0] and any("more" in ln for ln in lines)
+
+
+# -- live views --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("width", [80, 120])
+def test_live_tables_fit_the_terminal(sandbox, extra_nsqd, topic, width):
+    """Real consumers on two nodes: every line fits, node names keep the port, RDY/in-flight/
+    backoff stay, and nothing is truncated to an ellipsis."""
+    from rich.console import Console
+
+    from nsqcli.cli.views import connections_table, dashboard
+    from nsqcli.client.config import Config
+    from nsqcli.client.consumer import Consumer
+    from nsqcli.client.stats import compute_rows, poll_nodes
+
+    second = extra_nsqd()
+    nodes = [sandbox.nsqd, second]
+    for n in nodes:
+        http_post(n.http_address, "/mpub", b"a\nb\nc", topic=topic)
+    got = []
+    consumers = [Consumer(topic, "view", handler=lambda m: got.append(m), config=Config(max_in_flight=50),
+                          nsqd_tcp_addresses=[n.tcp_address for n in nodes]).start()]
+    try:
+        wait_for(lambda: len(got) == 6, what="messages")
+        console = Console(record=True, width=width, force_terminal=True, color_system=None)
+        console.print(connections_table(consumers, width))
+        s1 = poll_nodes([n.http_address for n in nodes], topic, None)
+        history = {}
+        compute_rows(None, s1, per_node=True, history=history)
+        s2 = poll_nodes([n.http_address for n in nodes], topic, None)
+        console.print(dashboard(compute_rows(s1, s2, per_node=True, history=history), s2, clients=True, width=width))
+        text = console.export_text()
+    finally:
+        consumers[0].stop()
+    lines = text.splitlines()
+    assert all(len(ln) <= width for ln in lines), text
+    assert "…" not in text, text
+    ports = [n.tcp_address.rsplit(":", 1)[1] for n in nodes]
+    assert all(f":{p}" in text for p in ports) and "nsqd on 127.0.0.1" in text
+    assert "RDY" in text and ("in-flight" in text or "infl" in text) and "backoff" in text
+    first_cells = "".join(ln.split("│")[1].strip() for ln in lines if ln.startswith("│"))
+    assert f"{topic}/view" in first_cells  # a long topic/channel wraps, it is not cut
+    assert "depth" in text and "in/s" in text and "RDY" in text.split("clients")[1]
+    if width == 120:
+        assert "nsqcli/" in text  # the clients' user agent
+        assert "state" in text and "late" in text and "hidden to fit" not in text.split("nsqcli stat")[0]
+    else:
+        assert "hidden to fit" in text
+
+
+def test_dashboard_renders_to_a_capture_console():
+    from nsqcli.cli.views import dashboard
+    from nsqcli.client.stats import Sample, compute_rows
+
+    def stats(depth, msgs, fin):
+        return {"topics": [{"topic_name": "orders", "depth": depth, "backend_depth": 5, "message_count": msgs,
+                            "paused": False, "channels": [{
+                                "channel_name": "billing", "depth": depth, "backend_depth": 5,
+                                "in_flight_count": 9, "deferred_count": 1, "message_count": msgs,
+                                "requeue_count": 0, "timeout_count": 0, "client_count": 1, "paused": False,
+                                "clients": [{"remote_address": "127.0.0.1:5555", "client_id": "w1", "connect_ts": 1,
+                                             "user_agent": "nsqcli/0.1.0", "ready_count": 10,
+                                             "in_flight_count": 9, "finish_count": fin, "requeue_count": 0}]}]}]}
+
+    history = {}
+    s1 = Sample({"n1": 0.0}, {"n1": stats(100, 1000, 10)}, {})
+    compute_rows(None, s1, history=history)
+    s2 = Sample({"n1": 2.0}, {"n1": stats(60, 1100, 150)}, {"n2": "unreachable"})
+    (row,) = compute_rows(s1, s2, history=history)
+    assert (row.ingress, row.egress) == (50.0, 70.0)  # per measured second
+    assert row.drain_seconds() == 3.0 and "spilling to disk" in row.warnings()
+    assert "consumers saturated" in row.warnings()
+    console = Console(record=True, width=220, force_terminal=False)
+    console.print(dashboard([row], s2, clients=True))
+    text = console.export_text()
+    assert "orders/billing" in text and "spilling to disk" in text and "down: n2" in text
+    assert "127.0.0.1:5555" in text and "nsqcli/0.1.0" in text and "3s" in text
+    assert row.sparkline() == "█▅"
+
+
+def test_tail_and_to_file_live_tables_render(nsqd, topic, tmp_path):
+    from nsqcli.archive.archiver import Archiver
+    from nsqcli.archive.writer import FileOptions
+    from nsqcli.cli.views import archive_table, connections_table
+
+    http_post(nsqd.http_address, "/mpub", b"a\nb\nc", topic=topic)
+    a = Archiver(topics=[topic], topic_pattern=None, topic_refresh=60, channel="c",
+                 opts=FileOptions(output_dir=str(tmp_path)), formatter=lambda m: m.body + b"\n",
+                 config=Config(max_in_flight=10), nsqd=[nsqd.tcp_address], lookupd=[], sync_interval=0.1)
+    a.start()
+    try:
+        wait_for(lambda: a.status()[0]["finished"] == 3, what="archived")
+        console = Console(record=True, width=200)
+        console.print(archive_table(a, 200))
+        console.print(connections_table([t.consumer for t in a.topics.values()], 200))
+        text = console.export_text()
+        assert topic in text and nsqd.tcp_address in text and "connected" in text
+        assert os.path.basename(a.status()[0]["file"]) in text
+    finally:
+        a.stop()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from helpers import clean_env, http_post, run_nsqcli
+from helpers import http_post, run_nsqcli
 from nsq_fixtures import make_cert
 
 

@@ -7,9 +7,8 @@ from __future__ import annotations
 import threading
 import time
 
-import pytest
-
 from helpers import http_post, wait_for
+
 from nsqcli import Config, Consumer
 
 
@@ -107,6 +106,7 @@ def test_touch_never_follows_the_fin_of_its_message(monkeypatch):
     answer E_TOUCH_FAILED). The FIN is started from inside the TOUCH's encoding - the moment
     between the un-answered check and the write - and given a second to go out first."""
     from fakes import FRAME_RESPONSE, MemoryStream, frame, message
+
     from nsqcli.client import consumer as consumer_module
 
     ids = [b"a" * 16, b"b" * 16]

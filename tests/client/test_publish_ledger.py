@@ -12,20 +12,19 @@ Fixed example budgets, derandomized: the same examples on every CI run.
 
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
-from hypothesis import HealthCheck, settings, strategies as st
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from scripted import ScriptedNsqd
 
 from nsqcli import Config
 from nsqcli.client.ledger import Ledger, fit
 from nsqcli.client.producer import Producer
 from nsqcli.errors import PublishError, Timeout, TransportError
 from nsqcli.protocol.commands import mpub_size
-from scripted import ScriptedNsqd
 
 BUDGET = settings(max_examples=80, deadline=None, derandomize=True, database=None,
                   suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

@@ -6,14 +6,12 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
 
 import pytest
-
 from helpers import NSQCLI, channel_stats, clean_env, topic_stats, wait_for
 from test_datasource import drain, publish, run_to_file
 

@@ -1,5 +1,4 @@
-"""`nsqcli to-file` against real nsqd: durability (kill -9, disk full), rotation, gzip validity,
-work-dir moves, signals, topic discovery, byte-compatibility with the official nsq_to_file."""
+"""`nsqcli to-file` against real nsqd: files on disk, compared with nsq_to_file, crashes and signals."""
 
 from __future__ import annotations
 
@@ -9,30 +8,18 @@ import os
 import resource
 import signal
 import subprocess
-import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
+from fakes import FakeLookupd, FakeNsqd, http_answer
+from helpers import NSQCLI, channel_stats, clean_env, http_get_json, http_post, one_error_line, run_nsqcli, wait_for
+from helpers import run_nsqcli as run
 
-from helpers import channel_stats, http_get_json, http_post, wait_for
 from nsqcli.sandbox import _die_with_parent, find_binary
 
-NSQCLI = [sys.executable, "-m", "nsqcli"]
-
-
 _started: list[subprocess.Popen] = []
-
-
-@pytest.fixture(autouse=True)
-def _no_stray_processes():
-    """Whatever a test started is killed by pid at teardown, even when the test failed midway."""
-    yield
-    while _started:
-        p = _started.pop()
-        if p.poll() is None:
-            p.kill()
-            p.wait()
 
 
 def start(args, env=None, preexec=None):
@@ -52,7 +39,6 @@ class StderrLog:
     """Collects a running process's stderr as it comes (to wait on log lines, not on sleeps)."""
 
     def __init__(self, p):
-        import threading
 
         self.chunks: list[bytes] = []
         self.thread = threading.Thread(target=lambda: self.chunks.extend(iter(p.stderr.readline, b"")),
@@ -116,6 +102,82 @@ def archive_with_both(nsqd, topic, tmp_path, bodies, ours_args, go_args):
         go.wait(30)
         rc, _, err = stop(p)
     assert rc == 0, err
+
+
+def _limit_file_size(limit):
+    def pre():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return pre
+
+
+def test_to_file_refuses_a_work_dir_on_another_file_system(tmp_path):
+    shm = Path("/dev/shm")
+    assert shm.is_dir() and os.stat(shm).st_dev != os.stat(tmp_path).st_dev, \
+        "this test needs /dev/shm on another file system than the temp dir"
+    work = shm / f"nsqcli-test-{os.getpid()}"
+    r = run_nsqcli(["to-file", "-t", "x", "--output-dir", str(tmp_path), "--work-dir", str(work)])
+    one_error_line(r, 2, rf"--work-dir {work} and --output-dir {tmp_path} are on different file systems")
+    assert not work.exists()
+
+
+# 2, 7 ---------------------------------------------------------------------------------------------
+def test_silent_sub_times_out_in_to_file(tmp_path):
+    """to-file against an nsqd that never answers SUB: one line, exit 1, within the handshake
+    timeout (it used to wait forever)."""
+    def script(peer):
+        peer.handshake()
+        peer.silence()
+
+    with FakeNsqd(script) as fake:
+        t0 = time.monotonic()
+        r = run(["to-file", "-t", "t", "--nsqd-tcp-address", fake.address, "--output-dir", str(tmp_path)],
+                timeout=30)
+    assert r.returncode == 1, r.stderr
+    assert b"no answer to SUB" in r.stderr.splitlines()[-1] and b"Traceback" not in r.stderr
+    assert time.monotonic() - t0 < 15
+
+
+def test_to_file_syncs_on_time_while_lookupd_hangs(nsqd, topic, tmp_path):
+    """to-file's sync timer must not wait for topic discovery: the lookupd answers for a moment,
+    then hangs every request for 5 s; messages published meanwhile are still synced and FINed
+    within the --sync-interval (the timer thread used to run the lookupd polls itself)."""
+    from fakes import http_request
+
+    t_start = time.monotonic()
+
+    def script(peer):
+        line = http_request(peer)
+        if time.monotonic() - t_start > 1.5:
+            peer.silence(30)
+            return
+        if b"/topics" in line:
+            body = {"topics": [topic]}
+        else:
+            host, port = nsqd.tcp_address.rsplit(":", 1)
+            body = {"producers": [{"broadcast_address": host, "tcp_port": int(port), "http_port": 1}]}
+        http_answer(peer, 200, json.dumps(body).encode())
+
+    http_post(nsqd.http_address, "/topic/create", topic=topic)
+    with FakeLookupd(script) as fake:
+        env = clean_env()
+        p = subprocess.Popen(NSQCLI + ["to-file", "--topic-pattern", f"^{topic}$", "--lookupd-http-address",
+                                       fake.address, "--output-dir", str(tmp_path), "--topic-refresh", "0.2s",
+                                       "--sync-interval", "0.3s", "--max-in-flight", "1000"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+        try:
+            wait_for(lambda: channel_stats(nsqd, topic, "nsqcli_to_file") is not None, timeout=10, what="subscribed")
+            while time.monotonic() - t_start < 2.5:  # the lookupd hangs from now on
+                time.sleep(0.05)
+            for round_ in range(3):
+                http_post(nsqd.http_address, "/pub", b"m%d" % round_, topic=topic)
+                t0 = time.monotonic()
+                wait_for(lambda: (lambda ch: ch["message_count"] == round_ + 1 and ch["depth"] == 0
+                                  and ch["in_flight_count"] == 0)(channel_stats(nsqd, topic, "nsqcli_to_file")),
+                         timeout=10, what="synced and FINed")
+                assert time.monotonic() - t0 < 2.5, "the sync waited for the hanging lookupd"
+        finally:
+            p.send_signal(signal.SIGTERM)
+            p.communicate(timeout=30)
 
 
 def test_raw_output_is_byte_identical_to_nsq_to_file(nsqd, topic, tmp_path):
@@ -257,12 +319,6 @@ def test_kill_9_mid_stream_loses_nothing(nsqd, topic, tmp_path):
     assert list(work.iterdir()) == []
 
 
-def _limit_file_size(limit):
-    def pre():
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-    return pre
-
-
 def test_disk_full_exits_nonzero_and_loses_nothing(nsqd, topic, tmp_path):
     out = tmp_path / "out"
     lines = numbered(3000)
@@ -368,22 +424,6 @@ def test_read_archive_reads_what_to_file_and_nsq_to_file_wrote(nsqd, topic, tmp_
     assert all(r.topic is None and r.file.endswith(".gz") for r in theirs)
     with pytest.raises(FileNotFoundError):
         list(read_archive([tmp_path / "nothing-*.log"]))
-
-
-def test_read_archive_stops_at_a_torn_gzip_member(tmp_path):
-    import gzip
-
-    from nsqcli.archive.reader import read_archive
-
-    whole = gzip.compress(b"a\nb\n") + gzip.compress(b"c\n")
-    (tmp_path / "x.log.gz").write_bytes(whole + gzip.compress(b"d\ne\n")[:-6])
-    errors = []
-    assert [r.body for r in read_archive([tmp_path], on_error=errors.append)] == [b"a", b"b", b"c"]
-    assert errors and "torn gzip member" in errors[0]
-    (tmp_path / "x.log.gz").write_bytes(whole + b"\x1f\x8b\x08garbage")
-    errors.clear()
-    assert [r.body for r in read_archive([tmp_path / "x.log.gz"], on_error=errors.append)] == [b"a", b"b", b"c"]
-    assert errors and "corrupt gzip data" in errors[0]
 
 
 @pytest.mark.parametrize("use_gzip", [False, True], ids=["raw", "gzip"])

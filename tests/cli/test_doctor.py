@@ -1,0 +1,59 @@
+"""`nsqcli doctor` against real nsqd/nsqlookupd."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from helpers import http_post, run_nsqcli, wait_for
+
+
+# -- doctor ----------------------------------------------------------------------------------------
+def test_doctor_checks_the_cluster(nsqd, lookupd, topic):
+    http_post(nsqd.http_address, "/pub", b"x", topic=topic)
+    http_post(nsqd.http_address, "/channel/create", topic=topic, channel="c1")
+    env = {"NSQCLI_LOOKUPD_HTTP_ADDRESS": lookupd.http_address}
+    wait_for(lambda: topic in run_nsqcli(["lookup"], env).stdout.decode(), what="lookupd knows the topic")
+    r = run_nsqcli(["doctor", "-t", topic, "--json"], env)
+    assert r.returncode == 0, r.stdout
+    doc = json.loads(r.stdout)
+    assert doc["ok"] is True
+    targets = {c["target"]: c for c in doc["checks"]}
+    assert targets[f"nsqlookupd {lookupd.http_address}"]["detail"].startswith("v1.3.0, ")
+    tcp = targets[f"nsqd {nsqd.tcp_address} (TCP)"]
+    assert "v1.3.0" in tcp["detail"] and "no TLS" in tcp["detail"] and "no AUTH" in tcp["detail"]
+    http = targets[f"nsqd {nsqd.http_address} (HTTP)"]
+    assert re.search(rf"clock skew [+-]?\d+s .*topic '{topic}': depth 0, channels c1", http["detail"])
+    text = run_nsqcli(["doctor", "-t", topic], env).stdout.decode()
+    assert text.splitlines()[-1].endswith("0 failed") and f"ok   nsqd {nsqd.tcp_address} (TCP): v1.3.0" in text
+
+
+def test_doctor_names_port_mixups_with_the_fix(nsqd):
+    r = run_nsqcli(["doctor", "--lookupd-http-address", nsqd.http_address, "--nsqd-tcp-address", nsqd.http_address,
+                    "--nsqd-http-address", nsqd.tcp_address, "--json"])
+    assert r.returncode == 1 and r.stderr.decode() == "nsqcli: error: 3 of 3 checks failed\n"
+    checks = {c["target"].split(" ")[0] + c["target"][-6:]: c for c in json.loads(r.stdout)["checks"]}
+    lk = next(c for c in json.loads(r.stdout)["checks"] if c["target"].startswith("nsqlookupd"))
+    assert "(it is an nsqd)" in lk["detail"] and "usually 4161" in lk["fix"]
+    tcp = next(c for c in checks.values() if c["target"].endswith("(TCP)"))
+    assert tcp["status"] == "fail" and "usually 4150" in tcp["fix"] and "HTTP" in tcp["detail"]
+    http = next(c for c in checks.values() if c["target"].endswith("(HTTP)"))
+    assert http["status"] == "fail" and "usually 4151" in http["fix"]
+
+
+def test_doctor_reports_tls_and_auth(nsqd_factory, tmp_path):
+    from nsq_fixtures import AuthServer, make_cert
+
+    cert, key = make_cert(tmp_path)
+    with AuthServer({"s3cret": [(".*", [".*"], ["subscribe", "publish"])]}) as auth:
+        server = nsqd_factory(tls_cert=cert, tls_key=key, auth_http_address=auth.address)
+        base = ["doctor", "--json", "--nsqd-tcp-address", server.tcp_address, "--nsqd-http-address",
+                server.http_address, "--tls", "--tls-ca-file", cert]
+        r = run_nsqcli(base + ["--auth-secret", "s3cret"])
+        assert r.returncode == 0, r.stdout
+        tcp = json.loads(r.stdout)["checks"][0]
+        assert ", TLS," in tcp["detail"] and "AUTH ok as 'user-s3cret'" in tcp["detail"] and "s3cret'" not in tcp["fix"]
+        r = run_nsqcli(base)
+        tcp = json.loads(r.stdout)["checks"][0]
+        assert r.returncode == 1 and tcp["status"] == "fail" and "requires authentication" in tcp["detail"]
+        assert tcp["fix"].startswith("give --auth-secret-file FILE")

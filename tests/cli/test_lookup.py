@@ -1,0 +1,65 @@
+"""`nsqcli lookup` against real nsqlookupd."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from fakes import FakeLookupd, lookupd_trickle
+from helpers import http_get_json, http_post, one_error_line, run_nsqcli, wait_for
+from helpers import run_nsqcli as run
+
+from nsqcli.sandbox import NsqdOptions
+
+
+def test_lookup_of_an_unknown_topic_fails(lookupd, topic):
+    r = run_nsqcli(["lookup", topic, "--lookupd-http-address", lookupd.http_address])
+    assert r.stdout == b""
+    one_error_line(r, 1, rf"topic '{topic}' is unknown to nsqlookupd {lookupd.http_address}")
+
+
+# 3 ------------------------------------------------------------------------------------------------
+def test_lookup_respects_a_trickling_lookupd():
+    with FakeLookupd(lookupd_trickle) as fake:
+        t0 = time.monotonic()
+        r = run(["lookup", "--lookupd-http-address", fake.address], timeout=30)
+        assert time.monotonic() - t0 < 12
+    assert r.returncode == 1 and b"no complete answer within" in r.stderr, r.stderr
+
+
+def test_lookup_union_with_one_lookupd_down(sandbox, nsqd, lookupd, extra_nsqd, topic):
+    lookupd2 = sandbox._make_lookupd()
+    lookupd2.log_path = sandbox.base_dir / "nsqlookupd2.log"
+    lookupd2.start()
+    try:
+        # a node registered with BOTH lookupds, carrying another topic
+        both = extra_nsqd(NsqdOptions(extra_args=[f"--lookupd-tcp-address={lookupd2.tcp_address}"]))
+        http_post(nsqd.http_address, "/pub", b"x", topic=topic + "_one")
+        http_post(both.http_address, "/pub", b"x", topic=topic + "_two")
+        http_post(both.http_address, "/channel/create", topic=topic + "_two", channel="ch")
+        wait_for(lambda: topic + "_two" in http_get_json(lookupd2.http_address, "/topics")["topics"] and
+                 topic + "_one" in http_get_json(lookupd.http_address, "/topics")["topics"], what="registered")
+        args = ["lookup", "--json", "--lookupd-http-address", lookupd.http_address,
+                "--lookupd-http-address", lookupd2.http_address, "--lookupd-http-address", "127.0.0.1:1"]
+        r = run(args)
+        assert r.returncode == 0, r.stderr
+        assert b"nsqlookupd failed: http://127.0.0.1:1/nodes" in r.stderr
+        doc = json.loads(r.stdout)
+        topics = {t["topic"]: t for t in doc["topics"]}
+        assert topics[topic + "_one"]["producers"][0]["tcp_address"] == nsqd.tcp_address
+        two = topics[topic + "_two"]
+        assert two["channels"] == ["ch"] and [p["tcp_address"] for p in two["producers"]] == [both.tcp_address]
+        assert sorted(doc["lookupds"]["answered"]) == sorted([lookupd.http_address, lookupd2.http_address])
+        # --topic: exactly the addresses a consumer would connect to
+        r = run(["lookup", "--topic", topic + "_two", "--lookupd-http-address", lookupd2.http_address])
+        assert r.returncode == 0 and both.tcp_address.encode() in r.stdout and b"channels: ch" in r.stdout
+        # --nodes: every node with its topics, plain aligned text when not a TTY
+        r = run(["lookup", "--nodes", "--lookupd-http-address", lookupd.http_address])
+        lines = r.stdout.decode().splitlines()
+        assert lines[0].split() == ["NODE", "(TCP)", "HTTP", "HOSTNAME", "VERSION", "TOPICS"]
+        assert any(line.startswith(nsqd.tcp_address) and topic + "_one" in line for line in lines)
+        # nobody answers: exit 1
+        r = run(["lookup", "--lookupd-http-address", "127.0.0.1:1"])
+        assert r.returncode == 1 and b"no nsqlookupd answered" in r.stderr
+    finally:
+        lookupd2.stop()

@@ -1,0 +1,281 @@
+"""`nsqcli tail` against real nsqd/nsqlookupd."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+
+import pytest
+from helpers import (
+    NSQCLI,
+    channel_stats,
+    clean_env,
+    http_get_json,
+    http_post,
+    one_error_line,
+    run_nsqcli,
+    topic_stats,
+    wait_for,
+)
+from helpers import run_nsqcli as run
+
+from nsqcli import Producer
+
+
+@pytest.fixture
+def env(sandbox):
+    return {"NSQCLI_NSQD_TCP_ADDRESS": sandbox.nsqd.tcp_address}
+
+
+
+
+def read_terminal(master: int) -> bytes:
+    """Everything the program wrote to the pty (its side is closed: read until EIO/EOF)."""
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:
+            return out
+        if not chunk:
+            return out
+        out += chunk
+
+
+def test_tail_json_roundtrip_through_mpub(nsqd, env, topic):
+    bodies = [b"plain", b"multi\nline", b"\xff\xfe binary \x00", "ünïcode".encode()]
+    body = b"".join(len(b).to_bytes(4, "big") + b for b in bodies)
+    http_post(nsqd.http_address, "/mpub", len(bodies).to_bytes(4, "big") + body, topic=topic, binary="true")
+    r = run(["tail", "-t", topic, "-n", "4", "--format", "json", "-c", "c"], env)
+    assert r.returncode == 0
+    r2 = run(["mpub", "-t", topic + "_copy", "--format", "json"], env, input=r.stdout)
+    assert r2.returncode == 0, r2.stderr
+    r3 = run(["tail", "-t", topic + "_copy", "-n", "4", "--format", "json", "-c", "c"], env)
+    import base64
+    copies = [json.loads(line) for line in r3.stdout.splitlines()]
+    assert [base64.b64decode(d["body_base64"]) if "body_base64" in d else d["body"].encode()
+            for d in copies] == bodies
+
+
+def test_tail_count_across_topics_fins_everything_shown(nsqd, env, topic):
+    t2 = topic + "_b"
+    for t in (topic, t2):
+        http_post(nsqd.http_address, "/mpub", b"\n".join(b"%s-%d" % (t.encode(), i) for i in range(5)), topic=t)
+    r = run(["tail", "-t", topic, "-t", t2, "-n", "7", "-c", "durable"], env)
+    assert r.returncode == 0 and len(r.stdout.splitlines()) == 7
+    # every shown message FINed, the rest requeued: nothing in flight, 3 left
+    def settled():
+        a, b = channel_stats(nsqd, topic, "durable"), channel_stats(nsqd, t2, "durable")
+        return (a["in_flight_count"] + b["in_flight_count"] == 0) and a["depth"] + b["depth"] == 3
+    wait_for(settled, what="7 FINed, 3 back in the queue")
+
+
+def test_tail_format_template_and_print_topic(nsqd, env, topic):
+    http_post(nsqd.http_address, "/pub", b"body1", topic=topic)
+    r = run(["tail", "-t", topic, "-n", "1", "-c", "c", "--format", "{topic} {attempts} {body}"], env)
+    assert r.stdout == f"{topic} 1 body1\n".encode()
+    http_post(nsqd.http_address, "/pub", b"body2", topic=topic)
+    r = run(["tail", "-t", topic, "-n", "1", "-c", "c", "--print-topic"], env)
+    assert r.stdout == f"{topic} | body2\n".encode()
+    r = run(["tail", "-t", topic, "-n", "1", "--format", "{nope}"], env)
+    assert r.returncode == 2 and b"unknown field" in r.stderr
+
+
+def test_tail_timeout_exit_3_and_idle_timeout(nsqd, env, topic):
+    http_post(nsqd.http_address, "/pub", b"only", topic=topic)
+    r = run(["tail", "-t", topic, "-n", "2", "--timeout", "1s", "-c", "c"], env)
+    assert r.returncode == 3 and r.stdout == b"only\n" and b"after 1 of 2 messages" in r.stderr
+    t0 = time.monotonic()
+    r = run(["tail", "-t", topic, "--idle-timeout", "0.5s"], env)
+    assert r.returncode == 0 and time.monotonic() - t0 < 10
+
+
+def test_tail_default_channel_is_ephemeral(nsqd, env, topic):
+    http_post(nsqd.http_address, "/topic/create", topic=topic)
+    p = subprocess.Popen(NSQCLI + ["tail", "-t", topic], env={**os.environ, **env},
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        chans = wait_for(lambda: topic_stats(nsqd, topic)["channels"], what="channel created")
+        assert chans[0]["channel_name"].startswith("nsqcli_tail") and chans[0]["channel_name"].endswith("#ephemeral")
+        http_post(nsqd.http_address, "/pub", b"live!", topic=topic)
+        # message_count counts what reached the channel, not the client: wait for tail's FIN
+        wait_for(lambda: (lambda ch: ch["message_count"] == 1 and ch["depth"] == 0 and ch["in_flight_count"] == 0)(
+            topic_stats(nsqd, topic)["channels"][0]), what="delivered and FINed")
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=15)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0 and out == b"live!\n", err
+
+
+def test_tail_closed_pipe_exits_quietly(nsqd, env, topic):
+    http_post(nsqd.http_address, "/mpub", b"\n".join(b"line%d" % i for i in range(2000)), topic=topic)
+    r = subprocess.run(["bash", "-c", "set -o pipefail; " + " ".join(NSQCLI) + f" -q tail -t {topic} -c c | head -n 3"],
+                       capture_output=True, env={**os.environ, **env}, timeout=30)
+    assert r.stdout == b"line0\nline1\nline2\n" and r.stderr == b"" and r.returncode == 0
+    wait_for(lambda: channel_stats(nsqd, topic, "c")["in_flight_count"] == 0, what="nothing left in flight")
+
+
+def test_tail_connection_refused(topic):
+    r = run(["tail", "-t", topic, "--nsqd-tcp-address", "127.0.0.1:1", "-n", "1"])
+    assert r.returncode == 1 and r.stderr == b"nsqcli: error: 127.0.0.1:1: cannot connect: Connection refused\n"
+
+
+def test_tail_json_all_byte_values(nsqd, env, topic):
+    bodies = [bytes([i]) for i in range(256)] + [bytes(range(256)), b" ", b"\n", b"\r\n", b"\x00\x00"]
+    payload = len(bodies).to_bytes(4, "big") + b"".join(len(b).to_bytes(4, "big") + b for b in bodies)
+    http_post(nsqd.http_address, "/mpub", payload, topic=topic, binary="true")
+    r = run(["tail", "-t", topic, "-n", str(len(bodies)), "--format", "json", "-c", "c"], env)
+    r2 = run(["mpub", "-t", topic + "_copy", "--format", "json"], env, input=r.stdout)
+    assert r2.returncode == 0 and f"published {len(bodies)},".encode() in r2.stderr
+    r3 = run(["tail", "-t", topic + "_copy", "-n", str(len(bodies)), "--format", "json", "-c", "c"], env)
+    import base64
+    got = [base64.b64decode(d["body_base64"]) if "body_base64" in d else d["body"].encode()
+           for d in map(json.loads, r3.stdout.splitlines())]
+    assert sorted(got) == sorted(bodies)
+
+
+# -- strict flags and no silent waits ----------------------------------------------------------------
+def test_tail_refuses_to_drop_a_backlog_into_an_ephemeral_channel(nsqd, topic):
+    http_post(nsqd.http_address, "/mpub", b"\n".join(b"m%d" % i for i in range(50)), topic=topic)
+    env = {"NSQCLI_NSQD_TCP_ADDRESS": nsqd.tcp_address, "NSQCLI_NSQD_HTTP_ADDRESS": nsqd.http_address}
+    one_error_line(run_nsqcli(["tail", topic, "-n", "1"], env), 1,
+                   rf"topic '{topic}' on nsqd {nsqd.http_address} has 50 messages and no channel yet: .* "
+                   r"--channel NAME, or take it anyway with --drain-backlog")
+    t = topic_stats(nsqd, topic)
+    assert t["depth"] == 50 and t["channels"] == []  # nothing was taken
+    r = run_nsqcli(["tail", topic, "-c", "keep", "-n", "2"], env)
+    assert r.returncode == 0 and r.stdout == b"m0\nm1\n"
+    assert topic_stats(nsqd, topic)["channels"][0]["depth"] == 48
+    # the topic has a channel now: an ephemeral tail takes nothing from it
+    http_post(nsqd.http_address, "/pub", b"new", topic=topic)
+    r = run_nsqcli(["tail", topic, "-n", "1", "--timeout", "5s"], env)
+    assert r.returncode == 3 and r.stdout == b""  # a new ephemeral channel sees only new messages
+
+
+def test_tail_says_when_the_backlog_check_could_not_be_made(nsqd, topic):
+    """A direct nsqd whose HTTP port is not TCP + 1 and no --nsqd-http-address: said, not silent."""
+    r = run_nsqcli(["tail", topic, "-n", "1", "--timeout", "2s", "--nsqd-tcp-address", nsqd.tcp_address])
+    host, port = nsqd.tcp_address.rsplit(":", 1)
+    assert r.returncode == 3 and r.stderr.decode().startswith(
+        f"nsqcli: warning: could not check topic '{topic}' for a backlog without channels "
+        f"(http://{host}:{int(port) + 1}/stats")
+    assert "(give --nsqd-http-address to check)" in r.stderr.decode()
+
+
+def test_tail_with_drain_backlog_takes_it(nsqd, topic):
+    http_post(nsqd.http_address, "/mpub", b"a\nb", topic=topic)
+    r = run_nsqcli(["tail", topic, "-n", "2", "--drain-backlog"], {"NSQCLI_NSQD_TCP_ADDRESS": nsqd.tcp_address})
+    assert r.returncode == 0 and r.stdout == b"a\nb\n"
+
+
+def test_tail_says_what_it_waits_for(lookupd, nsqd, topic):
+    r = run_nsqcli(["tail", topic, "-n", "1", "--timeout", "4s", "--lookupd-http-address", lookupd.http_address])
+    err = r.stderr.decode().splitlines()
+    assert r.returncode == 3
+    assert err[0] == (f"nsqcli: waiting for topic '{topic}': no nsqd carries it yet according to nsqlookupd "
+                      f"{lookupd.http_address} (asked every 5 s; it is read as soon as it is published)")
+    one_error_line(run_nsqcli(["tail", topic, "--lookupd-http-address", nsqd.http_address]), 1,
+                   rf"http://{re.escape(nsqd.http_address)}: answered HTTP 404 to /lookup: not an nsqlookupd "
+                   r"HTTP address \(an nsqd HTTP port, or the wrong port\?\)")
+
+
+def test_tail_finds_a_topic_published_after_it_started(lookupd, nsqd, topic):
+    proc = subprocess.Popen(NSQCLI + ["tail", topic, "-n", "1", "--timeout", "20s", "--lookupd-http-address",
+                                      lookupd.http_address], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=clean_env())
+    time.sleep(1.5)
+    http_post(nsqd.http_address, "/pub", b"late", topic=topic)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and out == b"late\n", err
+
+
+def test_tail_live_refuses_to_draw_over_its_own_output(nsqd, topic):
+    """stdout and stderr on the same terminal: the table would tear the messages - refused
+    before connecting; with stdout redirected the table draws on the terminal (stderr)."""
+    import pty
+
+    master, slave = pty.openpty()
+    try:
+        p = subprocess.Popen(NSQCLI + ["tail", topic, "--live", "--nsqd-tcp-address", nsqd.tcp_address],
+                             stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, env=clean_env())
+        assert p.wait(timeout=30) == 2
+        os.close(slave)
+        out = read_terminal(master)
+    finally:
+        os.close(master)
+    assert out.decode().strip() == ("nsqcli: error: --live draws on the terminal that also gets the messages: "
+                                    "redirect stdout (nsqcli tail TOPIC --live > FILE) or leave out --live "
+                                    "(see 'nsqcli tail --help')")
+    assert topic_stats(nsqd, topic) is None  # nothing was subscribed
+
+
+def test_tail_live_draws_the_table_on_the_terminal(nsqd, topic, tmp_path):
+    import pty
+
+    http_post(nsqd.http_address, "/mpub", b"a\nb\nc", topic=topic)
+    master, slave = pty.openpty()
+    out_file = tmp_path / "bodies"
+    try:
+        with open(out_file, "wb") as out:
+            p = subprocess.Popen(NSQCLI + ["tail", topic, "--live", "--drain-backlog", "-n", "3", "--nsqd-tcp-address",
+                                           nsqd.tcp_address], stdin=subprocess.DEVNULL, stdout=out, stderr=slave,
+                                 env=clean_env({"COLUMNS": "80", "LINES": "24"}))
+            assert p.wait(timeout=30) == 0
+        os.close(slave)
+        screen = read_terminal(master)
+    finally:
+        os.close(master)
+    assert out_file.read_bytes() == b"a\nb\nc\n"
+    text = screen.decode(errors="replace")
+    assert "nsqcli connections" in text and "RDY" in text and nsqd.tcp_address.rsplit(":", 1)[1] in text
+
+
+def test_tail_warns_only_when_a_durable_channel_has_other_consumers(nsqd, topic):
+    from nsqcli.client.config import Config
+    from nsqcli.client.consumer import Consumer
+
+    env = {"NSQCLI_NSQD_TCP_ADDRESS": nsqd.tcp_address, "NSQCLI_NSQD_HTTP_ADDRESS": nsqd.http_address}
+    http_post(nsqd.http_address, "/pub", b"one", topic=topic)
+    r = run_nsqcli(["tail", topic, "-c", "mine", "-n", "1"], env)
+    assert r.returncode == 0 and r.stdout == b"one\n" and r.stderr == b""
+    other = Consumer(topic, "shared", handler=lambda m: None, config=Config(),
+                     nsqd_tcp_addresses=[nsqd.tcp_address]).start()
+    try:
+        wait_for(lambda: http_get_json(nsqd.http_address, "/stats", format="json", topic=topic)["topics"][0]
+                 ["channels"][-1]["client_count"] == 1, what="the other consumer")
+        r = run_nsqcli(["tail", topic, "-c", "shared", "--timeout", "1s"], env)
+    finally:
+        other.stop()
+    assert r.stderr.decode().splitlines()[0] == (
+        f"nsqcli: warning: channel {topic}/shared has 1 other consumer(s): the messages tail shows are FINed here "
+        "and never reach them (leave out --channel for a copy of every message)")
+
+
+def test_lookupd_poll_interval_option():
+    r = run(["tail", "--help"])
+    assert b"--lookupd-poll-interval" in r.stdout and b"NSQCLI_LOOKUPD_POLL_INTERVAL" in r.stdout
+    r = run(["tail", "-t", "t", "--lookupd-poll-interval", "soon"])
+    assert r.returncode == 2 and r.stderr.count(b"\n") == 1 and b"is not a duration" in r.stderr
+
+
+# 14 -----------------------------------------------------------------------------------------------
+def test_tail_to_a_full_disk_exits_1_with_one_line(nsqd, topic):
+    with Producer(nsqd.tcp_address) as p:
+        p.multi_publish(topic, [b"x" * 100] * 50)
+    with open("/dev/full", "wb") as full:
+        r = subprocess.run(NSQCLI + ["tail", "-t", topic, "--nsqd-tcp-address", nsqd.tcp_address, "-c", "c",
+                                     "-n", "50", "--timeout", "10s"], stdout=full, stderr=subprocess.PIPE,
+                           timeout=30)
+    assert r.returncode == 1, r.stderr
+    lines = r.stderr.decode().splitlines()
+    assert lines[-1].startswith("nsqcli: error: ") and "No space left" in lines[-1]
+    assert "Exception ignored" not in r.stderr.decode() and "Traceback" not in r.stderr.decode()
+    # nothing was lost: what could not be written was requeued
+    wait_for(lambda: channel_stats(nsqd, topic, "c")["depth"] + channel_stats(nsqd, topic, "c")["in_flight_count"] == 50,
+             what="all 50 messages still in the channel")
