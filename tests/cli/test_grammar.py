@@ -4,6 +4,7 @@ declined confirmation exits 1. Real nsqd and nsqlookupd; the real nsqcli executa
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pty
@@ -158,6 +159,18 @@ class _Sink(BaseHTTPRequestHandler):
         pass
 
 
+@contextlib.contextmanager
+def http_sink():
+    """A keep-alive HTTP endpoint answering 200 to every POST; yields its URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Sink)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_relay_summaries_are_one_json_line(nsqd, topic):
     addr = ["--nsqd-tcp-address", nsqd.tcp_address]
     http_post(nsqd.http_address, "/topic/create", topic=topic)
@@ -165,13 +178,8 @@ def test_relay_summaries_are_one_json_line(nsqd, topic):
         http_post(nsqd.http_address, "/channel/create", topic=topic, channel=channel)
     for body in (b"a", b"b"):
         http_post(nsqd.http_address, "/pub", body, topic=topic)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Sink)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        r = run_nsqcli(["to-http", topic, "web", "--post", f"http://127.0.0.1:{server.server_port}/", "-n", "2",
-                        "--json", "--no-live", *addr], timeout=60)
-    finally:
-        server.shutdown()
+    with http_sink() as url:
+        r = run_nsqcli(["to-http", topic, "web", "--post", url, "-n", "2", "--json", "--no-live", *addr], timeout=60)
     doc = one_json_line(r)
     assert (doc["topic"], doc["channel"], doc["delivered"]) == (topic, "web", 2)
     assert channel_stats(nsqd, topic, "web")["depth"] == 0
@@ -249,7 +257,23 @@ def test_bench_sub_timeout_exits_3(nsqd, topic):
     assert r.stdout == b""
 
 
-@pytest.mark.parametrize("cmd", [["stat"], ["bench", "sub"]])
+def test_relays_with_a_count_exit_3_when_the_timeout_passes_first(nsqd, topic):
+    """to-nsq and to-http with -n wait for N messages: --timeout bounds the wait (exit 3, the
+    summary still said, the one message they did take FINed); without -n it just ends the run."""
+    http_post(nsqd.http_address, "/pub", b"only one", topic=topic)
+    src = ["--nsqd-tcp-address", nsqd.tcp_address]
+    with http_sink() as url:
+        for argv, done in ((["to-nsq", topic, "--destination-nsqd-tcp-address", nsqd.tcp_address,
+                             "--destination-topic", topic + "_copy"], "copied"),
+                           (["to-http", topic, "--post", url], "delivered")):
+            r = run_nsqcli([*argv, *src, "-n", "3", "--timeout", "2s", "--json"])
+            one_error_line(r, 3, rf"--timeout passed after [01] of 3 messages {done}")
+            assert json.loads(r.stdout)["elapsed"] >= 2, r.stdout
+            r = run_nsqcli([*argv, *src, "--timeout", "1s", "--json"])
+            assert r.returncode == 0 and json.loads(r.stdout), r.stderr
+
+
+@pytest.mark.parametrize("cmd", [["stat"], ["bench", "sub"], ["to-nsq", "x"], ["to-http", "x"]])
 def test_timeout_zero_is_refused(cmd):
     one_error_line(run_nsqcli([*cmd, "--timeout", "0"]), 2, r"'--timeout': must be more than 0")
 

@@ -12,7 +12,8 @@ import click
 
 from ...relay.http_delivery import Deliverer, Endpoint, Failed
 from ..command import command, option
-from ..options import build_config, connection_options, nsqd_addresses, pop_connection, topic_arguments
+from ..options import (build_config, check_timeout, connection_options, nsqd_addresses, pop_connection,
+                       timeout_option, topic_arguments)
 from ..types import DURATION
 
 
@@ -53,6 +54,7 @@ nsqcli to-http -t events --post https://api.example/v1 --header 'Authorization: 
              "sent Retry-After.")
 @option("-n", "--count", type=click.IntRange(0), default=0, help="Stop after delivering N messages.")
 @option("--idle-timeout", type=DURATION, help="Stop after no message for this long.")
+@timeout_option("Stop after this long; with -n, exit 3 if fewer than N were done by then.")
 @option("--live/--no-live", default=None, help="Live connections table (default: when stderr is a TTY).")
 @option("--json", "as_json", is_flag=True, help="At the end, the summary as one JSON line on stdout.")
 @option("--status-interval", type=DURATION, default="60s", show_default=True,
@@ -60,7 +62,7 @@ nsqcli to-http -t events --post https://api.example/v1 --header 'Authorization: 
 @connection_options(consumer=True)
 @click.pass_obj
 def to_http(app, topic, channel, posts, gets, headers, content_type, mode, sample, concurrency, max_in_flight,
-            http_connect_timeout, http_timeout, requeue_delay, count, idle_timeout, live, status_interval, as_json,
+            http_connect_timeout, http_timeout, requeue_delay, count, idle_timeout, timeout, live, status_interval, as_json,
             **kwargs):
     """Deliver TOPIC's messages to HTTP endpoints (nsq_to_http).
 
@@ -69,6 +71,7 @@ def to_http(app, topic, channel, posts, gets, headers, content_type, mode, sampl
     Retry-After (seconds or HTTP date) sets when the message comes back. At least once: killed at
     any moment, what was not FINed is redelivered.
     """
+    check_timeout(timeout)
     from ...client.consumer import Consumer
     from ..app import Outages, source_error, sources_recovered
 
@@ -157,6 +160,7 @@ def to_http(app, topic, channel, posts, gets, headers, content_type, mode, sampl
     stopper = GracefulStop(done).install()
     start = time.monotonic()
     view = None
+    expired = False
     try:
         with stopper.blocking():  # a signal while connecting ends it at once (130)
             c.start()
@@ -167,6 +171,9 @@ def to_http(app, topic, channel, posts, gets, headers, content_type, mode, sampl
         next_status = start + status_interval if status_interval and view is None else None
         while not done.wait(0.2):
             now = time.monotonic()
+            if timeout and now - start >= timeout:
+                expired = True
+                break
             if idle_timeout and now - max(stats.last, start) >= idle_timeout:
                 break
             if next_status is not None and now >= next_status:
@@ -180,7 +187,9 @@ def to_http(app, topic, channel, posts, gets, headers, content_type, mode, sampl
         pool.shutdown(wait=True)  # every request in flight is answered (FIN or REQ) before close
         c.stop(timeout=15)
     elapsed = time.monotonic() - start
-    app.info(_status(stats, elapsed))
+    short = expired and count and stats.delivered < count  # then the error line says the count
+    if not short:
+        app.info(_status(stats, elapsed))
     if as_json:
         import json
 
@@ -189,6 +198,10 @@ def to_http(app, topic, channel, posts, gets, headers, content_type, mode, sampl
         write_stdout(json.dumps({"topic": topic, "channel": channel, "delivered": stats.delivered,
                                  "failed_attempts": stats.failed, "sampled_out": stats.sampled_out,
                                  "elapsed": round(elapsed, 3)}) + "\n")
+    if short:
+        from ..app import DeadlineExceeded
+
+        raise DeadlineExceeded(f"--timeout passed after {stats.delivered} of {count} messages delivered")
     return 0
 
 

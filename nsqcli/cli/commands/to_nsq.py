@@ -11,8 +11,8 @@ import time
 import click
 
 from ..command import command, option
-from ..options import (build_config, connection_options, destination_options, nsqd_addresses,
-                      pop_connection, pop_destination, topic_arguments)
+from ..options import (build_config, check_timeout, connection_options, destination_options, nsqd_addresses,
+                       pop_connection, pop_destination, timeout_option, topic_arguments)
 from ...relay.copier import Copier, DestinationError
 from ..types import DURATION, TOPIC, Size
 
@@ -66,6 +66,7 @@ nsqcli to-nsq -t events --destination-nsqd-tcp-address 10.1.0.7:4150 --destinati
              "say so (0 = requeue it forever). Other failures are retried without limit.")
 @option("-n", "--count", type=click.IntRange(0), default=0, help="Stop after copying N messages (0 = run until stopped).")
 @option("--idle-timeout", type=DURATION, help="Stop after no message for this long.")
+@timeout_option("Stop after this long; with -n, exit 3 if fewer than N were done by then.")
 @option("--live/--no-live", default=None, help="Live connections table (default: when stderr is a TTY).")
 @option("--json", "as_json", is_flag=True, help="At the end, the summary as one JSON line on stdout.")
 @option("--status-interval", type=DURATION, default="60s", show_default=True,
@@ -74,7 +75,7 @@ nsqcli to-nsq -t events --destination-nsqd-tcp-address 10.1.0.7:4150 --destinati
 @connection_options(consumer=True)
 @click.pass_obj
 def to_nsq(app, topics, channel, destination_topic, mode, max_in_flight, concurrency, rate, require_json_field,
-           require_json_value, whitelist, requeue_delay, destination_max_msg_size, max_attempts, count, idle_timeout,
+           require_json_value, whitelist, requeue_delay, destination_max_msg_size, max_attempts, count, idle_timeout, timeout,
            live, status_interval, as_json, **kwargs):
     """Copy TOPIC(s) from one NSQ to another (nsq_to_nsq), in pipelined MPUB batches.
 
@@ -86,6 +87,7 @@ def to_nsq(app, topics, channel, destination_topic, mode, max_in_flight, concurr
     onto itself (same nsqd or lookupd, same topic) is refused. SIGINT/SIGTERM stop cleanly
     (exit 0) after the last publish was answered; the summary comes last.
     """
+    check_timeout(timeout)
     from ...client.consumer import Consumer
     from ...client.producer import Pacer, Producer
     from ..app import Outages, sources_recovered
@@ -120,6 +122,7 @@ def to_nsq(app, topics, channel, destination_topic, mode, max_in_flight, concurr
     stopper = GracefulStop(done).install()
     start = time.monotonic()
     view = None
+    expired = False
     try:
         for topic in topics:
             c = Consumer(topic, channel, batch_handler=copier, config=cfg, on_error=lambda e: _say(outages, e),
@@ -135,6 +138,9 @@ def to_nsq(app, topics, channel, destination_topic, mode, max_in_flight, concurr
         next_status = start + status_interval if status_interval and view is None else None
         while not done.wait(0.2):
             now = time.monotonic()
+            if timeout and now - start >= timeout:
+                expired = True
+                break
             if idle_timeout and now - copier.last >= idle_timeout:
                 break
             if next_status is not None and now >= next_status:
@@ -150,7 +156,9 @@ def to_nsq(app, topics, channel, destination_topic, mode, max_in_flight, concurr
         copier.wait_idle(60)  # a publish still waiting for its answer (bounded by its own timeout)
         producer.close()
     elapsed = time.monotonic() - start
-    app.info(copier.status(elapsed))  # last: after every publish was answered
+    short = expired and count and copier.copied < count  # then the error line says the count
+    if not short:
+        app.info(copier.status(elapsed))  # last: after every publish was answered
     if as_json:
         from ..app import write_stdout
 
@@ -159,6 +167,10 @@ def to_nsq(app, topics, channel, destination_topic, mode, max_in_flight, concurr
                                  "failed_batches": copier.failed_batches, "too_big": copier.too_big,
                                  "given_up": copier.given_up, "elapsed": round(elapsed, 3)}) + "\n")
     sys.stderr.flush()
+    if short:
+        from ..app import DeadlineExceeded
+
+        raise DeadlineExceeded(f"--timeout passed after {copier.copied} of {count} messages copied")
     return 0
 
 
