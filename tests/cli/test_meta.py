@@ -12,7 +12,7 @@ import pytest
 from helpers import NSQCLI, clean_env, one_error_line, run_nsqcli, topic_stats
 from helpers import run_nsqcli as run
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 

@@ -300,8 +300,8 @@ def test_kill_9_mid_stream_loses_nothing(nsqd, topic, tmp_path):
     for i in range(0, n, 2000):
         publish(nsqd, topic, numbered(2000, i))
         if i == 8000:
-            wait_for(lambda: (channel_stats(nsqd, topic, "nsqcli_to_file") or {}).get("message_count", 0) > 3000,
-                     what="streaming")
+            wait_for(lambda: (channel_stats(nsqd, topic, "nsqcli_to_file") or {}).get("message_count", 0) > 3000
+                     and work.is_dir() and any(work.iterdir()), what="streaming into a work file")
             p.kill()  # kill -9 in the middle of the stream
             p.wait()
     leftovers = list(work.iterdir())
