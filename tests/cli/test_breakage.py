@@ -130,3 +130,36 @@ def test_to_file_topic_dot_dot_does_not_leave_output_dir(nsqd_factory, tmp_path)
             p.kill()
     escaped = Path(tmp_path / "archive" / "escaped.log")
     assert not escaped.exists(), f"{escaped} written outside --output-dir {out}"
+
+
+# -- admin: the port hints -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("action", [["channel", "delete"], ["channel", "empty"], ["topic", "pause"]])
+def test_a_missing_topic_or_channel_is_not_called_a_wrong_port(action, nsqd, topic):
+    """nsqd answers 404 TOPIC_NOT_FOUND / CHANNEL_NOT_FOUND for a topic or channel it does not
+    have (a typo); port_hint matches any "HTTP 404" and tells the user the RIGHT port is wrong:
+    "(it answered 404 like nsqlookupd HTTP port: give nsqd's HTTP port, usually 4151)"."""
+    from helpers import http_post, run_nsqcli
+
+    http_post(nsqd.http_address, "/topic/create", topic=topic)
+    args = [*action, topic, *(["no_such_channel"] if action[0] == "channel" else []),
+            "--nsqd-http-address", nsqd.http_address, "--yes"]
+    if action[0] == "topic":
+        args[2] = topic + "_no_such_topic"
+    r = run_nsqcli(args)
+    assert r.returncode == 1
+    assert b"HTTP port" not in r.stderr, r.stderr.decode()
+
+
+def test_topic_create_on_nsqlookupds_port_is_not_reported_done(nsqd, lookupd, topic):
+    """`topic create T --nsqd-http-address <nsqlookupd's HTTP port>`: nsqlookupd has a
+    /topic/create too, so this printed "ok nsqd ...: POST /topic/create" and "create done on
+    1 node(s)", exit 0 - while no nsqd has the topic (only a registration in nsqlookupd)."""
+    from helpers import http_post, run_nsqcli
+
+    try:
+        r = run_nsqcli(["topic", "create", topic, "--nsqd-http-address", lookupd.http_address])
+        assert topic_stats(nsqd, topic) is None
+        assert r.returncode != 0, r.stdout.decode() + r.stderr.decode()
+    finally:
+        http_post(lookupd.http_address, "/topic/delete", topic=topic)
