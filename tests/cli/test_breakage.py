@@ -163,3 +163,15 @@ def test_topic_create_on_nsqlookupds_port_is_not_reported_done(nsqd, lookupd, to
         assert r.returncode != 0, r.stdout.decode() + r.stderr.decode()
     finally:
         http_post(lookupd.http_address, "/topic/delete", topic=topic)
+
+
+# -- a closed stdout: help and version too ---------------------------------------------------------
+
+@pytest.mark.parametrize("args", [["--help"], ["pub", "--help"], [], ["-V"], ["topic"]],
+                         ids=["--help", "pub --help", "bare", "-V", "group"])
+def test_help_and_version_to_a_closed_stdout_exit_0(args):
+    """`nsqcli --help >&-` and `nsqcli --help | head -0` exit 1 (click.main turns the EPIPE of its
+    own echo into sys.exit(1)), while `nsqcli help pub >&-` and every command's output exit 0:
+    a closed stdout is meant to end every command as a closed pipe does, quietly with 0."""
+    r = _run(args, close=(1,))
+    assert (r.returncode, r.stderr) == (0, b"")
