@@ -175,3 +175,28 @@ def test_help_and_version_to_a_closed_stdout_exit_0(args):
     a closed stdout is meant to end every command as a closed pipe does, quietly with 0."""
     r = _run(args, close=(1,))
     assert (r.returncode, r.stderr) == (0, b"")
+
+
+def test_to_file_datetime_format_cannot_leave_output_dir(nsqd, topic, tmp_path):
+    """The leaves-dir check replaces <DATETIME> by 'x' before looking, so --datetime-format
+    '/../../y' (or --host-identifier '../..') carries the file out of --output-dir unchecked:
+    OUTPUT_DIR/<topic>./../../y.log is written as OUTPUT_DIR/../y.log."""
+    from helpers import run_nsqcli
+
+    assert run_nsqcli(["pub", topic, "m", "--nsqd-tcp-address", nsqd.tcp_address]).returncode == 0
+    out = tmp_path / "a" / "out"
+    out.mkdir(parents=True)
+    p = subprocess.Popen(NSQCLI + ["to-file", "-t", topic, "--output-dir", str(out), "--filename-format",
+                                   "<TOPIC>.<DATETIME>.log", "--datetime-format", "/../../escaped",
+                                   "--sync-interval", "200ms", "--no-live", "--nsqd-tcp-address", nsqd.tcp_address],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=clean_env())
+    try:
+        try:
+            p.wait(timeout=3)  # refused at start-up (exit 2) is the fix
+        except subprocess.TimeoutExpired:
+            p.send_signal(signal.SIGINT)
+            p.communicate(timeout=20)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert not (tmp_path / "a" / "escaped.log").exists()
