@@ -26,7 +26,7 @@ from ..client.consumer import Consumer
 from ..errors import LookupdError, NSQError
 from ..client.http import http_json, lookup_all
 from .recovery import recover
-from .writer import ArchiveFile, FileOptions
+from .writer import ArchiveFile, FileOptions, escaping_name
 
 log = logging.getLogger("nsqcli.archive.archiver")
 
@@ -154,6 +154,7 @@ class Archiver:
         self.sync_interval = sync_interval
         self.on_error = on_error
         self.topics: dict[str, TopicArchiver] = {}
+        self._refused: set[str] = set()  # topics found whose file names would leave --output-dir
         self.fatal: BaseException | None = None
         self.stop_event = threading.Event()
         self.hup_event = threading.Event()
@@ -247,6 +248,12 @@ class Archiver:
             for t in sorted(gone - set(self.fixed_topics)):
                 self._remove_topic(t)
         for t in sorted(wanted - set(self.topics)):
+            escaping = escaping_name(t, self.opts)
+            if escaping is not None:
+                if t not in self._refused:
+                    self._refused.add(t)
+                    log.warning("topic %s not archived: its file name %r would leave --output-dir", t, escaping)
+                continue
             if self._has_producers(t):
                 self._add_topic(t, fail_fast=False)
 

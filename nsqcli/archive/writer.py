@@ -20,6 +20,7 @@ literal (nsq_to_file's Go layout shim does not).
 
 from __future__ import annotations
 
+import errno
 import gzip
 import os
 import re
@@ -80,6 +81,13 @@ def leaves_dir(name_format: str) -> bool:
     return posixpath.isabs(probe) or posixpath.normpath(probe).split("/")[0] == ".."
 
 
+def escaping_name(topic: str, opts: "FileOptions") -> str | None:
+    """The file name ``topic`` would get now, if it leaves the directory (a topic named '..'
+    in '<TOPIC>/x.log', a '/../' in --datetime-format or --host-identifier), else None."""
+    name = ArchiveFile(topic, opts)._name(time.time(), 0)
+    return name if leaves_dir(name) else None
+
+
 def short_host() -> str:
     return socket.gethostname().split(".")[0]
 
@@ -122,6 +130,8 @@ class ArchiveFile:
         name = name.replace("<REV>", "" if rev is None else f"-{rev:06d}")
         if o.gzip and not name.endswith(".gz"):
             name += ".gz"
+        if leaves_dir(name):  # checked at start-up and for every topic found; the last guard
+            raise OSError(errno.EINVAL, "the file name leaves --output-dir", name)
         return name
 
     def _glob(self) -> str:

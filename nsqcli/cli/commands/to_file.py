@@ -100,6 +100,7 @@ def to_file(app, topics, topic_pattern, topic_refresh, channel, max_in_flight, o
         opts.validate()
     except ValueError as e:
         raise click.UsageError(str(e)) from None
+    _check_names_stay_inside(opts, topics or ["x"])
     _check_writable(output_dir, work_dir)
     _check_same_filesystem(output_dir, work_dir)
     cfg = build_config(conn, max_in_flight=max_in_flight, max_attempts=0)
@@ -175,6 +176,18 @@ def _existing(path: str) -> str:
     while not os.path.exists(path):
         path = os.path.dirname(path)
     return path
+
+
+def _check_names_stay_inside(opts, topics) -> None:
+    """The names real topics, the host and the date make (not only the format's shape) stay in
+    --output-dir: '..' is a valid topic name, '/../' a valid --datetime-format."""
+    from ...archive.writer import escaping_name
+
+    for topic in topics:
+        name = escaping_name(topic, opts)
+        if name is not None:
+            raise click.UsageError(f"topic {topic!r} would be written to {name!r}, outside --output-dir "
+                                   "(check --filename-format, --datetime-format and --host-identifier)")
 
 
 def _check_writable(output_dir: str, work_dir: str | None) -> None:
