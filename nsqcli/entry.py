@@ -41,6 +41,9 @@ def install_early_signals() -> None:
 
 def main() -> None:
     install_early_signals()  # first thing, before click, rich and the client core
+    from .stdio import repair_closed_streams
+
+    repair_closed_streams()  # `<&-`, `>&-`, `2>&-`: the same on the fast path as through click
     if os.environ.get("NSQCLI_NO_FAST_PATH", "") in ("", "0"):
         plan = fast_pub_plan(sys.argv[1:])
         if plan is not None:

@@ -21,9 +21,10 @@ ALLOWED = {
     "contexts": {"errors"},           # named connection settings (TOML files)
     "sandbox": {"errors", "nsq_install"},
     "cli": {"client", "archive", "relay", "records", "loadgen", "protocol", "errors", "sandbox", "spark",
-            "contexts", "nsq_install", "version", "__init__"},
+            "contexts", "nsq_install", "version", "stdio", "__init__"},
     "__init__": {"client", "protocol", "version"},
-    "entry": {"cli", "client", "protocol", "errors"},  # console script: signals, pub fast path
+    "stdio": set(),                   # closed standard streams repaired: stdlib only
+    "entry": {"cli", "client", "protocol", "errors", "stdio"},  # console script: signals, pub fast path
     "__main__": {"entry"},
 }
 PURE_FORBIDDEN = {"socket", "threading", "time", "logging", "select", "selectors", "ssl",

@@ -255,13 +255,23 @@ def _quiet_broken_pipe() -> None:
 
 def run(command: click.Command, args: list[str] | None = None) -> None:
     """Run the click command; map every outcome to an exit code at this one place."""
-    from .footguns import closed_stdout_as_broken_pipe
+    from ..stdio import repair_closed_streams
 
-    closed_stdout_as_broken_pipe()
+    repair_closed_streams()
     try:
         rc = command.main(args=args, prog_name="nsqcli", standalone_mode=False)
     except click.exceptions.Exit as e:
         sys.exit(e.exit_code)
+    except SystemExit as e:
+        if e.code == 1 and type(sys.stdout).__name__.endswith("PacifyFlushWrapper"):
+            _quiet_broken_pipe()  # click's own output (--help, -V) met a closed stdout: its exit 1 is ours 0
+        raise
+    except click.exceptions.NoArgsIsHelpError as e:  # `nsqcli topic`: its help, as bare `nsqcli` does
+        try:
+            write_stdout(e.ctx.get_help() + "\n")
+        except (BrokenPipeError, StdoutClosed):
+            _quiet_broken_pipe()
+        rc = EXIT_OK
     except click.UsageError as e:  # one line, naming the problem and where help is
         cmd = e.ctx.command_path if e.ctx else "nsqcli"
         message = " ".join(e.format_message().split())  # one line, even for click's "Choose from:" lists

@@ -10,6 +10,8 @@ Cheap on purpose (``nsqcli pub`` runs it): a walk over argv, no imports beyond c
 
 from __future__ import annotations
 
+import re
+
 import click
 
 
@@ -108,7 +110,8 @@ def port_hint(error, server: str) -> str:
     port = _HTTP_PORT[server]
     if any(sign in text for sign in _TCP_SIGNS):
         return f"this port speaks TCP, not HTTP: give {server}'s HTTP port, usually {port}"
-    if "HTTP 404" in text or "answered HTTP 404" in text:
+    if "HTTP 404" in text and not re.search(r"404 (TOPIC|CHANNEL)_NOT_FOUND", text):
+        # an unknown path is the other server; TOPIC_/CHANNEL_NOT_FOUND is the right one saying no
         other = "an nsqd" if server == "nsqlookupd" else "nsqlookupd"
         return f"it answered 404 like {other} HTTP port: give {server}'s HTTP port, usually {port}"
     return ""
@@ -128,40 +131,3 @@ def no_answer(text: str, errors, server: str) -> str:
     with what each server did: one line either way."""
     hinted = with_hint(text, errors, server)
     return hinted if hinted != text else f"{text}: {'; '.join(map(str, errors))}"
-
-
-def closed_stdout_as_broken_pipe() -> None:
-    """``nsqcli lookup >&-``: Python starts with sys.stdout None when fd 1 is closed, and the
-    first print was an internal error (AttributeError). Make fd 1 a pipe whose reader is gone,
-    so that a closed stdout ends a command exactly as ``| head -0`` does (quietly, exit 0, after
-    the work that needs no stdout)."""
-    import os
-    import sys
-
-    if sys.stdin is None and _closed(0):  # `mpub <&-`: no input, as from /dev/null
-        fd = os.open(os.devnull, os.O_RDONLY)
-        if fd != 0:
-            os.dup2(fd, 0)
-            os.close(fd)
-        sys.stdin = open(0, encoding="utf-8", errors="surrogateescape", closefd=False)
-    if sys.stdout is not None:
-        return
-    if not _closed(1):
-        return  # fd 1 was opened since (by whoever set sys.stdout to None): not ours to change
-    r, w = os.pipe()  # fd 1 is free: one of the two may land on it
-    if w != 1:
-        os.dup2(w, 1)  # if r was 1, this closes the read end in the same step
-        os.close(w)
-    if r != 1:
-        os.close(r)
-    sys.stdout = open(1, "w", encoding="utf-8", errors="replace", closefd=False)
-
-
-def _closed(fd: int) -> bool:
-    import os
-
-    try:
-        os.fstat(fd)
-        return False
-    except OSError:
-        return True

@@ -80,11 +80,29 @@ def _node_http_address(node: str, view) -> str:
 
 
 def apply(steps: list[Step], timeout: float = 5.0) -> list[Step]:
-    """Run the steps in order; every step is tried and gets ok/error."""
+    """Run the steps in order; every step is tried and gets ok/error. A step meant for an nsqd
+    first checks that the address is one: nsqlookupd also answers /topic/create (and more), so
+    an nsqlookupd HTTP port given as --nsqd-http-address would be 'ok' with no nsqd changed."""
+    checked: dict[str, str] = {}
     for s in steps:
         try:
+            if s.kind == "nsqd":
+                if s.address not in checked:
+                    checked[s.address] = _not_nsqd(s.address, timeout)
+                if checked[s.address]:
+                    s.ok, s.error = False, checked[s.address]
+                    continue
             http_json(s.address, s.path, s.params, timeout, method="POST")
             s.ok = True
         except LookupdError as e:
             s.ok, s.error = False, str(e)
     return steps
+
+
+def _not_nsqd(address: str, timeout: float) -> str:
+    """'' when ``address`` is an nsqd's HTTP port (its /info names a tcp_port), else why not."""
+    info = http_json(address, "/info", {}, timeout)
+    if isinstance(info, dict) and "tcp_port" in info:
+        return ""
+    return (f"{address} is not an nsqd (it answered /info like nsqlookupd HTTP port: "
+            "give nsqd's HTTP port, usually 4151)")

@@ -293,7 +293,13 @@ def mpub(app, topic, rest, delimiter, null, count, as_json, fmt, batch_size, lin
         if stats.published or stats.skipped_empty or stats.skipped_invalid:  # else the error says it all
             app.info(stats.summary(failed, stopped=True))
         if as_json:
-            _json_summary(topic, stats, failed, records.resume_at, str(cause))
+            error = str(cause)
+            if isinstance(cause, (Interrupted, Stopped)):  # their str() is empty: say what happened
+                import signal
+
+                signum = stopper.signum or getattr(cause, "signum", None) or signal.SIGINT
+                error = f"interrupted ({signal.Signals(signum).name})"
+            _json_summary(topic, stats, failed, records.resume_at, error)
         where = (f"nsqd acknowledged {stats.published} records in this run; resume with "
                  f"--skip {records.resume_at}")
         if isinstance(cause, (Interrupted, Stopped)):
