@@ -204,7 +204,8 @@ def stop_on_signals(event, signals=None) -> None:
         event.set()
 
     for sig in signals or (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, handler)
+        if signal.getsignal(sig) is not signal.SIG_IGN:  # ignored by the parent: stays ignored
+            signal.signal(sig, handler)
 
 
 def interrupt_on_signals(signals=None) -> None:
@@ -222,7 +223,8 @@ def interrupt_on_signals(signals=None) -> None:
         raise Interrupted(signum)
 
     for sig in signals or (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, handler)
+        if signal.getsignal(sig) is not signal.SIG_IGN:  # ignored by the parent: stays ignored
+            signal.signal(sig, handler)
 
 
 def _debug_wanted() -> bool:

@@ -32,7 +32,8 @@ class GracefulStop:
         import signal
 
         for sig in signals or (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, self._handler)
+            if signal.getsignal(sig) is not signal.SIG_IGN:  # a parent's `trap '' INT` / `&` job stands
+                signal.signal(sig, self._handler)
         return self
 
     def _handler(self, signum, frame) -> None:

@@ -55,3 +55,25 @@ def test_ctrl_c_while_the_server_never_answers_stops_at_once(name, tmp_path):
     assert proc.returncode == 130, err
     assert len(lines) == 1 and lines[0].startswith("nsqcli: interrupted (SIGINT)"), lines
     assert out == b""
+
+
+@pytest.mark.parametrize("argv", [["stat", "--no-live", "--interval", "0.2s"], ["tail", "-t", "x"]],
+                         ids=["stat", "tail"])
+def test_a_signal_the_parent_ignores_stays_ignored(argv, nsqd):
+    """A job started with `&` in a script, or under `trap '' INT`, inherits SIGINT ignored: the
+    command's clean-stop handler must not take it back (SIGTERM still stops it)."""
+    addr = ["--nsqd-http-address", nsqd.http_address] if argv[0] == "stat" else ["--nsqd-tcp-address", nsqd.tcp_address]
+    proc = subprocess.Popen(NSQCLI + argv + addr, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env=clean_env(), preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        time.sleep(1.5)  # past start-up: the command's own handlers are installed
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+        assert proc.poll() is None, proc.communicate()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode in (0, 143), err  # SIGTERM's clean stop (stat, tail: 0)
