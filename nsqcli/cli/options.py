@@ -374,6 +374,26 @@ def timeout_option(help: str = "Give up (exit 3) if the work is not done by then
     return option("--timeout", type=DURATION, default=None, help=help)
 
 
+def relay_run_options(count_help: str):
+    """How long a relay (to-nsq, to-http) runs and what it says: -n, --idle-timeout, --timeout,
+    --live, --json, --status-interval - the same flags on both."""
+    decorators = [
+        option("-n", "--count", type=click.IntRange(0), default=0, help=count_help),
+        option("--idle-timeout", type=DURATION, help="Stop after no message for this long."),
+        timeout_option("Stop after this long; with -n, exit 3 if fewer than N were done by then."),
+        option("--live/--no-live", default=None, help="Live connections table (default: when stderr is a TTY)."),
+        option("--json", "as_json", is_flag=True, help="At the end, the summary as one JSON line on stdout."),
+        option("--status-interval", type=DURATION, default="60s", show_default=True,
+               help="Without --live: a status line this often (0 = off)."),
+    ]
+
+    def apply(f):
+        for d in reversed(decorators):
+            f = d(f)
+        return f
+    return apply
+
+
 def check_timeout(timeout: float | None) -> None:
     if timeout is not None and timeout <= 0:
         raise click.BadParameter("must be more than 0 (leave it out for no deadline)", param_hint="'--timeout'")

@@ -13,7 +13,7 @@ import click
 from ...relay.http_delivery import Deliverer, Endpoint, Failed
 from ..command import command, option
 from ..options import (build_config, check_timeout, connection_options, nsqd_addresses, pop_connection,
-                       timeout_option, topic_arguments)
+                       relay_run_options, topic_arguments)
 from ..types import DURATION
 
 
@@ -52,13 +52,7 @@ nsqcli to-http -t events --post https://api.example/v1 --header 'Authorization: 
 @option("--requeue-delay", type=DURATION, default="90s", show_default=True, group="HTTP",
         help="A failed message comes back after this x its attempts (capped at 15m), unless the endpoint "
              "sent Retry-After.")
-@option("-n", "--count", type=click.IntRange(0), default=0, help="Stop after delivering N messages.")
-@option("--idle-timeout", type=DURATION, help="Stop after no message for this long.")
-@timeout_option("Stop after this long; with -n, exit 3 if fewer than N were done by then.")
-@option("--live/--no-live", default=None, help="Live connections table (default: when stderr is a TTY).")
-@option("--json", "as_json", is_flag=True, help="At the end, the summary as one JSON line on stdout.")
-@option("--status-interval", type=DURATION, default="60s", show_default=True,
-        help="Without --live: a status line this often (0 = off).")
+@relay_run_options("Stop after delivering N messages (0 = run until stopped).")
 @connection_options(consumer=True)
 @click.pass_obj
 def to_http(app, topic, channel, posts, gets, headers, content_type, mode, sample, concurrency, max_in_flight,

@@ -12,7 +12,7 @@ import click
 
 from ..command import command, option
 from ..options import (build_config, check_timeout, connection_options, destination_options, nsqd_addresses,
-                       pop_connection, pop_destination, timeout_option, topic_arguments)
+                       pop_connection, pop_destination, relay_run_options, topic_arguments)
 from ...relay.copier import Copier, DestinationError
 from ..types import DURATION, TOPIC, Size
 
@@ -64,13 +64,7 @@ nsqcli to-nsq -t events --destination-nsqd-tcp-address 10.1.0.7:4150 --destinati
 @option("--max-attempts", type=click.IntRange(0), default=5, show_default=True,
         help="Give up on a message over --destination-max-msg-size after this many deliveries: FIN it and "
              "say so (0 = requeue it forever). Other failures are retried without limit.")
-@option("-n", "--count", type=click.IntRange(0), default=0, help="Stop after copying N messages (0 = run until stopped).")
-@option("--idle-timeout", type=DURATION, help="Stop after no message for this long.")
-@timeout_option("Stop after this long; with -n, exit 3 if fewer than N were done by then.")
-@option("--live/--no-live", default=None, help="Live connections table (default: when stderr is a TTY).")
-@option("--json", "as_json", is_flag=True, help="At the end, the summary as one JSON line on stdout.")
-@option("--status-interval", type=DURATION, default="60s", show_default=True,
-        help="Without --live: a status line this often (0 = off).")
+@relay_run_options("Stop after copying N messages (0 = run until stopped).")
 @destination_options
 @connection_options(consumer=True)
 @click.pass_obj
