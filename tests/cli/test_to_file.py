@@ -303,7 +303,7 @@ def test_kill_9_mid_stream_loses_nothing(nsqd, topic, tmp_path):
             wait_for(lambda: (channel_stats(nsqd, topic, "nsqcli_to_file") or {}).get("message_count", 0) > 3000
                      and work.is_dir() and any(work.iterdir()), what="streaming into a work file")
             p.kill()  # kill -9 in the middle of the stream
-            p.wait()
+            p.communicate()  # reaps it and closes its pipes
     leftovers = list(work.iterdir())
     p = start(args)  # recovers the work files, then goes on
     try:
