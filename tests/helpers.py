@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 
@@ -26,6 +27,17 @@ def http_post(address: str, path: str, body: bytes = b"", **params) -> bytes:
     req = urllib.request.Request(f"http://{address}{path}{query}", data=body, method="POST")
     with urllib.request.urlopen(req, timeout=5) as resp:
         return resp.read()
+
+
+def lookup_producers(lookupd, topic: str) -> list:
+    """The producers nsqlookupd lists for ``topic``; [] while it does not know the topic yet
+    (its 404 TOPIC_NOT_FOUND), so that a wait_for can poll registration."""
+    try:
+        return http_get_json(lookupd.http_address, "/lookup", topic=topic)["producers"]
+    except urllib.error.HTTPError as e:
+        if e.code == 404:
+            return []
+        raise
 
 
 def topic_stats(nsqd, topic: str) -> dict | None:

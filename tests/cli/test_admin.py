@@ -7,7 +7,7 @@ import json
 import time
 
 import pytest
-from helpers import http_get_json, http_post, run_nsqcli, topic_stats, wait_for
+from helpers import http_get_json, http_post, lookup_producers, run_nsqcli, topic_stats, wait_for
 
 
 def nsq(args, **env):
@@ -22,7 +22,7 @@ def two_nodes(sandbox, extra_nsqd, topic):
         http_post(n.http_address, "/topic/create", topic=topic)
         http_post(n.http_address, "/channel/create", topic=topic, channel="c")
         http_post(n.http_address, "/mpub", b"1\n2\n3", topic=topic)
-    wait_for(lambda: len(http_get_json(sandbox.lookupd.http_address, "/lookup", topic=topic)["producers"]) == 2,
+    wait_for(lambda: len(lookup_producers(sandbox.lookupd, topic)) == 2,
              what="both nodes registered")
     return nodes
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 from fakes import FakeNsqd
-from helpers import clean_env, http_get_json, run_nsqcli, topic_stats, wait_for
+from helpers import clean_env, lookup_producers, run_nsqcli, topic_stats, wait_for
 from helpers import run_nsqcli as run
 
 
@@ -55,7 +55,7 @@ def test_pub_fanout_and_lookupd(sandbox, nsqd, extra_nsqd, lookupd, topic):
              "--nsqd-tcp-address", other.tcp_address, "both"])
     assert r.returncode == 0, r.stderr
     assert topic_stats(nsqd, topic)["message_count"] == 1 and topic_stats(other, topic)["message_count"] == 1
-    wait_for(lambda: http_get_json(lookupd.http_address, "/lookup", topic=topic)["producers"], what="registered")
+    wait_for(lambda: lookup_producers(lookupd, topic), what="registered")
     r = run(["pub", "-t", topic, "--lookupd-http-address", lookupd.http_address, "via-lookupd"])
     assert r.returncode == 0, r.stderr
     r = run(["pub", "-t", topic + "_unknown", "--lookupd-http-address", lookupd.http_address, "x"])

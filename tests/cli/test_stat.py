@@ -7,7 +7,7 @@ import subprocess
 import threading
 import time
 
-from helpers import NSQCLI, http_get_json, http_post, run_nsqcli, wait_for
+from helpers import NSQCLI, http_post, lookup_producers, run_nsqcli, wait_for
 from helpers import run_nsqcli as run
 
 from nsqcli import Config, Consumer
@@ -21,7 +21,7 @@ def test_stat_uses_nsqd_and_lookupd_addresses_together(sandbox, extra_nsqd, topi
     second = extra_nsqd()
     for node in (sandbox.nsqd, second):
         http_post(node.http_address, "/pub", b"x", topic=topic)
-    wait_for(lambda: len(http_get_json(sandbox.lookupd.http_address, "/lookup", topic=topic)["producers"]) == 2,
+    wait_for(lambda: len(lookup_producers(sandbox.lookupd, topic)) == 2,
              what="both nodes registered")
     r = run_nsqcli(["stat", "-t", topic, "-n", "1", "--no-live", "--per-node", "--nsqd-http-address",
                     sandbox.nsqd.http_address, "--lookupd-http-address", sandbox.lookupd.http_address])

@@ -14,7 +14,17 @@ from pathlib import Path
 
 import pytest
 from fakes import FakeLookupd, FakeNsqd, http_answer
-from helpers import NSQCLI, channel_stats, clean_env, http_get_json, http_post, one_error_line, run_nsqcli, wait_for
+from helpers import (
+    NSQCLI,
+    channel_stats,
+    clean_env,
+    http_get_json,
+    http_post,
+    lookup_producers,
+    one_error_line,
+    run_nsqcli,
+    wait_for,
+)
 from helpers import run_nsqcli as run
 
 from nsqcli.sandbox import _die_with_parent, find_binary
@@ -360,7 +370,7 @@ def test_topic_pattern_discovers_later_topics_and_drops_deleted(nsqd, lookupd, t
         wait_for(lambda: (out / f"{topic}_b.log").exists() and (out / f"{topic}_b.log").read_bytes() == b"later\n",
                  timeout=20, what="topic created later archived")
         http_post(nsqd.http_address, "/topic/delete", topic=topic + "_a")
-        wait_for(lambda: not http_get_json(lookupd.http_address, "/lookup", topic=topic + "_a")["producers"],
+        wait_for(lambda: not lookup_producers(lookupd, topic + "_a"),
                  what="no producer left for the deleted topic")
         wait_for(lambda: f"topic {topic}_a disappeared".encode() in log.text, timeout=20,
                  what="to-file dropping the deleted topic")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 import time
 
-from helpers import http_post, wait_for
+from helpers import http_post, lookup_producers, wait_for
 
 from nsqcli import Config, Consumer
 
@@ -148,12 +148,11 @@ def test_lookupd_found_nsqd_back_after_an_outage_is_read_within_seconds(nsqd, lo
     """One of two nsqd is down long enough for the consumer to back off its re-polls of lookupd
     (four quick polls without it: the old schedule then waited 8-16 s, then 16-32 s); once it
     is back, its messages arrive within a few seconds."""
-    from helpers import http_get_json
 
     server = extra_nsqd()
     for s in (nsqd, server):
         http_post(s.http_address, "/topic/create", topic=topic)
-    wait_for(lambda: len(http_get_json(lookupd.http_address, "/lookup", topic=topic)["producers"]) == 2,
+    wait_for(lambda: len(lookup_producers(lookupd, topic)) == 2,
              what="both registered")
     got = Bodies()
     c = Consumer(topic, "c", got, lookupd_http_addresses=[lookupd.http_address], on_error=lambda e: None)

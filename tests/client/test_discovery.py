@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from helpers import Collector, channel_stats, http_get_json, http_post, topic_stats, wait_for
+from helpers import Collector, channel_stats, http_post, lookup_producers, topic_stats, wait_for
 
 from nsqcli import Config, Consumer
 
@@ -13,7 +13,7 @@ from nsqcli import Config, Consumer
 # 10, 11 -------------------------------------------------------------------------------------------
 def test_deleted_topic_does_not_come_back(nsqd, lookupd, topic):
     http_post(nsqd.http_address, "/topic/create", topic=topic)
-    wait_for(lambda: http_get_json(lookupd.http_address, "/lookup", topic=topic)["producers"], what="registered")
+    wait_for(lambda: lookup_producers(lookupd, topic), what="registered")
     c = Consumer(topic, "c", lambda m: None, lookupd_http_addresses=[lookupd.http_address],
                  config=Config(reconnect_min_delay=0.3), on_error=lambda e: None)
     c.start()
@@ -30,7 +30,7 @@ def test_deleted_topic_does_not_come_back(nsqd, lookupd, topic):
 def test_rediscovery_after_nsqd_restart_takes_seconds_not_a_minute(sandbox, lookupd, extra_nsqd, topic):
     server = extra_nsqd()
     http_post(server.http_address, "/topic/create", topic=topic)
-    wait_for(lambda: http_get_json(lookupd.http_address, "/lookup", topic=topic)["producers"], what="registered")
+    wait_for(lambda: lookup_producers(lookupd, topic), what="registered")
     got = []
     c = Consumer(topic, "c", lambda m: got.append(m.body), lookupd_http_addresses=[lookupd.http_address],
                  config=Config(lookupd_poll_interval=60), on_error=lambda e: None)
@@ -52,7 +52,7 @@ def test_lookupd_discovery_add_kill_restart(sandbox, nsqd, lookupd, extra_nsqd, 
     second = extra_nsqd()
     for s in (nsqd, second):
         http_post(s.http_address, "/topic/create", topic=topic)
-    wait_for(lambda: len(http_get_json(lookupd.http_address, "/lookup", topic=topic)["producers"]) == 2,
+    wait_for(lambda: len(lookup_producers(lookupd, topic)) == 2,
              what="two producers registered")
     got = Collector(10 ** 9)
     c = Consumer(topic, "c", got, lookupd_http_addresses=["127.0.0.1:1", lookupd.http_address],
