@@ -84,7 +84,7 @@ def leaves_dir(name_format: str) -> bool:
 def escaping_name(topic: str, opts: "FileOptions") -> str | None:
     """The file name ``topic`` would get now, if it leaves the directory (a topic named '..'
     in '<TOPIC>/x.log', a '/../' in --datetime-format or --host-identifier), else None."""
-    name = ArchiveFile(topic, opts)._name(time.time(), 0)
+    name = ArchiveFile(topic, opts).raw_name(time.time(), 0)
     return name if leaves_dir(name) else None
 
 
@@ -122,6 +122,13 @@ class ArchiveFile:
         return time.strftime(self.opts.datetime_format, t)
 
     def _name(self, now: float, rev: int | None) -> str:
+        name = self.raw_name(now, rev)
+        if leaves_dir(name):  # checked at start-up and for every topic found; the last guard
+            raise OSError(errno.EINVAL, "the file name leaves --output-dir", name)
+        return name
+
+    def raw_name(self, now: float, rev: int | None) -> str:
+        """The file name from --filename-format, unchecked."""
         o = self.opts
         host = o.host_identifier or short_host()
         host = host.replace("<SHORT_HOST>", short_host()).replace("<HOSTNAME>", socket.gethostname())
@@ -130,8 +137,6 @@ class ArchiveFile:
         name = name.replace("<REV>", "" if rev is None else f"-{rev:06d}")
         if o.gzip and not name.endswith(".gz"):
             name += ".gz"
-        if leaves_dir(name):  # checked at start-up and for every topic found; the last guard
-            raise OSError(errno.EINVAL, "the file name leaves --output-dir", name)
         return name
 
     def _glob(self) -> str:
