@@ -4,11 +4,9 @@ The standalone-cluster test is in test_spark_cluster.py."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -167,145 +165,7 @@ def test_sink_rate_per_second_paces_the_whole_write(spark, nsqd, topic):
     assert elapsed >= 1.8, f"600 messages at 300/s took only {elapsed:.2f}s"
 
 
-# -- streaming source -------------------------------------------------------------------------------
-def source(spark, nsqd, topic, **options):
-    reader = spark.readStream.format("nsq").option("nsqdTCPAddresses", nsqd.tcp_address).option("topic", topic)
-    for k, v in options.items():
-        reader = reader.option(k, str(v))
-    return reader.load()
-
-
-def test_source_to_parquet_available_now_drains_everything(spark, nsqd, topic, tmp_path):
-    bodies = [b"msg-%05d" % i for i in range(5000)]
-    publish(nsqd, topic, bodies)
-    q = (source(spark, nsqd, topic, maxMessagesPerBatch=1000, channel="spark")
-         .writeStream.format("parquet").option("path", str(tmp_path / "out"))
-         .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
-    q.awaitTermination(180)
-    assert q.exception() is None
-    out = spark.read.parquet(str(tmp_path / "out"))
-    rows = out.collect()
-    assert sorted(r.body for r in rows) == bodies
-    assert {r.topic for r in rows} == {topic} and {r.channel for r in rows} == {"spark"}
-    assert {r.nsqd for r in rows} == {nsqd.tcp_address} and {r.attempts for r in rows} == {1}
-    assert len({r.id for r in rows}) == 5000
-    batches = len(list((tmp_path / "ck" / "commits").iterdir()))
-    assert batches >= 5  # maxMessagesPerBatch=1000 was respected
-    ch = channel_stats(nsqd, topic, "spark")
-    assert ch["depth"] == 0 and ch["in_flight_count"] == 0 and ch["requeue_count"] == 0
-
-
-def test_fin_only_after_the_batch_is_committed(spark, nsqd, topic):
-    publish(nsqd, topic, [b"a%d" % i for i in range(50)])
-    entered, release = threading.Event(), threading.Event()
-    seen: list[int] = []
-
-    def hold_first_batch(df, batch_id):
-        seen.append(df.count())
-        if batch_id == 0:
-            entered.set()
-            release.wait(60)
-
-    q = source(spark, nsqd, topic, maxMessagesPerBatch=50).writeStream.foreachBatch(hold_first_batch).start()
-    try:
-        assert entered.wait(90), "the first batch never started"
-        time.sleep(1.5)  # the batch is running, not committed: nothing FINed, all 50 in flight
-        ch = channel_stats(nsqd, topic, "nsqcli_spark")
-        assert ch["in_flight_count"] == 50 and ch["depth"] == 0
-        assert sum(c["finish_count"] for c in ch["clients"]) == 0
-        release.set()
-        wait_for(lambda: channel_stats(nsqd, topic, "nsqcli_spark")["in_flight_count"] == 0, 30,
-                 what="FIN after the commit")
-        ch = channel_stats(nsqd, topic, "nsqcli_spark")
-        assert sum(c["finish_count"] for c in ch["clients"]) == 50 and ch["depth"] == 0
-        assert sum(seen) == 50
-    finally:
-        release.set()
-        q.stop()
-
-
-def test_slow_batch_is_touched_not_redelivered(spark, nsqd, topic):
-    publish(nsqd, topic, [b"slow%d" % i for i in range(20)])
-    rows: list = []
-
-    def slow(df, batch_id):
-        rows.extend(df.collect())
-        if batch_id == 0:
-            time.sleep(12)  # msg_timeout is 5 s: without TOUCH nsqd would redeliver twice over
-
-    q = source(spark, nsqd, topic, msgTimeout="5s").writeStream.foreachBatch(slow).start()
-    try:
-        wait_for(lambda: len(rows) >= 20, 90, what="the first batch")
-        wait_for(lambda: channel_stats(nsqd, topic, "nsqcli_spark")["in_flight_count"] == 0, 40,
-                 what="FIN after the slow batch")
-        time.sleep(1)
-    finally:
-        q.stop()
-    ch = channel_stats(nsqd, topic, "nsqcli_spark")
-    assert ch["timeout_count"] == 0 and ch["requeue_count"] == 0
-    assert len(rows) == 20 and {r.attempts for r in rows} == {1}
-
-
-DRIVER = r'''
-import os, sys
-os.environ["PYSPARK_PYTHON"] = sys.executable
-os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-from pyspark.sql import SparkSession
-nsqd, topic, out, ck, mode = sys.argv[1:6]
-spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-         .config("spark.ui.showConsoleProgress", "false").config("spark.driver.host", "127.0.0.1").getOrCreate())
-spark.sparkContext.setLogLevel("ERROR")
-from nsqcli.spark import register
-register(spark)
-w = (spark.readStream.format("nsq").option("nsqdTCPAddresses", nsqd).option("topic", topic)
-     .option("maxMessagesPerBatch", "150").option("msgTimeout", "3s").option("availableNowIdleTimeout", "8s")
-     .load().writeStream.format("parquet").option("path", out).option("checkpointLocation", ck))
-q = (w.trigger(availableNow=True) if mode == "drain" else w).start()
-print("started", flush=True)
-q.awaitTermination()
-'''
-
-
-def test_driver_killed_mid_stream_then_restarted_loses_nothing(spark, nsqd, topic, tmp_path):
-    bodies = {b"crash-%04d" % i for i in range(3000)}
-    publish(nsqd, topic, sorted(bodies))
-    script = tmp_path / "driver.py"
-    script.write_text(DRIVER)
-    out, ck = tmp_path / "out", tmp_path / "ck"
-    args = [sys.executable, str(script), nsqd.tcp_address, topic, str(out), str(ck)]
-    proc = subprocess.Popen(args + ["run"], env=clean_env(), start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    try:
-        commits = ck / "commits"
-        wait_for(lambda: commits.exists() and len([p for p in commits.iterdir() if p.name.isdigit()]) >= 3,
-                 120, interval=0.1, what="three committed batches")
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)  # the driver, its JVM and Python workers: a crash
-        proc.wait(30)
-    done_before = len([p for p in commits.iterdir() if p.name.isdigit()])
-    assert done_before < 3000 // 150, "the stream finished before the kill: nothing was tested"
-    r = subprocess.run(args + ["drain"], env=clean_env(), capture_output=True, text=True, timeout=240,
-                       start_new_session=True)
-    assert r.returncode == 0, r.stderr[-2000:]
-    rows = spark.read.parquet(str(out)).select("body", "id", "nsqd").collect()
-    unique = {(r.nsqd, r.id): r.body for r in rows}
-    assert set(unique.values()) == bodies and len(unique) == 3000
-    ch = channel_stats(nsqd, topic, "nsqcli_spark")
-    assert ch["depth"] == 0 and ch["in_flight_count"] == 0
-
-
-def test_dedupe_key_with_drop_duplicates_within_watermark(spark, nsqd, topic, tmp_path):
-    """The documented dedupe: (nsqd, id) with dropDuplicatesWithinWatermark."""
-    publish(nsqd, topic, [b"d%d" % i for i in range(100)])
-    q = (source(spark, nsqd, topic).withWatermark("timestamp", "10 minutes")
-         .dropDuplicatesWithinWatermark(["nsqd", "id"])
-         .writeStream.format("parquet").option("path", str(tmp_path / "out"))
-         .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
-    q.awaitTermination(120)
-    assert q.exception() is None
-    assert spark.read.parquet(str(tmp_path / "out")).count() == 100
-
-
+# -- streaming source: tests/spark/test_source.py -------------------------------------------------
 def test_source_bad_options_fail_with_one_clear_message(spark, nsqd):
     with pytest.raises(Exception) as info:
         spark.readStream.format("nsq").option("nsqdTCPAddresses", nsqd.tcp_address).load() \
@@ -380,27 +240,3 @@ def test_read_archive_stream_follows_new_files(spark, tmp_path):
     rows = spark.read.parquet(str(sink)).collect()
     assert sorted(r.body for r in rows) == [b"one", b"three", b"two"]  # each file read once
     assert {r.hour.hour for r in rows} == {8, 9}
-
-
-def test_available_now_leaves_later_messages_for_the_next_run(spark, nsqd, topic):
-    """AvailableNow drains what was published before the query started; what is published
-    while it runs is given back untouched (requeued), not taken."""
-    from nsqcli.client.producer import Producer
-
-    publish(nsqd, topic, [b"old%d" % i for i in range(200)])
-    taken: list = []
-
-    def sink(df, batch_id):
-        taken.extend(r.body for r in df.collect())
-        if batch_id == 0:
-            with Producer(nsqd.tcp_address) as p:
-                p.multi_publish(topic, [b"new%d" % i for i in range(50)])
-
-    q = (source(spark, nsqd, topic, maxMessagesPerBatch=100, availableNowIdleTimeout="1s")
-         .writeStream.foreachBatch(sink).trigger(availableNow=True).start())
-    q.awaitTermination(120)
-    assert q.exception() is None
-    assert sorted(taken) == sorted(b"old%d" % i for i in range(200))
-    ch = wait_for(lambda: (lambda c: c if c["in_flight_count"] == 0 else None)(
-        channel_stats(nsqd, topic, "nsqcli_spark")), 15, what="nothing left in flight")
-    assert ch["depth"] == 50

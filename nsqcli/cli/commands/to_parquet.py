@@ -27,24 +27,30 @@ nsqcli to-parquet -t a -t b -o s3a://bucket/nsq --checkpoint s3a://bucket/_ck --
               help="Comma-separated partition columns (any of the columns, plus date and hour); '' for none.")
 @option("--trigger", "trigger", type=DURATION, default="10s", show_default=True,
               help="Micro-batch interval (0: as fast as possible).")
-@option("--max-messages-per-batch", type=click.IntRange(min=1), help="Cap per micro-batch (default: half of --max-in-flight).")
-@option("--max-in-flight", type=click.IntRange(min=1), default=20000, show_default=True,
-              help="Messages held (un-FINed) at once; several connections per nsqd above 2500.")
-@option("--dedupe", is_flag=True, help="Drop redelivered messages (same nsqd and id) within --dedupe-watermark.")
+@option("--max-messages-per-batch", type=click.IntRange(min=1), default=500000, show_default=True,
+              help="Cap per micro-batch (a batch takes what the channel held when it was planned).")
+@option("--max-messages-per-partition", type=click.IntRange(min=1), default=50000, show_default=True,
+              help="Cap per Spark task: deeper channels are read by more tasks at once.")
+@option("--spool", metavar="DIR",
+              help="Where tasks keep what they took until Spark commits it; a path every executor "
+                   "reaches (default: CHECKPOINT/spool when the checkpoint is a local path).")
+@option("--dedupe", is_flag=True, help="Also drop messages with the same nsqd and id within "
+              "--dedupe-watermark (not needed for exactly-once: the spool does that).")
 @option("--dedupe-watermark", type=DURATION, default="1h", show_default=True)
 @option("--available-now", is_flag=True,
               help="Drain what was published before the start, then exit 0 (batch jobs, CI; Spark >= 4.2).")
 @spark_options
 @connection_options(consumer=True)
 @click.pass_obj
-def to_parquet(app, topics, channel, output, checkpoint, partition_by, trigger, max_messages_per_batch, max_in_flight,
-               dedupe, dedupe_watermark, available_now, master, remote, confs, py_files, spark_log_level, **kwargs):
+def to_parquet(app, topics, channel, output, checkpoint, partition_by, trigger, max_messages_per_batch,
+               max_messages_per_partition, spool, dedupe, dedupe_watermark, available_now, master, remote, confs, py_files, spark_log_level, **kwargs):
     """Consume TOPIC(s) into a Parquet dataset with Spark Structured Streaming.
 
     \b
-    A message is FINed only after Spark committed the micro-batch holding it; SIGTERM/SIGINT stop
-    the query cleanly, and a restart with the same --checkpoint loses nothing (nsqd redelivers
-    what was not FINed: at least once; --dedupe drops those duplicates within the watermark).
+    Exactly once: Spark's tasks read from nsqd on the executors and keep what they took in the
+    spool before they FIN it, so a retried task or a batch run again after a crash reads the
+    spool, not nsqd. SIGTERM/SIGINT stop the query cleanly; a restart with the same --checkpoint
+    goes on where it stopped, with nothing lost and nothing twice.
     Columns: body, id, timestamp, attempts, nsqd, topic, channel (+ date, hour).
     """
     conn = pop_connection(kwargs)
@@ -53,19 +59,31 @@ def to_parquet(app, topics, channel, output, checkpoint, partition_by, trigger, 
     bad = [c for c in cols if c not in known]
     if bad:
         raise click.UsageError(f"--partition-by: unknown column {bad[0]!r} (columns: {', '.join(sorted(known))})")
+    spool = _spool_dir(spool, checkpoint)
     with spark_session(app, "to-parquet", master, remote, confs, py_files, spark_log_level) as spark:
         return _run(app, spark, topics, channel, output, checkpoint, cols, trigger, max_messages_per_batch,
-                    max_in_flight, dedupe, dedupe_watermark, available_now, conn)
+                    max_messages_per_partition, spool, dedupe, dedupe_watermark, available_now, conn)
 
 
-def _run(app, spark, topics, channel, output, checkpoint, cols, trigger, per_batch, max_in_flight, dedupe,
+def _spool_dir(spool: str | None, checkpoint: str) -> str:
+    import os
+
+    if spool is None:
+        local = checkpoint[len("file://"):] if checkpoint.startswith("file://") else checkpoint
+        if "://" in local:
+            raise click.UsageError(f"--checkpoint {checkpoint} is not a local path: give --spool DIR, a "
+                                   "directory every executor reaches (a shared mount on a cluster)")
+        spool = os.path.join(local, "spool")
+    return os.path.abspath(spool[len("file://"):] if spool.startswith("file://") else spool)
+
+
+def _run(app, spark, topics, channel, output, checkpoint, cols, trigger, per_batch, per_partition, spool, dedupe,
          watermark, available_now, conn):
     from ..app import stop_on_signals
 
     options = {**sink_options(conn), "topic": ",".join(topics), "channel": channel,
-               "maxInFlight": str(max_in_flight)}
-    if per_batch:
-        options["maxMessagesPerBatch"] = str(per_batch)
+               "maxMessagesPerBatch": str(per_batch), "maxMessagesPerPartition": str(per_partition),
+               "spoolLocation": spool}
     from ...spark.jobs import start_to_parquet
 
     try:

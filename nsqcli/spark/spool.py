@@ -1,0 +1,113 @@
+"""The nsq source's write-ahead spool: what a task took, on disk before it FINs.
+
+A partition of batch N is a sequence of numbered slots ``<spool>/<epoch>/<N>/<partition>.<k>``.
+Each slot is published atomically and exclusively (written under a temporary name, fsynced, then
+``os.link``ed to its name, which fails if the name exists), and holds either a chunk of messages
+(an Arrow IPC stream) or the END marker (JSON) that closes the partition. So:
+
+- Only the attempt whose link succeeded FINs that chunk's messages; a losing (speculative,
+  zombie) attempt REQs its own and reads the winner's slot instead.
+- A task run again (a retry, or the batch replayed after a crash) reads the slots already there
+  and goes on from the first free one; once a partition has its END marker, every attempt
+  returns exactly the same rows. A batch Spark committed has END in every partition.
+- ``delete_through(N)`` (the driver, on Spark's commit) removes batches up to N.
+
+The spool must be on storage every executor reaches (local disk in local mode; a shared mount
+on a cluster), like Spark's checkpoint. No pyspark, no sockets.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+
+END = "end"
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class PartitionSpool:
+    def __init__(self, root: str, epoch: str, batch: int, partition: int):
+        self.dir = os.path.join(root, epoch, str(batch))
+        self.partition = partition
+
+    def path(self, slot: int) -> str:
+        return os.path.join(self.dir, f"{self.partition}.{slot}")
+
+    def read(self, slot: int):
+        """None (free), ``(END, summary dict)`` or ``("data", bytes)``."""
+        try:
+            with open(self.path(slot), "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return None
+        if data[:1] == b"{":
+            return END, json.loads(data)
+        return "data", data
+
+    def publish(self, slot: int, data: bytes) -> bool:
+        """Make ``data`` slot ``slot``, durably; False if another attempt published it first."""
+        os.makedirs(self.dir, exist_ok=True)
+        tmp = os.path.join(self.dir, f".{self.partition}.{slot}.{uuid.uuid4().hex}.tmp")
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, self.path(slot))
+        except FileExistsError:
+            return False
+        finally:
+            os.unlink(tmp)
+        _fsync_dir(self.dir)
+        return True
+
+    def end(self, slot: int, summary: dict) -> bool:
+        return self.publish(slot, json.dumps({END: True, **summary}).encode())
+
+
+def batches_on_disk(root: str, epoch: str) -> list[int]:
+    try:
+        names = os.listdir(os.path.join(root, epoch))
+    except FileNotFoundError:
+        return []
+    return sorted(int(n) for n in names if n.isdigit())
+
+
+def delete_through(root: str, epoch: str, batch: int) -> int:
+    """Remove the spools of batches <= ``batch`` (Spark committed them); how many."""
+    gone = 0
+    for b in batches_on_disk(root, epoch):
+        if b <= batch:
+            shutil.rmtree(os.path.join(root, epoch, str(b)), ignore_errors=True)
+            gone += 1
+    return gone
+
+
+def summaries(root: str, epoch: str, batch: int) -> list[dict]:
+    """The END markers of one batch (rows taken, oldest message) - the source's metrics."""
+    out = []
+    d = os.path.join(root, epoch, str(batch))
+    try:
+        names = os.listdir(d)
+    except FileNotFoundError:
+        return out
+    for n in names:
+        if n.startswith("."):
+            continue
+        try:
+            with open(os.path.join(d, n), "rb") as f:
+                head = f.read(1)
+                if head == b"{":
+                    out.append(json.loads(head + f.read()))
+        except (OSError, ValueError):
+            continue
+    return out

@@ -1,0 +1,158 @@
+"""One task of the nsq source, on an executor: take a share of a channel through the spool.
+
+``take(settings, part)`` returns the partition's rows as Arrow record batches:
+
+1. Slots already in the spool (a retry, a replayed batch, a faster speculative attempt) are
+   read, not taken again; a partition with its END marker is returned as it is.
+2. Otherwise the task subscribes to its nsqd and takes up to its share, in chunks of at most
+   what nsqd lets one connection hold (``max_rdy_count``): each chunk is published to the spool
+   (fsynced, atomically) and only then FINed. Losing a slot to another attempt means REQ and
+   read the winner's chunk.
+3. The partition ends (END marker) when its share is taken, when no message came for
+   ``readIdleTimeout``, or after ``maxReadTime``; messages received beyond the share are REQed.
+
+nsqd never sends more than RDY un-FINed messages, so a chunk is at most RDY and no message is
+held longer than one chunk's fsync. After a kill -9 the messages of an unpublished chunk come
+back from nsqd after msg_timeout; a published chunk is never taken again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from operator import attrgetter
+
+from .plan import COLUMNS
+from .spool import END, PartitionSpool
+
+log = logging.getLogger("nsqcli.spark.source")
+
+_body, _id, _timestamp, _attempts = (attrgetter(f) for f in ("body", "id", "timestamp", "attempts"))
+CHUNK = 2500  # nsqd's default --max-rdy-count: one connection holds no more un-FINed
+
+
+def to_record_batch(msgs: list, nsqd: str, topic: str, channel: str):
+    """Messages as an Arrow record batch in the source's schema (one C-level pass per column)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = len(msgs)
+    ts = pa.array(list(map(_timestamp, msgs)), pa.int64())
+    return pa.record_batch([
+        pa.array(list(map(_body, msgs)), pa.binary()),
+        pa.array(list(map(_id, msgs)), pa.binary()).cast(pa.string()),
+        pc.divide(ts, 1000).cast(pa.timestamp("us", tz="UTC")),
+        pa.array(list(map(_attempts, msgs)), pa.int32()),
+        pa.repeat(pa.scalar(nsqd, pa.string()), n),
+        pa.repeat(pa.scalar(topic, pa.string()), n),
+        pa.repeat(pa.scalar(channel, pa.string()), n),
+    ], names=list(COLUMNS))
+
+
+def _ipc(batch) -> bytes:
+    import pyarrow as pa
+
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as w:
+        w.write_batch(batch)
+    return sink.getvalue().to_pybytes()
+
+
+def _from_ipc(data: bytes) -> list:
+    import pyarrow as pa
+
+    return list(pa.ipc.open_stream(data))
+
+
+class _Taker:
+    """The task's one connection (opened only when the spool does not already hold the rows)."""
+
+    def __init__(self, settings, part):
+        from ..client.consumer import Consumer
+
+        self.settings = settings
+        cfg = settings.config.with_(max_in_flight=max(1, min(part.share, CHUNK)),
+                                    touch_interval=5.0)
+        self.consumer = Consumer(part.topic, settings.channel, pull=True, config=cfg,
+                                 nsqd_tcp_addresses=[part.tcp],
+                                 on_error=lambda e: log.warning("nsq source task: %s", e))
+        self.consumer.start(fail_fast=True, deadline=time.monotonic() + settings.connect_timeout)
+        self.extra: list = []
+
+    def gather(self, want: int, deadline: float) -> list:
+        """Up to ``want`` messages: stop at ``deadline`` or after ``readIdleTimeout`` without one."""
+        got: list = []
+        idle = self.settings.read_idle
+        while len(got) < want:
+            now = time.monotonic()
+            if now >= deadline:
+                break
+            msgs = self.consumer.poll(want - len(got), timeout=min(idle, deadline - now))
+            if not msgs:
+                break
+            got += msgs
+        return got
+
+    def close(self) -> None:
+        """CLS, then REQ whatever arrived beyond the share (nsqd would hold it until msg_timeout)."""
+        c = self.consumer
+        try:
+            c.drain(2.0)
+            rest = self.extra + c.poll(1 << 30, timeout=0)
+            if rest:
+                c.requeue_many(rest, 0.0)
+        finally:
+            c.stop(2.0)
+
+
+def take(settings, part, epoch: str, batch: int, index: int) -> list:
+    """The partition's record batches (see the module docstring)."""
+    spool = PartitionSpool(settings.spool, epoch, batch, index)
+    started = time.monotonic()
+    deadline = started + settings.max_read_time
+    out: list = []
+    rows, oldest, slot = 0, None, 0
+    taker: _Taker | None = None
+    try:
+        while True:
+            state = spool.read(slot)
+            if state is not None:
+                kind, value = state
+                if kind == END:
+                    return out
+                out += _from_ipc(value)
+                rows = sum(b.num_rows for b in out)
+                slot += 1
+                continue
+            want = min(part.share - rows, CHUNK)
+            msgs: list = []
+            if want > 0 and time.monotonic() < deadline:
+                if taker is None:
+                    taker = _Taker(settings, part)
+                msgs = taker.gather(want, deadline)
+            if not msgs:  # share taken, nothing more came, or out of time: close the partition
+                if spool.end(slot, {"index": index, "rows": rows, "share": part.share, "oldest_ns": oldest,
+                                      "seconds": round(time.monotonic() - started, 3)}):
+                    return out
+                continue  # another attempt closed or filled this slot first: read it
+            rb = to_record_batch(msgs, part.tcp, part.topic, settings.channel)
+            if spool.publish(slot, _ipc(rb)):
+                left = part.share - rows - len(msgs)
+                taker.consumer.set_max_in_flight(max(0, min(left, CHUNK)))
+                lost = taker.consumer.finish_many(msgs)
+                if lost:
+                    log.warning("nsq source task: %d FIN(s) could not be sent (connection lost): nsqd "
+                                "will deliver those spooled messages again", len(lost))
+                first = min(m.timestamp for m in msgs)
+                oldest = first if oldest is None else min(oldest, first)
+                out.append(rb)
+                rows += len(msgs)
+                slot += 1
+            else:
+                taker.consumer.requeue_many(msgs, 0.0)
+    finally:
+        if taker is not None:
+            try:
+                taker.close()
+            except Exception as e:  # nsqd redelivers what was not answered
+                log.warning("nsq source task: closing: %s", e)

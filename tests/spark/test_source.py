@@ -1,0 +1,251 @@
+"""The nsq streaming source on a real SparkSession (local[2,3]) and real nsqd: planned on the
+driver from nsqd's /stats, read on the executors, exactly once through the spool."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import channel_stats, clean_env, wait_for
+
+pytestmark = pytest.mark.spark
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+def publish(nsqd, topic: str, bodies: list[bytes]) -> None:
+    from nsqcli.client.producer import Producer
+
+    with Producer(nsqd.tcp_address) as p:
+        for i in range(0, len(bodies), 5000):
+            assert p.multi_publish(topic, bodies[i:i + 5000]).published == len(bodies[i:i + 5000])
+
+
+def source(spark, nsqd, topic, spool, http=True, **options):
+    reader = (spark.readStream.format("nsq").option("topic", topic).option("spoolLocation", str(spool))
+              .option("nsqdHTTPAddresses" if http else "nsqdTCPAddresses",
+                      nsqd.http_address if http else nsqd.tcp_address))
+    for k, v in options.items():
+        reader = reader.option(k, str(v))
+    return reader.load()
+
+
+def settle(nsqd, topic, channel="nsqcli_spark"):
+    """The channel once nothing is in flight (late REQs and FINs have landed)."""
+    return wait_for(lambda: (lambda c: c if c and c["in_flight_count"] == 0 else None)(
+        channel_stats(nsqd, topic, channel)), 20, what="nothing in flight")
+
+
+@pytest.mark.parametrize("http", [True, False], ids=["depth-from-stats", "tcp-address-only"])
+def test_available_now_takes_everything_exactly_once(spark, nsqd, topic, tmp_path, http):
+    bodies = [b"msg-%05d" % i for i in range(5000)]
+    publish(nsqd, topic, bodies)
+    q = (source(spark, nsqd, topic, tmp_path / "spool", http, maxMessagesPerBatch=1000,
+                maxMessagesPerPartition=400, channel="spark")
+         .writeStream.format("parquet").option("path", str(tmp_path / "out"))
+         .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+    q.awaitTermination(180)
+    assert q.exception() is None
+    rows = spark.read.parquet(str(tmp_path / "out")).collect()
+    assert sorted(r.body for r in rows) == bodies  # every message, none twice
+    assert {r.topic for r in rows} == {topic} and {r.channel for r in rows} == {"spark"}
+    assert {r.nsqd for r in rows} == {nsqd.tcp_address} and {r.attempts for r in rows} == {1}
+    if http:  # the plan followed the depth: batches of <= 1000 in tasks of <= 400
+        ends = [json.loads((tmp_path / "ck" / "offsets" / p.name).read_text().splitlines()[-1])
+                for p in (tmp_path / "ck" / "offsets").iterdir() if p.name.isdigit()]
+        plans = [e["plan"] for e in ends]
+        assert all(sum(s for _, _, s in pl) <= 1000 and all(s <= 400 for _, _, s in pl) for pl in plans)
+        assert sum(s for pl in plans for _, _, s in pl) == 5000 and len(plans) == 5
+    ch = settle(nsqd, topic, "spark")
+    assert ch["depth"] == 0 and ch["timeout_count"] == 0 and ch["requeue_count"] == 0
+
+
+def test_tasks_fin_after_the_spool_and_commit_deletes_it(spark, nsqd, topic, tmp_path):
+    """A batch's messages are FINed by its tasks once spooled: a slow sink holds nothing in
+    flight at nsqd. The spool of a batch goes when Spark commits it."""
+    publish(nsqd, topic, [b"a%d" % i for i in range(50)])
+    entered, release = threading.Event(), threading.Event()
+    seen: list[int] = []
+    spool = tmp_path / "spool"
+
+    def hold_first_batch(df, batch_id):
+        seen.append(df.count())
+        if batch_id == 0:
+            entered.set()
+            release.wait(60)
+
+    q = (source(spark, nsqd, topic, spool, maxMessagesPerPartition=20)
+         .writeStream.foreachBatch(hold_first_batch).trigger(processingTime="500 milliseconds").start())
+    try:
+        assert entered.wait(90), "the first batch never started"
+        ch = channel_stats(nsqd, topic, "nsqcli_spark")
+        assert ch["in_flight_count"] == 0 and ch["depth"] == 0 and ch["deferred_count"] == 0  # FINed
+        epochs = list(spool.iterdir())
+        assert len(epochs) == 1 and [p.name for p in epochs[0].iterdir()] == ["1"]
+        slots = sorted(p.name for p in (epochs[0] / "1").iterdir())
+        assert slots == ["0.0", "0.1", "1.0", "1.1", "2.0", "2.1"]  # 3 tasks: a chunk and END each
+        release.set()
+        publish(nsqd, topic, [b"b%d" % i for i in range(5)])  # batch 2 is planned: batch 1 committed
+        wait_for(lambda: sum(seen) == 55, 60, what="the second batch")
+        wait_for(lambda: not (epochs[0] / "1").exists(), 30, what="the committed spool deleted")
+    finally:
+        release.set()
+        q.stop()
+
+
+def test_a_task_run_again_reads_its_spool_and_a_racing_attempt_loses_cleanly(nsqd, topic, tmp_path):
+    """What Spark does to tasks - a retry, a speculative copy running at the same time - played
+    directly on the reader's read() (no Spark scheduling needed): every attempt returns the same
+    rows, each message is taken from nsqd once, and the loser's messages go back (REQ)."""
+    pytest.importorskip("pyarrow")
+    from nsqcli.spark.plan import Part, SourceSettings
+    from nsqcli.spark.take import take
+
+    publish(nsqd, topic, [b"r%04d" % i for i in range(3000)])
+    s = SourceSettings({"topic": topic, "nsqdTCPAddresses": nsqd.tcp_address,
+                        "spoolLocation": str(tmp_path / "spool"), "readIdleTimeout": "300ms"})
+    part = Part(topic, nsqd.tcp_address, 2000)
+    results: list = [None, None]
+
+    def attempt(i):
+        results[i] = take(s, part, "e1", 1, 0)
+
+    threads = [threading.Thread(target=attempt, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    bodies = [[b for rb in r for b in rb.column("body").to_pylist()] for r in results]
+    assert bodies[0] == bodies[1] and len(bodies[0]) == 2000 and len(set(bodies[0])) == 2000
+    again = take(s, part, "e1", 1, 0)  # a retry after both finished: the spool, not nsqd
+    assert [b for rb in again for b in rb.column("body").to_pylist()] == bodies[0]
+    ch = settle(nsqd, topic)
+    assert ch["depth"] == 1000 and ch["deferred_count"] == 0 and ch["timeout_count"] == 0  # the rest stays, for others
+
+
+TAKER = r'''
+import sys
+from nsqcli.spark.plan import Part, SourceSettings
+from nsqcli.spark.take import take
+import nsqcli.spark.spool as spool
+topic, tcp, root = sys.argv[1:4]
+s = SourceSettings({"topic": topic, "nsqdTCPAddresses": tcp, "spoolLocation": root, "msgTimeout": "2s"})
+real = spool.PartitionSpool.publish
+def hang_before_the_second_chunk(self, slot, data):
+    if slot == 1:  # 2500 messages received, not published: held by this process only
+        print("holding", flush=True)
+        import time; time.sleep(60)
+    return real(self, slot, data)
+spool.PartitionSpool.publish = hang_before_the_second_chunk
+take(s, Part(topic, tcp, 6000), "e1", 3, 0)
+'''
+
+
+def test_a_task_killed_mid_read_loses_and_repeats_nothing(nsqd, topic, tmp_path):
+    """kill -9 of a task holding an unpublished chunk: its retry keeps the published chunks,
+    and the killed task's held messages come back from nsqd (msg_timeout) to a later read."""
+    from nsqcli.spark.plan import Part, SourceSettings
+    from nsqcli.spark.take import take
+
+    bodies = [b"k%05d" % i for i in range(6000)]
+    publish(nsqd, topic, bodies)
+    script = tmp_path / "taker.py"
+    script.write_text(TAKER)
+    root = str(tmp_path / "spool")
+    p = subprocess.Popen([sys.executable, str(script), topic, nsqd.tcp_address, root], env=clean_env(),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "holding", p.stderr.read()[-2000:]
+    finally:
+        p.kill()
+        p.communicate(timeout=30)
+    # one chunk was published and FINed; the second, held, comes back after msg_timeout (2 s)
+    s = SourceSettings({"topic": topic, "nsqdTCPAddresses": nsqd.tcp_address, "spoolLocation": root,
+                        "msgTimeout": "2s", "readIdleTimeout": "3s", "maxReadTime": "30s"})
+    retry = take(s, Part(topic, nsqd.tcp_address, 6000), "e1", 3, 0)
+    later = take(s, Part(topic, nsqd.tcp_address, 6000), "e1", 4, 0)
+    got = [b for r in (retry, later) for rb in r for b in rb.column("body").to_pylist()]
+    assert sorted(got) == bodies and len(got) == 6000
+
+
+def test_available_now_takes_what_was_there_and_leaves_later_messages(spark, nsqd, topic, tmp_path):
+    """AvailableNow takes what the channel held when the query started; what is published while
+    it runs stays in the channel for the next run."""
+    publish(nsqd, topic, [b"old%d" % i for i in range(200)])
+    taken: list = []
+
+    def sink(df, batch_id):
+        taken.extend(r.body for r in df.collect())
+        if batch_id == 0:
+            publish(nsqd, topic, [b"new%d" % i for i in range(50)])
+
+    q = (source(spark, nsqd, topic, tmp_path / "spool", maxMessagesPerBatch=100)
+         .writeStream.foreachBatch(sink).trigger(availableNow=True).start())
+    q.awaitTermination(120)
+    assert q.exception() is None
+    assert sorted(taken) == sorted(b"old%d" % i for i in range(200))
+    assert settle(nsqd, topic)["depth"] == 50
+
+
+def test_old_checkpoints_and_old_spark_are_refused_clearly():
+    from nsqcli.spark.plan import parse
+
+    with pytest.raises(ValueError, match="written by an older nsqcli source.*new checkpointLocation"):
+        parse({"seq": 1732000000})
+
+
+DRIVER = r'''
+import os, sys
+os.environ["PYSPARK_PYTHON"] = sys.executable
+os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+from pyspark.sql import SparkSession
+http, topic, out, ck, mode = sys.argv[1:6]
+spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+         .config("spark.ui.showConsoleProgress", "false").config("spark.driver.host", "127.0.0.1").getOrCreate())
+spark.sparkContext.setLogLevel("ERROR")
+from nsqcli.spark import register
+register(spark)
+w = (spark.readStream.format("nsq").option("nsqdHTTPAddresses", http).option("topic", topic)
+     .option("maxMessagesPerBatch", "150").option("spoolLocation", ck + "/spool")
+     .load().writeStream.format("parquet").option("path", out).option("checkpointLocation", ck))
+q = (w.trigger(availableNow=True) if mode == "drain" else w).start()
+print("started", flush=True)
+q.awaitTermination()
+'''
+
+
+def test_driver_killed_mid_stream_then_restarted_loses_and_repeats_nothing(spark, nsqd, topic, tmp_path):
+    bodies = [b"crash-%04d" % i for i in range(3000)]
+    publish(nsqd, topic, bodies)
+    script = tmp_path / "driver.py"
+    script.write_text(DRIVER)
+    out, ck = tmp_path / "out", tmp_path / "ck"
+    args = [sys.executable, str(script), nsqd.http_address, topic, str(out), str(ck)]
+    proc = subprocess.Popen(args + ["run"], env=clean_env(), start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        commits = ck / "commits"
+        wait_for(lambda: commits.exists() and len([p for p in commits.iterdir() if p.name.isdigit()]) >= 3,
+                 120, interval=0.1, what="three committed batches")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the driver, its JVM and Python workers: a crash
+        proc.communicate(timeout=30)
+    done_before = len([p for p in commits.iterdir() if p.name.isdigit()])
+    assert done_before < 3000 // 150, "the stream finished before the kill: nothing was tested"
+    t0 = time.monotonic()
+    r = subprocess.run(args + ["drain"], env=clean_env(), capture_output=True, text=True, timeout=240,
+                       start_new_session=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = spark.read.parquet(str(out)).select("body").collect()
+    assert sorted(r.body for r in rows) == bodies  # nothing lost, nothing twice
+    ch = settle(nsqd, topic)
+    assert ch["depth"] == 0
+    assert time.monotonic() - t0 < 200
