@@ -80,6 +80,11 @@ class SourceSettings:
         self.config = opt.config(options)
         if self.config.msg_timeout is not None and not 1.0 <= self.config.msg_timeout <= 900:
             raise opt.OptionError("option 'msgTimeout' must be between 1s and 15m")
+        # committed spools stay this long: nsqd redelivers a message whose FIN was lost after
+        # msg_timeout (nsqd's default 60s), and a task recognises it in the spool until then
+        retention = opt.seconds(options, "spoolRetention")
+        self.retention = ((self.config.msg_timeout or 60.0) + self.max_read_time + 30.0
+                          if retention is None else retention)
 
 
 # -- offsets -----------------------------------------------------------------------------------------

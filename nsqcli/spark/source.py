@@ -220,7 +220,7 @@ class NSQStreamReader(*_BASES):
 
     def commit(self, end: dict) -> None:
         epoch, batch, _ = P.parse(end)
-        spool.delete_through(self.s.spool, epoch, batch)
+        spool.delete_through(self.s.spool, epoch, batch, self.s.retention)
 
     def stop(self) -> None:  # no connection lives on the driver
         pass

@@ -10,7 +10,9 @@ Each slot is published atomically and exclusively (written under a temporary nam
 - A task run again (a retry, or the batch replayed after a crash) reads the slots already there
   and goes on from the first free one; once a partition has its END marker, every attempt
   returns exactly the same rows. A batch Spark committed has END in every partition.
-- ``delete_through(N)`` (the driver, on Spark's commit) removes batches up to N.
+- ``delete_through(N)`` (the driver, on Spark's commit) removes batches up to N once they are
+  older than the retention (msg_timeout + maxReadTime + 30 s): until then a message whose FIN
+  was lost and that nsqd delivers again is recognised (take.py) and not taken twice.
 
 The spool must be on storage every executor reaches (local disk in local mode; a shared mount
 on a cluster), like Spark's checkpoint. No pyspark, no sockets.
@@ -82,12 +84,21 @@ def batches_on_disk(root: str, epoch: str) -> list[int]:
     return sorted(int(n) for n in names if n.isdigit())
 
 
-def delete_through(root: str, epoch: str, batch: int) -> int:
-    """Remove the spools of batches <= ``batch`` (Spark committed them); how many."""
-    gone = 0
+def delete_through(root: str, epoch: str, batch: int, min_age: float = 0.0) -> int:
+    """Remove the spools of batches <= ``batch`` (Spark committed them) once they are at least
+    ``min_age`` seconds old (a redelivery whose FIN was lost is recognised until then); how many."""
+    import time
+
+    gone, now = 0, time.time()
     for b in batches_on_disk(root, epoch):
+        path = os.path.join(root, epoch, str(b))
         if b <= batch:
-            shutil.rmtree(os.path.join(root, epoch, str(b)), ignore_errors=True)
+            try:
+                if now - os.stat(path).st_mtime < min_age:
+                    continue
+            except FileNotFoundError:
+                continue
+            shutil.rmtree(path, ignore_errors=True)
             gone += 1
     return gone
 

@@ -14,11 +14,17 @@
 nsqd never sends more than RDY un-FINed messages, so a chunk is at most RDY and no message is
 held longer than one chunk's fsync. After a kill -9 the messages of an unpublished chunk come
 back from nsqd after msg_timeout; a published chunk is never taken again.
+
+One window remains between publishing a chunk and nsqd receiving its FIN (a kill -9 at that
+instant, an nsqd restart, a lost connection): nsqd then delivers those messages again, with
+``attempts`` > 1. So a redelivered message is looked up in the spool (committed batches stay
+there for ``retention``, longer than msg_timeout): one found there is FINed and dropped.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
 from operator import attrgetter
 
@@ -77,7 +83,6 @@ class _Taker:
                                  nsqd_tcp_addresses=[part.tcp],
                                  on_error=lambda e: log.warning("nsq source task: %s", e))
         self.consumer.start(fail_fast=True, deadline=time.monotonic() + settings.connect_timeout)
-        self.extra: list = []
 
     def gather(self, want: int, deadline: float) -> list:
         """Up to ``want`` messages: stop at ``deadline`` or after ``readIdleTimeout`` without one."""
@@ -97,12 +102,50 @@ class _Taker:
         """CLS, then REQ whatever arrived beyond the share (nsqd would hold it until msg_timeout)."""
         c = self.consumer
         try:
+            c.set_max_in_flight(0)
             c.drain(2.0)
-            rest = self.extra + c.poll(1 << 30, timeout=0)
-            if rest:
+            # a message read in the same recv as CLOSE_WAIT may reach the queue just after it
+            rest = c.poll(1 << 30, timeout=0.1)
+            while rest:
                 c.requeue_many(rest, 0.0)
+                rest = c.poll(1 << 30, timeout=0.1)
         finally:
             c.stop(2.0)
+
+
+_spooled: dict = {}  # epoch -> (files indexed, {"nsqd/id"}): a Python worker is reused by tasks
+
+
+def already_spooled(root: str, epoch: str, msgs: list, nsqd: str) -> list:
+    """The messages among ``msgs`` (redeliveries) that a spool chunk of this query holds."""
+    import pyarrow as pa
+
+    from .spool import batches_on_disk
+
+    files, ids = _spooled.setdefault(epoch, (set(), set()))
+    for b in batches_on_disk(root, epoch):
+        d = os.path.join(root, epoch, str(b))
+        try:
+            names = os.listdir(d)
+        except FileNotFoundError:
+            continue
+        for n in names:
+            path = os.path.join(d, n)
+            if n.startswith(".") or path in files:
+                continue
+            try:
+                with pa.memory_map(path) as src:
+                    if src.read(1) == b"{":
+                        files.add(path)
+                        continue
+                    src.seek(0)
+                    for rb in pa.ipc.open_stream(src):
+                        node = rb.column("nsqd")[0].as_py() if rb.num_rows else ""
+                        ids.update(f"{node}/{i}" for i in rb.column("id").to_pylist())
+                files.add(path)
+            except (OSError, pa.ArrowInvalid):
+                continue
+    return [m for m in msgs if f"{nsqd}/{m.id.decode()}" in ids]
 
 
 def take(settings, part, epoch: str, batch: int, index: int) -> list:
@@ -130,6 +173,17 @@ def take(settings, part, epoch: str, batch: int, index: int) -> list:
                 if taker is None:
                     taker = _Taker(settings, part)
                 msgs = taker.gather(want, deadline)
+                again = [m for m in msgs if m.attempts > 1]
+                if again:  # spooled before, its FIN lost: FIN it now, never twice in the output
+                    dup = already_spooled(settings.spool, epoch, again, part.tcp)
+                    if dup:
+                        log.warning("nsq source task: %d redelivered message(s) were already spooled "
+                                    "(a FIN was lost): FINed, not taken again", len(dup))
+                        taker.consumer.finish_many(dup)
+                        dropped = {id(m) for m in dup}
+                        msgs = [m for m in msgs if id(m) not in dropped]
+                        if not msgs:
+                            continue
             if not msgs:  # share taken, nothing more came, or out of time: close the partition
                 if spool.end(slot, {"index": index, "rows": rows, "share": part.share, "oldest_ns": oldest,
                                       "seconds": round(time.monotonic() - started, 3)}):

@@ -82,7 +82,7 @@ def test_tasks_fin_after_the_spool_and_commit_deletes_it(spark, nsqd, topic, tmp
             entered.set()
             release.wait(60)
 
-    q = (source(spark, nsqd, topic, spool, maxMessagesPerPartition=20)
+    q = (source(spark, nsqd, topic, spool, maxMessagesPerPartition=20, spoolRetention=0)
          .writeStream.foreachBatch(hold_first_batch).trigger(processingTime="500 milliseconds").start())
     try:
         assert entered.wait(90), "the first batch never started"
@@ -132,26 +132,33 @@ def test_a_task_run_again_reads_its_spool_and_a_racing_attempt_loses_cleanly(nsq
 
 
 TAKER = r'''
-import sys
+import sys, time
 from nsqcli.spark.plan import Part, SourceSettings
 from nsqcli.spark.take import take
 import nsqcli.spark.spool as spool
-topic, tcp, root = sys.argv[1:4]
+topic, tcp, root, when = sys.argv[1:5]
 s = SourceSettings({"topic": topic, "nsqdTCPAddresses": tcp, "spoolLocation": root, "msgTimeout": "2s"})
 real = spool.PartitionSpool.publish
-def hang_before_the_second_chunk(self, slot, data):
-    if slot == 1:  # 2500 messages received, not published: held by this process only
+def hang_at_the_second_chunk(self, slot, data):
+    if slot == 1 and when == "before-publish":  # 2500 messages held by this process only
         print("holding", flush=True)
-        import time; time.sleep(60)
-    return real(self, slot, data)
-spool.PartitionSpool.publish = hang_before_the_second_chunk
+        time.sleep(60)
+    ok = real(self, slot, data)
+    if slot == 1 and when == "before-fin":  # spooled, and nsqd never gets the FIN
+        print("holding", flush=True)
+        time.sleep(60)
+    return ok
+spool.PartitionSpool.publish = hang_at_the_second_chunk
 take(s, Part(topic, tcp, 6000), "e1", 3, 0)
 '''
 
 
-def test_a_task_killed_mid_read_loses_and_repeats_nothing(nsqd, topic, tmp_path):
-    """kill -9 of a task holding an unpublished chunk: its retry keeps the published chunks,
-    and the killed task's held messages come back from nsqd (msg_timeout) to a later read."""
+@pytest.mark.parametrize("when", ["before-publish", "before-fin"])
+def test_a_task_killed_mid_read_loses_and_repeats_nothing(nsqd, topic, tmp_path, when):
+    """kill -9 of a task holding a chunk: its retry keeps the published chunks, and the killed
+    task's held messages come back from nsqd after msg_timeout. Killed after publishing a chunk
+    and before its FIN, nsqd delivers that chunk again: it is recognised in the spool, FINed,
+    and not taken twice."""
     from nsqcli.spark.plan import Part, SourceSettings
     from nsqcli.spark.take import take
 
@@ -160,20 +167,22 @@ def test_a_task_killed_mid_read_loses_and_repeats_nothing(nsqd, topic, tmp_path)
     script = tmp_path / "taker.py"
     script.write_text(TAKER)
     root = str(tmp_path / "spool")
-    p = subprocess.Popen([sys.executable, str(script), topic, nsqd.tcp_address, root], env=clean_env(),
+    p = subprocess.Popen([sys.executable, str(script), topic, nsqd.tcp_address, root, when], env=clean_env(),
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert p.stdout.readline().strip() == "holding", p.stderr.read()[-2000:]
     finally:
         p.kill()
         p.communicate(timeout=30)
-    # one chunk was published and FINed; the second, held, comes back after msg_timeout (2 s)
+    # the second chunk, held (or spooled, FIN never sent), comes back after msg_timeout (2 s)
     s = SourceSettings({"topic": topic, "nsqdTCPAddresses": nsqd.tcp_address, "spoolLocation": root,
                         "msgTimeout": "2s", "readIdleTimeout": "3s", "maxReadTime": "30s"})
     retry = take(s, Part(topic, nsqd.tcp_address, 6000), "e1", 3, 0)
     later = take(s, Part(topic, nsqd.tcp_address, 6000), "e1", 4, 0)
     got = [b for r in (retry, later) for rb in r for b in rb.column("body").to_pylist()]
     assert sorted(got) == bodies and len(got) == 6000
+    ch = settle(nsqd, topic)
+    assert ch["depth"] == 0 and ch["deferred_count"] == 0
 
 
 def test_available_now_takes_what_was_there_and_leaves_later_messages(spark, nsqd, topic, tmp_path):
