@@ -128,10 +128,12 @@ def test_publish_framed_retries_until_nsqd_comes_up(nsqd_factory, tmp_path, topi
 # -- the option registry: what each side accepts, and what it says about the rest ----------------
 @pytest.mark.parametrize("kind, options, message", [
     ("source", {"tpoic": "t"}, "unknown option 'tpoic' (did you mean 'topic'?)"),
-    ("source", {"maxmesagesperbatch": "5"}, "unknown option 'maxmesagesperbatch' (did you mean 'maxMessagesPerBatch'?)"),
+    ("source", {"maxmesagesperbatch": "5"},
+     "unknown option 'maxmesagesperbatch' (did you mean 'maxMessagesPerBatch'?)"),
     ("sink", {"batchszie": "5"}, "(did you mean 'batchSize'?)"),
     ("source", {"frobnicate": "1"}, "unknown option 'frobnicate' (the source's options: nsqdTCPAddresses, "),
-    ("source", {"subscribe": "a,b"}, "option 'subscribe' is Kafka's: name the topics with option 'topic' (comma-separated)"),
+    ("source", {"subscribe": "a,b"},
+     "option 'subscribe' is Kafka's: name the topics with option 'topic' (comma-separated)"),
     ("source", {"subscribePattern": "a.*"}, "option 'subscribePattern' is Kafka's: NSQ cannot subscribe by pattern"),
     ("source", {"assign": "{}"}, "option 'assign' is Kafka's: NSQ topics have no partitions to assign"),
     ("source", {"startingoffsets": "earliest"}, "option 'startingOffsets' is Kafka's: NSQ has no offsets; a channel "
@@ -151,7 +153,8 @@ def test_publish_framed_retries_until_nsqd_comes_up(nsqd_factory, tmp_path, topi
     ("source", {"kafka.sasl.mechanism": "PLAIN"}, "option 'authSecret' or 'authSecretFile'"),
     ("source", {"kafka.group.id": "g"}, "option 'kafka.group.id' is Kafka's: give option 'channel'"),
     ("source", {"groupidprefix": "g"}, "option 'groupIdPrefix' is Kafka's: give option 'channel'"),
-    ("source", {"maxOffsetsPerTrigger": "10"}, "option 'maxOffsetsPerTrigger' is Kafka's: use option 'maxMessagesPerBatch'"),
+    ("source", {"maxOffsetsPerTrigger": "10"},
+     "option 'maxOffsetsPerTrigger' is Kafka's: use option 'maxMessagesPerBatch'"),
     ("source", {"failOnDataLoss": "false"}, "option 'failOnDataLoss' is Kafka's: NSQ has no offsets to lose"),
     ("source", {"includeHeaders": "true"}, "option 'includeHeaders' is Kafka's: NSQ messages have no headers"),
     ("source", {"path": "/x"}, "there is no path in NSQ (load(), save() and start() take none): name the topic "
