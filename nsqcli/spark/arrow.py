@@ -30,13 +30,28 @@ class RowError(ValueError):
     """A row that cannot be published (null or empty body, over max_msg_size, bad topic)."""
 
 
+# Kafka's sink columns: NSQ has no place for them, and ignoring them would lose data quietly
+KAFKA_COLUMNS = {
+    "value": "column 'value' is Kafka's message: the nsq sink publishes column 'body'; rename it "
+             "(.withColumnRenamed('value', 'body'))",
+    **{c: f"column {c!r} is Kafka's: NSQ messages have only a body; put it into the body "
+          "(e.g. to_json(struct(...)) as body) or drop it" for c in ("key", "headers", "partition")},
+}
+
+
 def check_schema(fields: dict[str, str], default_topic: str | None) -> None:
     """``fields``: column name -> Spark simple type name ("binary", "string", "bigint"...).
-    Raises OptionError with a clear message before any task runs."""
+    Raises OptionError with a clear message before any task runs. Columns other than body,
+    topic and defer_ms are ignored (the source's id, timestamp... may come along), except
+    Kafka's key, value, headers and partition."""
+    kafka = [KAFKA_COLUMNS[c] for c in fields if c in KAFKA_COLUMNS]
     body = fields.get("body")
     if body is None:
-        raise OptionError("the DataFrame has no 'body' column (binary or string); columns: "
-                          + ", ".join(fields) if fields else "the DataFrame has no columns")
+        missing = "the DataFrame has no 'body' column (binary or string); columns: " + ", ".join(fields) \
+            if fields else "the DataFrame has no columns"
+        raise OptionError("; ".join([missing] + kafka))
+    if kafka:
+        raise OptionError("; ".join(kafka))
     if body not in ("binary", "string"):
         raise OptionError(f"column 'body' must be binary or string, not {body}")
     topic = fields.get("topic")

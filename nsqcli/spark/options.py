@@ -7,6 +7,8 @@ Pure Python: no pyspark import, so the parsing is testable (and reusable) withou
 
 from __future__ import annotations
 
+import difflib
+
 from ..client.config import Config, TLSConfig
 from ..errors import NSQError
 from ..protocol import validate_channel, validate_topic
@@ -16,10 +18,15 @@ _FALSE = {"false", "0", "no", "off", ""}
 
 
 class OptionError(ValueError):
-    """A missing or invalid data source option."""
+    """A missing or invalid data source option (or column, or mode): the user's mistake, told in
+    one line. ``detail`` is the message without the "nsq data source: " prefix."""
 
     def __init__(self, message: str):
+        self.detail = message
         super().__init__(f"nsq data source: {message}")
+
+    def __reduce__(self):  # pickles (and so crosses Spark's processes) without a second prefix
+        return (type(self), (self.detail,))
 
 
 def _get(options, name: str):
@@ -157,3 +164,116 @@ def seconds(options, name: str) -> float | None:
         return float(s) / 1000.0
     raise OptionError(f"option {name!r} must be a duration like 5s, 500ms or 2m (plain numbers are ms), not {v!r}")
 
+
+
+# -- which options exist ---------------------------------------------------------------------------
+# Spark lowercases option names before a Python data source sees them; these are the spellings
+# users write (and the ones the messages show).
+CONNECTION = ("nsqdTCPAddresses", "lookupdHTTPAddresses", "tls", "tlsCAFile", "tlsCert", "tlsKey",
+              "tlsMinVersion", "tlsInsecureSkipVerify", "snappy", "deflate", "deflateLevel", "authSecret",
+              "authSecretFile", "clientId", "msgTimeout", "connectTimeout")
+SOURCE = ("topic", "channel", "nsqdHTTPAddresses", "spoolLocation", "maxMessagesPerBatch",
+          "maxMessagesPerPartition", "minPartitions", "maxReadTime", "readIdleTimeout")
+SINK = ("topic", "batchSize", "maxInFlightBatches", "maxRetries", "retryBackoff", "timeout", "ratePerSecond",
+        "numPartitions", "maxBodySize", "maxMessageSize", "commitReportPath")
+# writeStream hands its own options to the sink with the user's: checkpointLocation (the query's
+# checkpoint, from .option()) and queryName (from .queryName()). Observed on pyspark 4.3.0; nothing
+# else is added (session confs, partitionBy, trigger are not options).
+SPARK_SINK = ("checkpointLocation", "queryName")
+# Read by the stream source this branch still has (source.py); the source rewrite replaces them.
+# datasource.py allows them only while nsqcli.spark.plan (the rewrite) is absent.
+LEGACY_SOURCE = ("maxInFlight", "connectionsPerNsqd", "maxPartitionBytes", "touchInterval",
+                 "availableNowIdleTimeout")
+
+_WHERE = {"source": "the source (spark.readStream.format('nsq'))",
+          "sink": "the sink (df.write / df.writeStream .format('nsq'))"}
+_NO_OFFSETS = ("NSQ has no offsets; a channel gets the messages published after it exists; to re-read "
+               "history, archive with `nsqcli to-file` and use `nsqcli replay` or nsqcli.spark.read_archive")
+_CHANNEL = ("give option 'channel' (consumers on one channel share its messages; every channel gets all "
+            "of them)")
+_TOPIC = "name the topics with option 'topic' (comma-separated)"
+# Kafka's option names -> what NSQ offers instead (keys lowercased)
+KAFKA = {
+    "subscribe": _TOPIC,
+    "subscribepattern": "NSQ cannot subscribe by pattern; " + _TOPIC,
+    "assign": "NSQ topics have no partitions to assign; " + _TOPIC,
+    **dict.fromkeys(("startingoffsets", "endingoffsets", "startingtimestamp", "endingtimestamp",
+                     "startingoffsetsbytimestamp", "endingoffsetsbytimestamp",
+                     "startingoffsetsbytimestampstrategy"), _NO_OFFSETS),
+    "kafka.bootstrap.servers": ("give option 'nsqdTCPAddresses' (nsqd HOST:PORT, comma-separated) or "
+                                "'lookupdHTTPAddresses' (nsqlookupd HOST:PORT)"),
+    "kafka.group.id": _CHANNEL,
+    "groupidprefix": _CHANNEL,
+    "kafka.acks": "NSQ has no such setting; the nsq sink waits for nsqd's OK on every message",
+    "maxoffsetspertrigger": "use option 'maxMessagesPerBatch'",
+    "failondataloss": ("NSQ has no offsets to lose (nsqd delivers every message again until it is FINed): "
+                       "there is nothing to set"),
+    "includeheaders": ("NSQ messages have no headers (the source's columns: body, id, timestamp, attempts, "
+                       "nsqd, topic, channel)"),
+}
+_KAFKA_NAMES = {k.lower(): k for k in (
+    "subscribe", "subscribePattern", "assign", "startingOffsets", "endingOffsets", "startingTimestamp",
+    "endingTimestamp", "startingOffsetsByTimestamp", "endingOffsetsByTimestamp",
+    "startingOffsetsByTimestampStrategy", "groupIdPrefix", "maxOffsetsPerTrigger", "failOnDataLoss",
+    "includeHeaders")}
+
+
+def known(kind: str, also: tuple = ()) -> dict[str, str]:
+    """lowercased name -> name, for ``kind`` "source" or "sink"."""
+    names = CONNECTION + (SOURCE if kind == "source" else SINK + SPARK_SINK) + tuple(also)
+    return {n.lower(): n for n in names}
+
+
+def _kafka_hint(key: str) -> str | None:
+    if key in KAFKA:
+        return KAFKA[key]
+    if key.startswith(("kafka.ssl.", "kafka.security.")):
+        return "NSQ has no such setting; for TLS give options 'tls', 'tlsCAFile', 'tlsCert', 'tlsKey'"
+    if key.startswith("kafka.sasl."):
+        return "NSQ has no such setting; nsqd's authorization takes option 'authSecret' or 'authSecretFile'"
+    if key.startswith("kafka."):
+        return "NSQ has no such setting (the connection options: " + ", ".join(CONNECTION) + ")"
+    return None
+
+
+def problem(name: str, kind: str, also: tuple = ()) -> str | None:
+    """Why option ``name`` is refused by the ``kind`` side, or None when it is one of ours."""
+    key = name.lower()
+    mine = known(kind, also)
+    if key in mine:
+        return None
+    shown = _KAFKA_NAMES.get(key, name)
+    hint = _kafka_hint(key)
+    if hint is not None:
+        return f"option {shown!r} is Kafka's: {hint}"
+    if key == "path":
+        return ("there is no path in NSQ (load(), save() and start() take none): name the topic with option "
+                "'topic'")
+    if kind == "source" and key in ("checkpointlocation", "queryname"):
+        return f"option {name!r} belongs to writeStream (the query), not to readStream.format('nsq')"
+    other = known("sink" if kind == "source" else "source")
+    if key in other and key not in ("checkpointlocation", "queryname"):
+        return f"option {other[key]!r} is for {_WHERE['sink' if kind == 'source' else 'source']}, not {_WHERE[kind]}"
+    close = difflib.get_close_matches(key, list(mine), n=1, cutoff=0.75)
+    if close:
+        return f"unknown option {name!r} (did you mean {mine[close[0]]!r}?)"
+    listed = [n for n in mine.values() if n not in SPARK_SINK]
+    return f"unknown option {name!r} (the {kind}'s options: {', '.join(listed)})"
+
+
+def check_options(options, kind: str, also: tuple = ()) -> None:
+    """Refuse, in one OptionError naming every problem, any option the ``kind`` side ("source" or
+    "sink") does not know: Kafka's with what NSQ offers instead, typos with the closest name."""
+    found = [p for p in (problem(k, kind, also) for k in options) if p]
+    if found:
+        raise OptionError("; ".join(found))
+
+
+def check_source_schema(fields: list[tuple[str, str]], ddl: str) -> None:
+    """``fields``: a user-given schema as (name, Spark simple type) pairs; ``ddl``: the source's fixed
+    schema ("body binary, id string, ..."). They must match (names case-insensitively, types, order)."""
+    fixed = [tuple(part.split()) for part in ddl.split(",")]
+    want = [(n.lower(), t.lower()) for n, t in fixed]
+    if [(n.lower(), t.lower()) for n, t in fields] != want:
+        raise OptionError("the source's columns are fixed: " + ", ".join(f"{n} {t}" for n, t in fixed)
+                          + "; do not give .schema(...) (select or cast the columns after load())")

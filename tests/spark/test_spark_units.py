@@ -123,3 +123,135 @@ def test_publish_framed_retries_until_nsqd_comes_up(nsqd_factory, tmp_path, topi
     assert not isinstance(result, Exception), result
     assert result.published == 50 and result.retries >= 1
     assert topic_stats(server, topic)["message_count"] == 50
+
+
+# -- the option registry: what each side accepts, and what it says about the rest ----------------
+@pytest.mark.parametrize("kind, options, message", [
+    ("source", {"tpoic": "t"}, "unknown option 'tpoic' (did you mean 'topic'?)"),
+    ("source", {"maxmesagesperbatch": "5"},
+     "unknown option 'maxmesagesperbatch' (did you mean 'maxMessagesPerBatch'?)"),
+    ("sink", {"batchszie": "5"}, "(did you mean 'batchSize'?)"),
+    ("source", {"frobnicate": "1"}, "unknown option 'frobnicate' (the source's options: nsqdTCPAddresses, "),
+    ("source", {"subscribe": "a,b"},
+     "option 'subscribe' is Kafka's: name the topics with option 'topic' (comma-separated)"),
+    ("source", {"subscribePattern": "a.*"}, "option 'subscribePattern' is Kafka's: NSQ cannot subscribe by pattern"),
+    ("source", {"assign": "{}"}, "option 'assign' is Kafka's: NSQ topics have no partitions to assign"),
+    ("source", {"startingoffsets": "earliest"}, "option 'startingOffsets' is Kafka's: NSQ has no offsets; a channel "
+     "gets the messages published after it exists; to re-read history, archive with `nsqcli to-file` and use "
+     "`nsqcli replay` or nsqcli.spark.read_archive"),
+    ("source", {"endingOffsets": "latest"}, "NSQ has no offsets"),
+    ("source", {"startingTimestamp": "0"}, "NSQ has no offsets"),
+    ("source", {"startingOffsetsByTimestamp": "{}"}, "NSQ has no offsets"),
+    ("source", {"kafka.bootstrap.servers": "h:9092"}, "option 'kafka.bootstrap.servers' is Kafka's: give option "
+     "'nsqdTCPAddresses'"),
+    ("sink", {"kafka.bootstrap.servers": "h:9092"}, "or 'lookupdHTTPAddresses'"),
+    ("sink", {"kafka.acks": "all"}, "option 'kafka.acks' is Kafka's: NSQ has no such setting; the nsq sink waits "
+     "for nsqd's OK on every message"),
+    ("sink", {"kafka.linger.ms": "5"}, "option 'kafka.linger.ms' is Kafka's: NSQ has no such setting (the connection "
+     "options: nsqdTCPAddresses"),
+    ("source", {"kafka.ssl.truststore.location": "x"}, "give options 'tls', 'tlsCAFile'"),
+    ("source", {"kafka.sasl.mechanism": "PLAIN"}, "option 'authSecret' or 'authSecretFile'"),
+    ("source", {"kafka.group.id": "g"}, "option 'kafka.group.id' is Kafka's: give option 'channel'"),
+    ("source", {"groupidprefix": "g"}, "option 'groupIdPrefix' is Kafka's: give option 'channel'"),
+    ("source", {"maxOffsetsPerTrigger": "10"},
+     "option 'maxOffsetsPerTrigger' is Kafka's: use option 'maxMessagesPerBatch'"),
+    ("source", {"failOnDataLoss": "false"}, "option 'failOnDataLoss' is Kafka's: NSQ has no offsets to lose"),
+    ("source", {"includeHeaders": "true"}, "option 'includeHeaders' is Kafka's: NSQ messages have no headers"),
+    ("source", {"path": "/x"}, "there is no path in NSQ (load(), save() and start() take none): name the topic "
+     "with option 'topic'"),
+    ("sink", {"path": "/x"}, "there is no path in NSQ"),
+    ("source", {"checkpointlocation": "/ck"}, "option 'checkpointlocation' belongs to writeStream (the query), "
+     "not to readStream.format('nsq')"),
+    ("source", {"batchSize": "5"}, "option 'batchSize' is for the sink (df.write / df.writeStream .format('nsq')), "
+     "not the source"),
+    ("sink", {"channel": "c"}, "option 'channel' is for the source (spark.readStream.format('nsq')), not the sink"),
+    ("sink", {"maxMessagesPerBatch": "5"}, "option 'maxMessagesPerBatch' is for the source"),
+])
+def test_option_registry_refuses_with_a_hint(kind, options, message):
+    from nsqcli.spark import options as opt
+
+    with pytest.raises(opt.OptionError) as info:
+        opt.check_options({"topic": "t", **options}, kind)
+    assert str(info.value).startswith("nsq data source: ")
+    assert message in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_option_registry_accepts_every_known_name_in_any_case():
+    from nsqcli.spark import options as opt
+
+    for kind, names in (("source", opt.CONNECTION + opt.SOURCE), ("sink", opt.CONNECTION + opt.SINK + opt.SPARK_SINK)):
+        opt.check_options({n: "x" for n in names}, kind)
+        opt.check_options({n.lower(): "x" for n in names}, kind)  # Spark hands them lowercased
+        opt.check_options({n.upper(): "x" for n in names}, kind)
+    with pytest.raises(opt.OptionError, match="unknown option 'maxInFlight'"):
+        opt.check_options({"maxInFlight": "5"}, "source")
+    opt.check_options({"maxInFlight": "5"}, "source", opt.LEGACY_SOURCE)  # until the source rewrite lands
+
+
+def test_option_registry_names_every_problem_in_one_line():
+    from nsqcli.spark import options as opt
+
+    with pytest.raises(opt.OptionError) as info:
+        opt.check_options({"subscribe": "t", "startingOffsets": "earliest", "tpoic": "t"}, "source")
+    text = str(info.value)
+    assert text.count("nsq data source: ") == 1 and "\n" not in text
+    assert text.index("'subscribe'") < text.index("'startingOffsets'") < text.index("'tpoic'")
+
+
+def test_option_error_pickles_without_a_second_prefix():
+    import pickle
+
+    from nsqcli.spark.options import OptionError
+
+    e = pickle.loads(pickle.dumps(OptionError("option 'topic' is required")))
+    assert str(e) == "nsq data source: option 'topic' is required" and e.detail == "option 'topic' is required"
+
+
+@pytest.mark.parametrize("fields, ok", [
+    ([("body", "binary"), ("id", "string"), ("timestamp", "timestamp"), ("attempts", "int"), ("nsqd", "string"),
+      ("topic", "string"), ("channel", "string")], True),
+    ([("BODY", "binary"), ("id", "string"), ("timestamp", "timestamp"), ("attempts", "int"), ("nsqd", "string"),
+      ("topic", "string"), ("channel", "string")], True),
+    ([("body", "string"), ("id", "string"), ("timestamp", "timestamp"), ("attempts", "int"), ("nsqd", "string"),
+      ("topic", "string"), ("channel", "string")], False),
+    ([("key", "binary"), ("value", "binary")], False),
+    ([("body", "binary")], False),
+])
+def test_source_schema_is_fixed(fields, ok):
+    from nsqcli.spark import options as opt
+
+    ddl = "body binary, id string, timestamp timestamp, attempts int, nsqd string, topic string, channel string"
+    if ok:
+        opt.check_source_schema(fields, ddl)
+        return
+    with pytest.raises(opt.OptionError) as info:
+        opt.check_source_schema(fields, ddl)
+    assert str(info.value) == ("nsq data source: the source's columns are fixed: body binary, id string, timestamp "
+                               "timestamp, attempts int, nsqd string, topic string, channel string; do not give "
+                               ".schema(...) (select or cast the columns after load())")
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"value": "binary"}, "has no 'body' column (binary or string); columns: value; column 'value' is Kafka's "
+     "message: the nsq sink publishes column 'body'; rename it (.withColumnRenamed('value', 'body'))"),
+    ({"body": "binary", "key": "binary"}, "column 'key' is Kafka's: NSQ messages have only a body; put it into the "
+     "body (e.g. to_json(struct(...)) as body) or drop it"),
+    ({"body": "binary", "headers": "array<struct<key:string,value:binary>>"}, "column 'headers' is Kafka's"),
+    ({"body": "binary", "partition": "int"}, "column 'partition' is Kafka's"),
+    ({"body": "binary", "value": "binary"}, "column 'value' is Kafka's message"),
+])
+def test_sink_refuses_kafka_columns(fields, message):
+    from nsqcli.spark.arrow import check_schema
+    from nsqcli.spark.options import OptionError
+
+    with pytest.raises(OptionError) as info:
+        check_schema(fields, "t")
+    assert message in str(info.value)
+
+
+def test_sink_accepts_the_source_schema_and_other_extra_columns():
+    from nsqcli.spark.arrow import check_schema
+
+    check_schema({"body": "binary", "id": "string", "timestamp": "timestamp", "attempts": "int", "nsqd": "string",
+                  "topic": "string", "channel": "string", "offset": "bigint"}, None)
