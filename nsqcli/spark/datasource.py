@@ -22,19 +22,14 @@ saying what to do instead, as early as Spark lets a Python data source speak (py
 from __future__ import annotations
 
 import functools
-import importlib.util
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 
 from . import options as opt
 
-# TODO: drop with LEGACY_SOURCE once the source rewrite (nsqcli.spark.plan) has landed
-_REWRITTEN = importlib.util.find_spec(f"{__package__}.plan") is not None
-_SOURCE_ALSO = () if _REWRITTEN else opt.LEGACY_SOURCE
-
 BATCH_READ = ("spark.read.format('nsq') would consume the channel without a checkpoint; use "
               "spark.readStream.format('nsq') with .trigger(availableNow=True), which reads what is there "
-              "now, FINs it once its batch is committed, and stops")
+              "now and stops, exactly once (option 'spoolLocation' and the query's checkpointLocation)")
 OVERWRITE = ("mode('overwrite') is not possible: NSQ only appends (published messages cannot be taken back); "
              "use mode('append')")
 COMPLETE = ("outputMode('complete') would publish the whole result table again on every trigger: NSQ only "
@@ -55,12 +50,7 @@ def _refusal(method):
 
 
 def _source_settings(options):
-    try:
-        # plan.SourceSettings validates values (added by the source rewrite)
-        from .plan import SourceSettings
-    except ImportError:  # TODO: remove this fallback with the source rewrite
-        from .source import NSQStreamReader
-        return NSQStreamReader(options)
+    from .plan import SourceSettings  # pure: no pyspark, checks every value
     return SourceSettings(options)
 
 
@@ -71,7 +61,7 @@ class NSQDataSource(DataSource):
 
     # -- source ------------------------------------------------------------------------------
     def _check_source(self) -> None:
-        opt.check_options(self.options, "source", _SOURCE_ALSO)
+        opt.check_options(self.options, "source")
         _source_settings(self.options)
 
     @_refusal

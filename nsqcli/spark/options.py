@@ -173,18 +173,13 @@ CONNECTION = ("nsqdTCPAddresses", "lookupdHTTPAddresses", "tls", "tlsCAFile", "t
               "tlsMinVersion", "tlsInsecureSkipVerify", "snappy", "deflate", "deflateLevel", "authSecret",
               "authSecretFile", "clientId", "msgTimeout", "connectTimeout")
 SOURCE = ("topic", "channel", "nsqdHTTPAddresses", "spoolLocation", "maxMessagesPerBatch",
-          "maxMessagesPerPartition", "minPartitions", "maxReadTime", "readIdleTimeout")
+          "maxMessagesPerPartition", "minPartitions", "maxReadTime", "readIdleTimeout", "spoolRetention")
 SINK = ("topic", "batchSize", "maxInFlightBatches", "maxRetries", "retryBackoff", "timeout", "ratePerSecond",
         "numPartitions", "maxBodySize", "maxMessageSize", "commitReportPath")
 # writeStream hands its own options to the sink with the user's: checkpointLocation (the query's
 # checkpoint, from .option()) and queryName (from .queryName()). Observed on pyspark 4.3.0; nothing
 # else is added (session confs, partitionBy, trigger are not options).
 SPARK_SINK = ("checkpointLocation", "queryName")
-# Read by the stream source this branch still has (source.py); the source rewrite replaces them.
-# datasource.py allows them only while nsqcli.spark.plan (the rewrite) is absent.
-LEGACY_SOURCE = ("maxInFlight", "connectionsPerNsqd", "maxPartitionBytes", "touchInterval",
-                 "availableNowIdleTimeout")
-
 _WHERE = {"source": "the source (spark.readStream.format('nsq'))",
           "sink": "the sink (df.write / df.writeStream .format('nsq'))"}
 _NO_OFFSETS = ("NSQ has no offsets; a channel gets the messages published after it exists; to re-read "

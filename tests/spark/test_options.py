@@ -43,9 +43,14 @@ def refusal(info) -> str:
     ({"topic": "{topic}", "batchSize": "10"}, None, "option 'batchSize' is for the sink"),
     ({"topic": "{topic}", "checkpointLocation": "/tmp/ck"}, None, "belongs to writeStream (the query)"),
     ({"topic": "{topic}"}, "/data/events", "there is no path in NSQ"),
+    ({"topic": "{topic}"}, None, "option 'spoolLocation' is required: a directory every executor can write"),
+    ({"topic": "{topic}", "spoolLocation": "spool"}, None, "option 'spoolLocation' must be an absolute path"),
+    ({"topic": "{topic}", "spoolLocation": "s3a://b/spool"}, None, "is not a filesystem path"),
 ])
 def test_source_mistakes_fail_at_load(spark, nsqd, topic, options, path, message):
     reader = spark.readStream.format("nsq").option("nsqdTCPAddresses", nsqd.tcp_address)
+    if "spool" not in message:
+        reader = reader.option("spoolLocation", "/tmp/nsq-spool")
     for k, v in options.items():
         reader = reader.option(k, v.format(topic=topic))
     with pytest.raises(Exception) as info:
@@ -75,7 +80,8 @@ def test_source_user_schema_fails_when_the_query_starts(spark, nsqd, topic, tmp_
 
 
 def test_batch_read_is_refused_with_the_streaming_way(spark, nsqd, topic):
-    df = spark.read.format("nsq").option("nsqdTCPAddresses", nsqd.tcp_address).option("topic", topic).load()
+    df = (spark.read.format("nsq").option("nsqdTCPAddresses", nsqd.tcp_address).option("topic", topic)
+          .option("spoolLocation", "/tmp/nsq-spool").load())
     with pytest.raises(Exception) as info:
         df.collect()
     assert ("nsq data source: spark.read.format('nsq') would consume the channel without a checkpoint; use "

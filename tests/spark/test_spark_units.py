@@ -186,7 +186,6 @@ def test_option_registry_accepts_every_known_name_in_any_case():
         opt.check_options({n.upper(): "x" for n in names}, kind)
     with pytest.raises(opt.OptionError, match="unknown option 'maxInFlight'"):
         opt.check_options({"maxInFlight": "5"}, "source")
-    opt.check_options({"maxInFlight": "5"}, "source", opt.LEGACY_SOURCE)  # until the source rewrite lands
 
 
 def test_option_registry_names_every_problem_in_one_line():
