@@ -88,6 +88,24 @@ class RssSampler(threading.Thread):
             self.sample()
 
 
+def runner_cpu() -> float:
+    """CPU seconds (user + system) used so far by this process's descendants that run Spark's
+    driver-side stream source (python_streaming_source_runner): the source's driver work."""
+    total, todo = 0.0, [os.getpid()]
+    tick = os.sysconf("SC_CLK_TCK")
+    while todo:
+        pid = todo.pop()
+        todo += RssSampler._children(pid)
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if b"python_streaming_source_runner" in cmd:
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
 def wait_drained(sb, topic: str, ch: str, n: int, proc=None, timeout: float = 900, slack: int = 0) -> float:
     """Seconds until nsqd shows at least ``n - slack`` messages FINed on the channel (to-file's last
     partial batch waits for --sync-interval: not a measure of throughput, as in bench.to_file)."""
@@ -106,8 +124,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--messages", type=int, default=1_000_000)
     ap.add_argument("--master", default="local[2]")
-    ap.add_argument("--max-in-flight", type=int, default=100_000, help="source: in flight (all connections)")
-    ap.add_argument("--batch", type=int, default=50_000, help="source: maxMessagesPerBatch")
+    ap.add_argument("--batch", type=int, default=None, help="source: maxMessagesPerBatch (default: the source's)")
+    ap.add_argument("--per-partition", type=int, default=None,
+                    help="source: maxMessagesPerPartition (default: the source's)")
     ap.add_argument("--only", choices=["sink", "source"])
     ap.add_argument("--opt", action="append", default=[], help="extra source option k=v (repeatable)")
     ap.add_argument("--runs", type=int, default=3, help="Spark runs of each (the first one is cold)")
@@ -173,27 +192,30 @@ def main() -> None:
                 topic = f"src_spark{run}"
                 prepublish(addr, topic, n, 100)
                 t = time.perf_counter()
-                q = (spark.readStream.format("nsq").option("nsqdTCPAddresses", addr).option("topic", topic)
-                     .option("channel", "c").option("maxInFlight", str(a.max_in_flight))
-                     .option("maxMessagesPerBatch", str(a.batch)).option("availableNowIdleTimeout", "1s")
-                     .options(**dict(kv.split("=", 1) for kv in a.opt)).load()
+                tuned = {k: str(v) for k, v in (("maxMessagesPerBatch", a.batch),
+                                                 ("maxMessagesPerPartition", a.per_partition)) if v}
+                cpu0 = runner_cpu()
+                q = (spark.readStream.format("nsq").option("nsqdHTTPAddresses", sb.nsqd.http_address)
+                     .option("topic", topic).option("channel", "c").option("spoolLocation", f"{tmp}/ck{run}/spool")
+                     .options(**tuned).options(**dict(kv.split("=", 1) for kv in a.opt)).load()
                      .writeStream.format("parquet").option("path", f"{tmp}/parquet{run}")
                      .option("checkpointLocation", f"{tmp}/ck{run}").trigger(availableNow=True).start())
                 el = wait_drained(sb, topic, "c", n)
+                driver_cpu = runner_cpu() - cpu0
                 q.awaitTermination()
                 total = time.perf_counter() - t
                 phases: dict = {}
                 for prog in q.recentProgress:
-                    for k, v in (prog.get("durationMs") or {}).items():
+                    for k, v in (prog.durationMs or {}).items():
                         phases[k] = phases.get(k, 0) + v
                 rows = spark.read.parquet(f"{tmp}/parquet{run}").count()
                 source = n / el
                 batches = len([p for p in Path(f"{tmp}/ck{run}/commits").iterdir() if p.name.isdigit()])
                 print(f"spark nsq source #{run + 1} {source:>10,.0f} msg/s into Parquet ({rows:,} rows, {batches} "
-                      f"batches, maxInFlight {a.max_in_flight}, maxMessagesPerBatch {a.batch}; query ended after "
-                      f"{total:.1f}s incl. the 1s idle check); ratio to to-file at --max-in-flight 200 "
-                      f"(its default) {source / tofiles['200']:.2f}x, at 2500 {source / tofiles['2500']:.2f}x",
-                      flush=True)
+                      f"batches, {tuned or 'default options'}; query ended after {total:.1f}s); ratio to to-file "
+                      f"at --max-in-flight 200 (its default) {source / tofiles['200']:.2f}x, at 2500 "
+                      f"{source / tofiles['2500']:.2f}x; the driver's source process used {driver_cpu:.2f} CPU-s "
+                      f"({driver_cpu / n * 1e6:.2f} CPU-s per million messages)", flush=True)
                 print("   Spark's time per phase over the run (s): " + ", ".join(
                     f"{k} {v / 1000:.1f}" for k, v in sorted(phases.items(), key=lambda kv: -kv[1])), flush=True)
         sampler.sample()

@@ -102,6 +102,8 @@ class _Nodes:
             return None
         try:
             if (t.http, t.topic) not in self.ready:
+                # nsqd 1.3 answers TOPIC_NOT_FOUND to /channel/create before the topic exists
+                http_json(t.http, "/topic/create", {"topic": t.topic}, timeout=5.0, method="POST")
                 http_json(t.http, "/channel/create", {"topic": t.topic, "channel": self.s.channel},
                           timeout=5.0, method="POST")
                 self.ready.add((t.http, t.topic))
