@@ -38,10 +38,11 @@ def session(app, name: str, master, remote, confs, py_files, spark_log_level):
 
     try:
         from ..spark.session import build, require
-        require()
+        require(connect=bool(remote))
     except ImportError as e:  # nsqcli.spark itself says what is missing
+        what = f"{e.name} is not installed" if e.name else str(e).split("] ", 1)[-1].rstrip(".")
         raise click.UsageError(f"nsqcli {name} needs the spark extra: pip install 'nsqcli[spark]' "
-                               f"({e.name or 'pyspark'} is not installed)") from None
+                               f"({what})") from None
     if master and remote:
         raise click.UsageError("--master and --remote cannot be used together")
     conf = {}
