@@ -27,6 +27,37 @@ def counts_by_topic_and_hour(df) -> list[tuple]:
     return [(r["topic"], r["h"], r["count"]) for r in rows]
 
 
+def publish(df, options: dict, rate: float | None = None) -> list[dict]:
+    """Publish the rows of ``df`` (a ``body`` column) with the nsq sink's per-task logic and
+    return every task's ledger (sink.LEDGER_SCHEMA as dicts): what nsqd acknowledged, also for
+    the tasks that stopped early (their ``error``).
+
+    The ledgers come back as the query's result rows (``mapInArrow``), not through the sink's
+    driver-side commit: under Spark Connect that commit runs in the server's driver, whose files
+    and stderr the client never sees. ``rate`` (messages/s for the whole job) is split evenly
+    over the partitions."""
+    import functools
+
+    from .sink import LEDGER_SCHEMA, SinkSettings, publish_rows
+
+    options = dict(options)
+    if rate:
+        if is_connect(df.sparkSession):  # no RDD API through Connect: a known partition count
+            n = int(df.sparkSession.conf.get("spark.sql.shuffle.partitions") or 200)
+            df = df.repartition(n)
+        else:
+            n = df.rdd.getNumPartitions()
+        options.update(ratePerSecond=str(rate), numPartitions=str(n))
+    settings = SinkSettings(options, df.schema)
+    rows = df.mapInArrow(functools.partial(publish_rows, settings), LEDGER_SCHEMA).collect()
+    return [r.asDict() for r in rows]
+
+
+def is_connect(spark) -> bool:
+    """Is this a Spark Connect session (``sc://``), rather than a driver in this process?"""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
 def messages_table(spark, archives, fmt="auto", name="messages") -> None:
     """query's table."""
     from .archive import read_archive, with_body_text
