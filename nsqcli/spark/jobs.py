@@ -38,6 +38,7 @@ def publish(df, options: dict, rate: float | None = None) -> list[dict]:
     over the partitions."""
     import functools
 
+    from .session import is_connect
     from .sink import LEDGER_SCHEMA, SinkSettings, publish_rows
 
     options = dict(options)
@@ -51,11 +52,6 @@ def publish(df, options: dict, rate: float | None = None) -> list[dict]:
     settings = SinkSettings(options, df.schema)
     rows = df.mapInArrow(functools.partial(publish_rows, settings), LEDGER_SCHEMA).collect()
     return [r.asDict() for r in rows]
-
-
-def is_connect(spark) -> bool:
-    """Is this a Spark Connect session (``sc://``), rather than a driver in this process?"""
-    return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
 def messages_table(spark, archives, fmt="auto", name="messages") -> None:

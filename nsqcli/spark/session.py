@@ -86,6 +86,11 @@ def build(app_name: str, master: str | None = None, remote: str | None = None, c
     return spark, log_path
 
 
+def is_connect(spark) -> bool:
+    """Is this a Spark Connect session (``sc://``), rather than a driver in this process?"""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
 def first_line(error: BaseException) -> str:
     """Spark's message for an error in one line, without JVM stacks: for an exception raised in a
     Python worker, that exception's own message (e.g. the sink's "published 0 of 10 ...")."""

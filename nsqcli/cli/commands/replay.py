@@ -52,7 +52,7 @@ def replay(app, topic, rest, since, until, where, from_topics, rate, dry_run, as
     conn = pop_connection(kwargs)
     if since and until and since >= until:
         raise click.UsageError("--since must be before --until")
-    check_archives(archives)
+    check_archives(archives, remote)
     with spark_session(app, "replay", master, remote, confs, py_files, spark_log_level) as spark:
         return _replay(app, spark, archives, topic, since, until, where, from_topics, rate, dry_run, fmt, conn,
                        as_json)
@@ -83,7 +83,8 @@ def _replay(app, spark, archives, topic, since, until, where, from_topics, rate,
         write_stdout("\n".join(lines) + "\n")
         app.info(f"dry run: {total} message{'s' * (total != 1)} would be published to {topic}; nothing was")
         return 0
-    from ...spark.jobs import is_connect, publish
+    from ...spark.jobs import publish
+    from ...spark.session import is_connect
 
     options = {**sink_options(conn), "topic": topic}
     # Spark's task progress on a TTY (the status tracker needs a driver in this process)
