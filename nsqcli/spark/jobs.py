@@ -35,8 +35,10 @@ def publish(df, options: dict, rate: float | None = None) -> list[dict]:
     The ledgers come back as the query's result rows (``mapInArrow``), not through the sink's
     driver-side commit: under Spark Connect that commit runs in the server's driver, whose files
     and stderr the client never sees. ``rate`` (messages/s for the whole job) is split evenly
-    over the partitions."""
+    over the partitions. Once a task failed, later tasks in its worker publish nothing (their
+    ``error`` starts with "skipped"), as the tasks of a failed job would not run."""
     import functools
+    import uuid
 
     from .session import is_connect
     from .sink import LEDGER_SCHEMA, SinkSettings, publish_rows
@@ -50,7 +52,8 @@ def publish(df, options: dict, rate: float | None = None) -> list[dict]:
             n = df.rdd.getNumPartitions()
         options.update(ratePerSecond=str(rate), numPartitions=str(n))
     settings = SinkSettings(options, df.schema)
-    rows = df.mapInArrow(functools.partial(publish_rows, settings), LEDGER_SCHEMA).collect()
+    run = uuid.uuid4().hex  # this publish, for the workers (reused across jobs)
+    rows = df.mapInArrow(functools.partial(publish_rows, settings, run), LEDGER_SCHEMA).collect()
     return [r.asDict() for r in rows]
 
 

@@ -140,16 +140,39 @@ def publish_partition(settings: SinkSettings, batches) -> NSQCommitMessage:
     return m
 
 
-def publish_rows(settings: SinkSettings, batches):
+#: run -> the first error a task of that run met in this Python worker (workers are reused
+#: across a job's tasks): later tasks of the run skip publishing, as a failed job's would stop
+_FAILED_RUNS: dict[str, str] = {}
+
+SKIPPED = "skipped"
+
+
+def publish_rows(settings: SinkSettings, run: str, batches):
     """``mapInArrow`` function: publish this partition, yield its ledger as one row
     (LEDGER_SCHEMA). A task that could not publish everything does not fail: its row carries the
-    error and the exact count nsqd acknowledged, so the caller can add up what really happened."""
+    error and the exact count nsqd acknowledged, so the caller can add up what really happened.
+    Once a task of ``run`` failed, the next ones in the same worker publish nothing (error
+    "skipped: ..."): a dead nsqd costs each worker one round of retries, not each task."""
     import dataclasses
 
     import pyarrow as pa
 
-    m = dataclasses.asdict(publish_ledger(settings, batches))
-    yield pa.RecordBatch.from_pylist([m], schema=_ledger_arrow_schema())
+    batches = iter(batches)
+    earlier = _FAILED_RUNS.get(run)
+    if earlier is not None:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        m = NSQCommitMessage(ctx.partitionId() if ctx is not None else 0, 0, 0, 0, 0,
+                             error=f"{SKIPPED}: not published after an earlier task's error ({earlier})")
+    else:
+        m = publish_ledger(settings, batches)
+        if m.error:
+            _FAILED_RUNS[run] = m.error
+    if m.error:  # read the rest of the input: Spark reuses a worker only when its input was drained
+        for _ in batches:
+            pass
+    yield pa.RecordBatch.from_pylist([dataclasses.asdict(m)], schema=_ledger_arrow_schema())
 
 
 def _ledger_arrow_schema():

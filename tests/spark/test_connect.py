@@ -123,7 +123,7 @@ url, nsqd, topic, out_topic, checkpoint = sys.argv[1:6]
 spark = SparkSession.builder.remote(url).getOrCreate()
 import nsqcli.spark
 nsqcli.spark.register(spark)
-df = spark.range(3000).selectExpr("concat('c-', cast(id as string)) as body").repartition(3)
+df = spark.range(0, 3000, 1, 3).selectExpr("concat('c-', cast(id as string)) as body")  # 3 tasks
 df.write.format("nsq").option("nsqdTCPAddresses", nsqd).option("topic", topic).mode("append").save()
 stream = (spark.readStream.format("nsq").option("nsqdTCPAddresses", nsqd).option("topic", topic)
           .option("channel", "relay").option("maxMessagesPerBatch", "1000").load())
@@ -171,7 +171,7 @@ def test_replay_remote_prints_what_nsqd_acknowledged(connect_server, nsqd, topic
     assert not list((client_dir / "tmp").iterdir())  # nothing left behind on the client
 
 
-def test_replay_remote_failure_counts_what_nsqd_acknowledged(connect_server, nsqd_factory, topic, client_dir,
+def test_replay_remote_failures_say_what_nsqd_acknowledged(connect_server, nsqd_factory, topic, client_dir,
                                                              tmp_path):
     """nsqd refuses message 301 (too big): the task stops there, the count is exact."""
     small = nsqd_factory(max_msg_size=64)
@@ -185,6 +185,11 @@ def test_replay_remote_failure_counts_what_nsqd_acknowledged(connect_server, nsq
                            "message 301 (200 bytes) refused by nsqd"), last
     assert "; nsqd acknowledged 300 messages (1 of 1 tasks stopped early" in last
     assert "Traceback" not in r.stderr
+    assert topic_stats(small, topic)["message_count"] == 300
+    # through Connect a bad --where surfaces only when the job runs: still Spark's line, exit 2
+    r = nsqcli(["replay", str(archive), "-t", topic, "--nsqd-tcp-address", small.tcp_address, "--where", "nope = 1"],
+               connect_server, client_dir)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "UNRESOLVED_COLUMN" in r.stderr, r.stderr
     assert topic_stats(small, topic)["message_count"] == 300
 
 

@@ -85,6 +85,7 @@ def _replay(app, spark, archives, topic, since, until, where, from_topics, rate,
         return 0
     from ...spark.jobs import publish
     from ...spark.session import is_connect
+    from ...spark.sink import SKIPPED
 
     options = {**sink_options(conn), "topic": topic}
     # Spark's task progress on a TTY (the status tracker needs a driver in this process)
@@ -99,6 +100,8 @@ def _replay(app, spark, archives, topic, since, until, where, from_topics, rate,
         from ...errors import NSQError
 
         err = spark_error(e)
+        if isinstance(err, click.UsageError):  # through Connect, --where is analysed only now
+            raise err from None
         text = err.format_message() if isinstance(err, click.ClickException) else str(err)
         raise NSQError(f"{text}; the Spark job failed before its tasks reported what nsqd acknowledged "
                        "(at-least-once: run again, and the messages that were published are published "
@@ -108,13 +111,15 @@ def _replay(app, spark, archives, topic, since, until, where, from_topics, rate,
             progress.stop()
     el = time.monotonic() - t0
     done = sum(m["messages"] for m in ledgers)
-    failed = [m for m in ledgers if m["error"]]
-    if failed:
+    failed = [m for m in ledgers if m["error"] and not m["error"].startswith(SKIPPED)]
+    skipped = sum(1 for m in ledgers if m["error"] and m["error"].startswith(SKIPPED))
+    if failed or skipped:
         from ...errors import NSQError
 
-        raise NSQError(f"{failed[0]['error']}; nsqd acknowledged {done} messages ({len(failed)} of "
-                       f"{len(ledgers)} tasks stopped early; at-least-once: run again, and what was "
-                       "acknowledged is published again)")
+        first = (failed or [m for m in ledgers if m["error"]])[0]["error"]
+        tasks = f"{len(failed)} of {len(ledgers)} tasks stopped early" + (f", {skipped} skipped" if skipped else "")
+        raise NSQError(f"{first}; nsqd acknowledged {done} messages ({tasks}; at-least-once: run again, "
+                       "and what was acknowledged is published again)")
     app.info(f"replayed {done} message{'s' * (done != 1)} into {topic} in {el:.1f}s "
              f"({done / el if el else 0:,.0f} msg/s)")
     if as_json:
