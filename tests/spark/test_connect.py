@@ -1,12 +1,15 @@
 """nsqcli.spark through Spark Connect: a REAL Connect server started from the pip package
 (spark-submit ... SparkConnectServer, local[2], 127.0.0.1, a free port), once per test session,
-stopped by its pid. Its Python workers import nsqcli from this checkout (PYTHONPATH).
+stopped by its pid after this module. Its Python workers import nsqcli from this checkout
+(PYTHONPATH).
 
 The clients are separate processes (a driver script, or the nsqcli CLI with --remote): a Connect
 client in the pytest process would switch pyspark into Connect mode for the whole process
 (SPARK_CONNECT_MODE_ENABLED), under the other tests' local SparkSession. Clients run in their own
-working and temporary directories, the server in others: nothing the client sees may travel
-through the server's files (replay's count, to-parquet's progress)."""
+working and temporary directories, the server in others. Both still share one filesystem here, so
+a count passed through a file would not be caught by these tests alone; replay and to-parquet
+pass none (their counts are query results and progress objects).
+"""
 
 from __future__ import annotations
 
@@ -36,9 +39,11 @@ class ConnectServer:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def connect_server(tmp_path_factory):
-    """A Spark Connect server (local[2]) from the pip package; its pid is ours to stop."""
+    """A Spark Connect server (local[2]) from the pip package; its pid is ours to stop. Only this
+    module uses it, so module scope starts it once per test session and stops it (~1 GB of JVM)
+    before the other Spark tests run."""
     import shutil
 
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
