@@ -38,10 +38,11 @@ def session(app, name: str, master, remote, confs, py_files, spark_log_level):
 
     try:
         from ..spark.session import build, require
-        require()
+        require(connect=bool(remote))
     except ImportError as e:  # nsqcli.spark itself says what is missing
+        what = f"{e.name} is not installed" if e.name else str(e).split("] ", 1)[-1].rstrip(".")
         raise click.UsageError(f"nsqcli {name} needs the spark extra: pip install 'nsqcli[spark]' "
-                               f"({e.name or 'pyspark'} is not installed)") from None
+                               f"({what})") from None
     if master and remote:
         raise click.UsageError("--master and --remote cannot be used together")
     conf = {}
@@ -82,9 +83,12 @@ def spark_session(app, name: str, master, remote, confs, py_files, spark_log_lev
                 pass
 
 
-def check_archives(paths) -> None:
+def check_archives(paths, remote: str | None = None) -> None:
     """A local archive path that does not exist is a usage error before Spark starts (URLs and
-    globs are Spark's to resolve)."""
+    globs are Spark's to resolve). Under --remote the paths are the Connect server's, which this
+    machine may not see: Spark says when one is missing."""
+    if remote:
+        return
     for p in paths:
         if "://" not in p and not any(c in p for c in "*?[") and not os.path.exists(p):
             raise click.UsageError(f"no such archive file or directory: {p}")

@@ -45,9 +45,23 @@ def detect(paths: list[str]) -> str:
         return "raw"
 
 
+def detect_on_server(spark, paths: list[str]) -> str:
+    """detect() where Spark reads: under Spark Connect the archives are the server's files,
+    which this machine may not have. One small job over the first non-empty line Spark reads
+    (a missing path is Spark's PATH_NOT_FOUND)."""
+    from pyspark.sql import functions as F
+
+    from ..archive.reader import _is_envelope
+
+    rows = (spark.read.option("recursiveFileLookup", "true").option("lineSep", "\n").text(paths)
+            .where(F.length("value") > 0).limit(1).collect())
+    return "json" if rows and _is_envelope(rows[0][0].encode("utf-8")) else "raw"
+
+
 def read_archive(spark, path, stream: bool = False, format: str = "auto", options: dict | None = None):
     """A DataFrame over the archives at ``path`` (a file, directory or glob, or a list of them).
-    ``format``: "auto" (from the first record; local paths only, else raw), "raw" or "json".
+    ``format``: "auto" (from the first record; local paths only, else raw; through Spark Connect
+    read on the server), "raw" or "json".
     ``options`` go to Spark's reader (e.g. {"maxFilesPerTrigger": "1"} with stream=True)."""
     from pyspark.sql import functions as F
 
@@ -55,7 +69,9 @@ def read_archive(spark, path, stream: bool = False, format: str = "auto", option
     if format not in ("auto", "raw", "json"):
         raise ValueError(f"unknown archive format {format!r} (auto, raw, json)")
     if format == "auto":
-        format = detect(paths)
+        from .session import is_connect
+
+        format = detect_on_server(spark, paths) if is_connect(spark) else detect(paths)
     reader = spark.readStream if stream else spark.read
     reader = reader.option("lineSep", "\n")
     if not stream:

@@ -27,6 +27,36 @@ def counts_by_topic_and_hour(df) -> list[tuple]:
     return [(r["topic"], r["h"], r["count"]) for r in rows]
 
 
+def publish(df, options: dict, rate: float | None = None) -> list[dict]:
+    """Publish the rows of ``df`` (a ``body`` column) with the nsq sink's per-task logic and
+    return every task's ledger (sink.LEDGER_SCHEMA as dicts): what nsqd acknowledged, also for
+    the tasks that stopped early (their ``error``).
+
+    The ledgers come back as the query's result rows (``mapInArrow``), not through the sink's
+    driver-side commit: under Spark Connect that commit runs in the server's driver, whose files
+    and stderr the client never sees. ``rate`` (messages/s for the whole job) is split evenly
+    over the partitions. Once a task failed, later tasks in its worker publish nothing (their
+    ``error`` starts with "skipped"), as the tasks of a failed job would not run."""
+    import functools
+    import uuid
+
+    from .session import is_connect
+    from .sink import LEDGER_SCHEMA, SinkSettings, publish_rows
+
+    options = dict(options)
+    if rate:
+        if is_connect(df.sparkSession):  # no RDD API through Connect: a known partition count
+            n = int(df.sparkSession.conf.get("spark.sql.shuffle.partitions") or 200)
+            df = df.repartition(n)
+        else:
+            n = df.rdd.getNumPartitions()
+        options.update(ratePerSecond=str(rate), numPartitions=str(n))
+    settings = SinkSettings(options, df.schema)
+    run = uuid.uuid4().hex  # this publish, for the workers (reused across jobs)
+    rows = df.mapInArrow(functools.partial(publish_rows, settings, run), LEDGER_SCHEMA).collect()
+    return [r.asDict() for r in rows]
+
+
 def messages_table(spark, archives, fmt="auto", name="messages") -> None:
     """query's table."""
     from .archive import read_archive, with_body_text

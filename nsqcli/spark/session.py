@@ -15,10 +15,19 @@ import sys
 import tempfile
 
 
-def require() -> None:
-    """ImportError (naming the module) unless pyspark and pyarrow are installed."""
+def require(connect: bool = False) -> None:
+    """ImportError (naming the module) unless pyspark and pyarrow are installed; with
+    ``connect``, also the Spark Connect client's packages (pandas, grpcio...)."""
     import pyarrow  # noqa: F401
     import pyspark  # noqa: F401
+
+    if connect:  # pyspark.sql.connect.utils.check_dependencies without its doctest exit(0)
+        from pyspark.sql.connect import utils as cu
+        from pyspark.sql.pandas.utils import require_minimum_pandas_version
+
+        require_minimum_pandas_version()  # PySparkImportError (an ImportError) naming the package
+        for check in ("grpc", "grpcio_status", "googleapis_common_protos", "zstandard"):
+            getattr(cu, f"require_minimum_{check}_version", lambda: None)()
 
 
 def is_local(master: str | None) -> bool:
@@ -29,7 +38,7 @@ def build(app_name: str, master: str | None = None, remote: str | None = None, c
           log_level: str = "ERROR", py_files: tuple = (), verbose: bool = False):
     """The session, ready for ``format("nsq")`` (registered) and nsqcli on every executor.
     Returns (session, log path or None)."""
-    require()
+    require(connect=bool(remote))
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -38,7 +47,9 @@ def build(app_name: str, master: str | None = None, remote: str | None = None, c
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder.appName(app_name)
     builder = builder.remote(remote) if remote else builder.master(master)
-    defaults = {"spark.ui.showConsoleProgress": "false", "spark.sql.session.timeZone": "UTC"}
+    defaults = {"spark.sql.session.timeZone": "UTC"}
+    if not remote:  # a Connect client may set session (SQL) confs only: the server owns the rest
+        defaults["spark.ui.showConsoleProgress"] = "false"
     if is_local(master) and not remote:
         # Spark's 200 shuffle partitions make every stateful micro-batch (to-parquet --dedupe)
         # run 200 tiny tasks on one machine
@@ -73,6 +84,11 @@ def build(app_name: str, master: str | None = None, remote: str | None = None, c
         if not py_files:
             ship(spark)
     return spark, log_path
+
+
+def is_connect(spark) -> bool:
+    """Is this a Spark Connect session (``sc://``), rather than a driver in this process?"""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
 def first_line(error: BaseException) -> str:

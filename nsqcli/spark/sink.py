@@ -9,6 +9,10 @@ task fails and Spark retries it.
 Delivery is **at least once**: a retried task, or a streaming micro-batch run again after a
 failure, publishes its rows again. Consumers that need effectively-once dedupe on a key in the
 body. The driver's commit adds the tasks' counts and prints one line on stderr.
+
+The same per-task publishing also runs as a query (``publish_rows`` under ``mapInArrow``, see
+nsqcli.spark.jobs.publish): each task returns its ledger as one row, so the caller gets the exact
+acknowledged count as data, also through Spark Connect (whose driver is not the caller's process).
 """
 
 from __future__ import annotations
@@ -40,6 +44,12 @@ class NSQCommitMessage(WriterCommitMessage):
     retries: int
     nsqd: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    error: str | None = None  # set when the task stopped early: ``messages`` is what nsqd acknowledged
+
+
+#: publish_rows' output: one row per task (the fields of NSQCommitMessage)
+LEDGER_SCHEMA = ("partition int, messages long, bytes long, batches long, retries long, nsqd array<string>, "
+                 "seconds double, error string")
 
 
 class SinkSettings:
@@ -65,7 +75,6 @@ class SinkSettings:
                 "e.g. df.rdd.getNumPartitions()): Spark does not tell a Python writer how many tasks run")
         self.max_body_size = opt.number(options, "maxBodySize", self.config.max_body_size, minimum=1024)
         self.max_msg_size = opt.number(options, "maxMessageSize", self.config.max_msg_size, minimum=1)
-        self.report_path = opt.string(options, "commitReportPath")  # the driver's totals as JSON (CLI)
 
     def addresses(self, partition: int) -> list[str]:
         """nsqd addresses for this task: the given ones, else the nodes lookupd knows (those
@@ -83,8 +92,9 @@ class SinkSettings:
         return addrs[k:] + addrs[:k]
 
 
-def publish_partition(settings: SinkSettings, batches) -> NSQCommitMessage:
-    """Publish one partition's record batches; raise (failing the task) unless all were acknowledged."""
+def publish_ledger(settings: SinkSettings, batches) -> NSQCommitMessage:
+    """Publish one partition's record batches; never raises for a failed publish: the message's
+    ``error`` says why the task stopped and ``messages`` how many nsqd acknowledged before."""
     from pyspark import TaskContext
 
     from ..client.producer import Producer
@@ -93,25 +103,84 @@ def publish_partition(settings: SinkSettings, batches) -> NSQCommitMessage:
 
     ctx = TaskContext.get()
     partition = ctx.partitionId() if ctx is not None else 0
-    addresses = settings.addresses(partition)
-    framer = Framer(settings.topic, settings.batch_size, settings.max_body_size, settings.max_msg_size)
-    rate = settings.rate / settings.rate_partitions if settings.rate else None
     start = time.monotonic()
+    framer = Framer(settings.topic, settings.batch_size, settings.max_body_size, settings.max_msg_size)
+
+    def stopped(published: int, why: str, retries: int = 0) -> NSQCommitMessage:
+        return NSQCommitMessage(partition, published, 0, 0, retries, [], time.monotonic() - start,
+                                f"nsq sink, partition {partition}: {why}")
+
+    try:
+        addresses = settings.addresses(partition)
+    except Exception as e:  # lookupd found no nsqd
+        return stopped(0, str(e).removeprefix("nsq sink: "))
+    rate = settings.rate / settings.rate_partitions if settings.rate else None
     producer = Producer(addresses, settings.config)
     try:
         result = producer.publish_framed(framer.frames(batches), window=settings.window,
                                          timeout=settings.timeout, rate=rate,
                                          retries=settings.max_retries, retry_backoff=settings.retry_backoff)
-    except PublishError as e:
-        raise RuntimeError(f"nsq sink, partition {partition}: {e} (the task fails; when Spark retries "
-                           "it, the acknowledged messages are published again: at-least-once)") from None
+    except PublishError as e:  # every error of the source or of nsqd, with the exact acknowledged count
+        return stopped(e.published, str(e))
     finally:
         producer.close()
-    if result.published != framer.rows:  # the ledger's count is the only truth: never commit less
-        raise RuntimeError(f"nsq sink, partition {partition}: nsqd acknowledged {result.published} of "
-                           f"{framer.rows} rows (the task fails; a retry publishes them again)")
+    if result.published != framer.rows:  # the ledger's count is the only truth: never report more
+        return stopped(result.published, f"nsqd acknowledged {result.published} of {framer.rows} rows",
+                       result.retries)
     return NSQCommitMessage(partition, result.published, framer.bytes, result.batches,
                             result.retries, result.nsqd, time.monotonic() - start)
+
+
+def publish_partition(settings: SinkSettings, batches) -> NSQCommitMessage:
+    """The writers' task: publish_ledger, raising (failing the task) unless all were acknowledged."""
+    m = publish_ledger(settings, batches)
+    if m.error:
+        raise RuntimeError(f"{m.error} (the task fails; when Spark retries it, the acknowledged messages "
+                           "are published again: at-least-once)")
+    return m
+
+
+#: run -> the first error a task of that run met in this Python worker (workers are reused
+#: across a job's tasks): later tasks of the run skip publishing, as a failed job's would stop
+_FAILED_RUNS: dict[str, str] = {}
+
+SKIPPED = "skipped"
+
+
+def publish_rows(settings: SinkSettings, run: str, batches):
+    """``mapInArrow`` function: publish this partition, yield its ledger as one row
+    (LEDGER_SCHEMA). A task that could not publish everything does not fail: its row carries the
+    error and the exact count nsqd acknowledged, so the caller can add up what really happened.
+    Once a task of ``run`` failed, the next ones in the same worker publish nothing (error
+    "skipped: ..."): a dead nsqd costs each worker one round of retries, not each task."""
+    import dataclasses
+
+    import pyarrow as pa
+
+    batches = iter(batches)
+    earlier = _FAILED_RUNS.get(run)
+    if earlier is not None:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        m = NSQCommitMessage(ctx.partitionId() if ctx is not None else 0, 0, 0, 0, 0,
+                             error=f"{SKIPPED}: not published after an earlier task's error ({earlier})")
+    else:
+        m = publish_ledger(settings, batches)
+        if m.error:
+            _FAILED_RUNS[run] = m.error
+    if m.error:  # read the rest of the input: Spark reuses a worker only when its input was drained
+        for _ in batches:
+            pass
+    yield pa.RecordBatch.from_pylist([dataclasses.asdict(m)], schema=_ledger_arrow_schema())
+
+
+def _ledger_arrow_schema():
+    import pyarrow as pa
+
+    return pa.schema([("partition", pa.int32()), ("messages", pa.int64()), ("bytes", pa.int64()),
+                      ("batches", pa.int64()), ("retries", pa.int64()), ("nsqd", pa.list_(pa.string())),
+                      ("seconds", pa.float64()), ("error", pa.string())])
 
 
 def rows_to_batches(rows, schema):
@@ -127,21 +196,6 @@ def rows_to_batches(rows, schema):
             chunk = []
     if chunk:
         yield pa.record_batch([pa.array([r[n] for r in chunk]) for n in names], names=names)
-
-
-def report(settings: SinkSettings, messages, committed: bool) -> None:
-    """Write the tasks' totals where the caller asked (nsqcli replay reads them)."""
-    if not settings.report_path:
-        return
-    import json
-
-    done = [m for m in messages if m is not None]
-    doc = {"committed": committed, "published": sum(m.messages for m in done),
-           "bytes": sum(m.bytes for m in done), "partitions": len(done),
-           "failed_tasks": len(messages) - len(done), "retries": sum(m.retries for m in done),
-           "nsqd": sorted({a for m in done for a in m.nsqd})}
-    with open(settings.report_path, "w", encoding="utf-8") as f:
-        json.dump(doc, f)
 
 
 def summary(messages, what: str) -> str:
@@ -168,11 +222,9 @@ class NSQWriter(DataSourceArrowWriter):
         return publish_partition(self.settings, iterator)
 
     def commit(self, messages):
-        report(self.settings, messages, True)
         print(summary(messages, "write committed"), file=sys.stderr, flush=True)
 
     def abort(self, messages):
-        report(self.settings, messages, False)
         print(summary(messages, "write ABORTED (published messages cannot be taken back)"),
               file=sys.stderr, flush=True)
 

@@ -202,7 +202,7 @@ def test_replay_failure_says_what_was_acknowledged(archive, topic):
     assert r.returncode == 1
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith("nsqcli: error: ") and "Connection refused" in last
-    assert "nsqd acknowledged 0 messages" in last and "at-least-once" in last
+    assert "nsqd acknowledged 0 messages (" in last and "tasks stopped early" in last and "at-least-once" in last
 
 
 @pytest.mark.parametrize("args, message", [

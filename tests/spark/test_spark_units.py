@@ -254,3 +254,33 @@ def test_sink_accepts_the_source_schema_and_other_extra_columns():
 
     check_schema({"body": "binary", "id": "string", "timestamp": "timestamp", "attempts": "int", "nsqd": "string",
                   "topic": "string", "channel": "string", "offset": "bigint"}, None)
+
+
+def test_publish_rows_reports_the_ledger_and_skips_after_a_failure(nsqd, topic):
+    """replay's task (under mapInArrow): one ledger row per task, never an exception; once a task
+    of a run failed, the run's next tasks in that worker publish nothing."""
+    from pyspark.sql.types import BinaryType, StructField, StructType
+
+    from nsqcli.sandbox import free_port
+    from nsqcli.spark.sink import SinkSettings, publish_rows
+
+    schema = StructType([StructField("body", BinaryType())])
+    rb = pa.record_batch([pa.array([b"m%d" % i for i in range(50)], pa.binary())], names=["body"])
+
+    def run(address, run_id, batches):
+        settings = SinkSettings({"nsqdTCPAddresses": address, "topic": topic, "maxRetries": "0"}, schema)
+        (out,) = list(publish_rows(settings, run_id, batches))
+        return out.to_pylist()[0]
+
+    ok = run(nsqd.tcp_address, "run-1", [rb, rb])
+    assert (ok["messages"], ok["error"], ok["nsqd"]) == (100, None, [nsqd.tcp_address])
+    assert topic_stats(nsqd, topic)["message_count"] == 100
+    dead = f"127.0.0.1:{free_port()}"
+    left = iter([rb, rb, rb])
+    failed = run(dead, "run-2", left)
+    assert failed["messages"] == 0 and "Connection refused" in failed["error"]
+    assert next(left, None) is None  # the input was drained (Spark reuses the worker only then)
+    skipped = run(nsqd.tcp_address, "run-2", [rb])
+    assert skipped["messages"] == 0 and skipped["error"].startswith("skipped: not published after an earlier")
+    assert run(nsqd.tcp_address, "run-3", [rb])["messages"] == 50  # another run is not affected
+    assert topic_stats(nsqd, topic)["message_count"] == 150

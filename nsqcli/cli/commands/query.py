@@ -41,7 +41,7 @@ def query(app, sql, archives, fmt, as_json, as_csv, limit, master, remote, confs
     """
     if as_json and as_csv:
         raise click.UsageError("--json and --csv cannot be used together")
-    check_archives(archives)
+    check_archives(archives, remote)
     with spark_session(app, "query", master, remote, confs, py_files, spark_log_level) as spark:
         from ...spark.jobs import messages_table
 

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
-import tempfile
 import threading
 import time
 
@@ -46,14 +44,15 @@ def replay(app, topic, rest, since, until, where, from_topics, rate, dry_run, as
 
     \b
     --since/--until use the JSON envelope's timestamp, else the hour in the file name.
-    Delivery is at least once: when Spark retries a failed task, that task's messages are
-    published again. The last line says how many messages nsqd acknowledged.
+    Delivery is at least once: a task that cannot publish (nsqd still failing after its
+    retries) stops, and the command fails saying how many messages nsqd acknowledged; running
+    it again publishes those again. The last line says how many messages nsqd acknowledged.
     """
     archives = tuple(rest)
     conn = pop_connection(kwargs)
     if since and until and since >= until:
         raise click.UsageError("--since must be before --until")
-    check_archives(archives)
+    check_archives(archives, remote)
     with spark_session(app, "replay", master, remote, confs, py_files, spark_log_level) as spark:
         return _replay(app, spark, archives, topic, since, until, where, from_topics, rate, dry_run, fmt, conn,
                        as_json)
@@ -84,51 +83,49 @@ def _replay(app, spark, archives, topic, since, until, where, from_topics, rate,
         write_stdout("\n".join(lines) + "\n")
         app.info(f"dry run: {total} message{'s' * (total != 1)} would be published to {topic}; nothing was")
         return 0
-    report = tempfile.NamedTemporaryFile(prefix="nsqcli-replay-", suffix=".json", delete=False)
-    report.close()
-    options = {**sink_options(conn), "topic": topic, "commitReportPath": report.name}
-    out = df.select("body")
-    if rate:
-        options.update(ratePerSecond=str(rate), numPartitions=str(out.rdd.getNumPartitions()))
-    progress = _Progress(spark, app) if sys.stderr.isatty() and app.verbosity >= 0 else None
+    from ...spark.jobs import publish
+    from ...spark.session import is_connect
+    from ...spark.sink import SKIPPED
+
+    options = {**sink_options(conn), "topic": topic}
+    # Spark's task progress on a TTY (the status tracker needs a driver in this process)
+    progress = (_Progress(spark, app) if sys.stderr.isatty() and app.verbosity >= 0 and not is_connect(spark)
+                else None)
     t0 = time.monotonic()
     try:
         if progress:
             progress.start()
-        out.write.format("nsq").options(**options).mode("append").save()
+        ledgers = publish(df.select("body"), options, rate)
     except Exception as e:
         from ...errors import NSQError
 
-        done = _read_report(report.name, remove=True)
         err = spark_error(e)
+        if isinstance(err, click.UsageError):  # through Connect, --where is analysed only now
+            raise err from None
         text = err.format_message() if isinstance(err, click.ClickException) else str(err)
-        raise NSQError(f"{text}; nsqd acknowledged {done} messages in the tasks that succeeded "
-                       "(at-least-once: a retried task publishes its messages again)") from None
+        raise NSQError(f"{text}; the Spark job failed before its tasks reported what nsqd acknowledged "
+                       "(at-least-once: run again, and the messages that were published are published "
+                       "again)") from None
     finally:
         if progress:
             progress.stop()
-    done = _read_report(report.name, remove=True)
     el = time.monotonic() - t0
+    done = sum(m["messages"] for m in ledgers)
+    failed = [m for m in ledgers if m["error"] and not m["error"].startswith(SKIPPED)]
+    skipped = sum(1 for m in ledgers if m["error"] and m["error"].startswith(SKIPPED))
+    if failed or skipped:
+        from ...errors import NSQError
+
+        first = (failed or [m for m in ledgers if m["error"]])[0]["error"]
+        tasks = f"{len(failed)} of {len(ledgers)} tasks stopped early" + (f", {skipped} skipped" if skipped else "")
+        raise NSQError(f"{first}; nsqd acknowledged {done} messages ({tasks}; at-least-once: run again, "
+                       "and what was acknowledged is published again)")
     app.info(f"replayed {done} message{'s' * (done != 1)} into {topic} in {el:.1f}s "
              f"({done / el if el else 0:,.0f} msg/s)")
     if as_json:
         write_stdout(json.dumps({"dry_run": False, "topic": topic, "published": done,
                                  "elapsed": round(el, 3)}) + "\n")
     return 0
-
-
-def _read_report(path: str, remove: bool = False) -> int:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return int(json.load(f).get("published", 0))
-    except (OSError, ValueError):
-        return 0
-    finally:
-        if remove:
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
 
 
 class _Progress(threading.Thread):

@@ -97,17 +97,19 @@ def _run(app, spark, topics, channel, output, checkpoint, cols, trigger, per_bat
     last_report = time.monotonic()
 
     def collect() -> list:
-        new = [p for p in q.recentProgress if p.get("batchId") is not None and p["batchId"] not in seen]
+        # by attribute: under Spark Connect a StreamingQueryProgress's dict entry numInputRows is
+        # None (only the attribute is set), and 0 rows would be reported
+        new = [p for p in q.recentProgress if p.batchId is not None and p.batchId not in seen]
         for p in new:
-            seen[p["batchId"]] = int(p.get("numInputRows") or 0)
+            seen[p.batchId] = int(p.numInputRows or 0)
         return new
 
     while not q.awaitTermination(0.5):
         for prog in collect():
             if app.verbosity >= 1 or (app.verbosity >= 0 and time.monotonic() - last_report >= 10):
                 last_report = time.monotonic()
-                app.info(f"to-parquet: batch {prog['batchId']}: {prog.get('numInputRows')} rows, "
-                         f"{prog.get('processedRowsPerSecond') or 0:,.0f} rows/s; "
+                app.info(f"to-parquet: batch {prog.batchId}: {prog.numInputRows} rows, "
+                         f"{prog.processedRowsPerSecond or 0:,.0f} rows/s; "
                          f"{sum(seen.values())} rows in {len(seen)} batches")
         if stopping.is_set():
             app.info("to-parquet: stopping (committed batches are FINed; nsqd delivers the rest again)")
