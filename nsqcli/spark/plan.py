@@ -74,17 +74,33 @@ class SourceSettings:
         self.max_per_partition = opt.number(options, "maxMessagesPerPartition", DEFAULT_MAX_PER_PARTITION,
                                             minimum=1)
         self.min_partitions = opt.number(options, "minPartitions", 1, minimum=1)
-        self.max_read_time = opt.seconds(options, "maxReadTime") or 10.0
-        self.read_idle = opt.seconds(options, "readIdleTimeout") or 0.5
-        self.connect_timeout = opt.seconds(options, "connectTimeout") or 15.0
+        self.max_read_time = _between(options, "maxReadTime", 10.0, 0.001, 600.0)
+        self.read_idle = _between(options, "readIdleTimeout", 0.5, 0.001, 600.0)
+        self.connect_timeout = _between(options, "connectTimeout", 15.0, 0.001, 3600.0)
         self.config = opt.config(options)
         if self.config.msg_timeout is not None and not 1.0 <= self.config.msg_timeout <= 900:
             raise opt.OptionError("option 'msgTimeout' must be between 1s and 15m")
         # committed spools stay this long: nsqd redelivers a message whose FIN was lost after
         # msg_timeout (nsqd's default 60s), and a task recognises it in the spool until then
         retention = opt.seconds(options, "spoolRetention")
+        self.retention_given = retention is not None
         self.retention = ((self.config.msg_timeout or 60.0) + self.max_read_time + 30.0
                           if retention is None else retention)
+        if retention is not None and self.config.msg_timeout and 0 < retention < self.config.msg_timeout:
+            raise opt.OptionError(
+                f"option 'spoolRetention' ({retention:g}s) must be longer than 'msgTimeout' "
+                f"({self.config.msg_timeout:g}s): a message whose FIN was lost comes back after msg_timeout, "
+                "and is recognised only while its spool is kept (0 keeps nothing: tests only)")
+
+
+def _between(options, name: str, default: float, low: float, high: float) -> float:
+    v = opt.seconds(options, name)
+    if v is None:
+        return default
+    if not low <= v <= high:
+        raise opt.OptionError(f"option {name!r} must be more than 0 and at most {high:g}s, not "
+                              f"{opt.string(options, name)!r}")
+    return v
 
 
 # -- offsets -----------------------------------------------------------------------------------------

@@ -213,6 +213,7 @@ class NSQStreamReader(*_BASES):
     # -- planning (driver) and reading (executors) -------------------------------------------------
     def partitions(self, start: dict, end: dict):
         epoch, batch, parts = P.parse(end)
+        spool.prepare(self.s.spool, epoch, batch)
         return [NSQPartition(epoch, batch, i, p) for i, p in enumerate(parts)]
 
     def read(self, partition):
@@ -222,7 +223,15 @@ class NSQStreamReader(*_BASES):
 
     def commit(self, end: dict) -> None:
         epoch, batch, _ = P.parse(end)
-        spool.delete_through(self.s.spool, epoch, batch, self.s.retention)
+        spool.delete_through(self.s.spool, epoch, batch, self._retention)
+
+    def _retention(self, ends: list) -> float:
+        """How long a committed batch's spool stays: spoolRetention if given, else the longest
+        msg_timeout nsqd granted its tasks (how long a lost FIN takes to come back) + margin."""
+        if self.s.retention_given:
+            return self.s.retention
+        granted = [e["msg_timeout"] for e in ends if e.get("msg_timeout")]
+        return max([self.s.retention] + [t + self.s.max_read_time + 30.0 for t in granted])
 
     def stop(self) -> None:  # no connection lives on the driver
         pass

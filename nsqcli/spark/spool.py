@@ -56,8 +56,10 @@ class PartitionSpool:
         return "data", data
 
     def publish(self, slot: int, data: bytes) -> bool:
-        """Make ``data`` slot ``slot``, durably; False if another attempt published it first."""
-        os.makedirs(self.dir, exist_ok=True)
+        """Make ``data`` slot ``slot``, durably; False if another attempt published it first.
+        The batch's directory is made by the driver when it plans the batch (``prepare``), never
+        here: an attempt that wakes up after Spark committed the batch and the driver deleted its
+        spool fails (FileNotFoundError) instead of FINing into a spool nobody reads."""
         tmp = os.path.join(self.dir, f".{self.partition}.{slot}.{uuid.uuid4().hex}.tmp")
         with open(tmp, "wb") as f:
             f.write(data)
@@ -76,6 +78,11 @@ class PartitionSpool:
         return self.publish(slot, json.dumps({END: True, **summary}).encode())
 
 
+def prepare(root: str, epoch: str, batch: int) -> None:
+    """The driver, planning ``batch``: its directory, where the tasks publish their slots."""
+    os.makedirs(os.path.join(root, epoch, str(batch)), exist_ok=True)
+
+
 def batches_on_disk(root: str, epoch: str) -> list[int]:
     try:
         names = os.listdir(os.path.join(root, epoch))
@@ -84,9 +91,10 @@ def batches_on_disk(root: str, epoch: str) -> list[int]:
     return sorted(int(n) for n in names if n.isdigit())
 
 
-def delete_through(root: str, epoch: str, batch: int, min_age: float = 0.0) -> int:
+def delete_through(root: str, epoch: str, batch: int, min_age) -> int:
     """Remove the spools of batches <= ``batch`` (Spark committed them) once they are at least
-    ``min_age`` seconds old (a redelivery whose FIN was lost is recognised until then); how many."""
+    ``min_age(summaries)`` seconds old (a redelivery whose FIN was lost is recognised until
+    then); how many."""
     import time
 
     gone, now = 0, time.time()
@@ -94,7 +102,7 @@ def delete_through(root: str, epoch: str, batch: int, min_age: float = 0.0) -> i
         path = os.path.join(root, epoch, str(b))
         if b <= batch:
             try:
-                if now - os.stat(path).st_mtime < min_age:
+                if now - os.stat(path).st_mtime < min_age(summaries(root, epoch, b)):
                     continue
             except FileNotFoundError:
                 continue

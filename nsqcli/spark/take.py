@@ -84,6 +84,13 @@ class _Taker:
                                  on_error=lambda e: log.warning("nsq source task: %s", e))
         self.consumer.start(fail_fast=True, deadline=time.monotonic() + settings.connect_timeout)
 
+    def msg_timeout(self) -> float | None:
+        """The msg_timeout nsqd granted (seconds): how long a lost FIN takes to come back."""
+        with self.consumer._lock:
+            got = [h.conn.negotiated.msg_timeout for h in self.consumer._handles.values()
+                   if h.conn.negotiated is not None and h.conn.negotiated.msg_timeout]
+        return max(got) if got else None
+
     def gather(self, want: int, deadline: float) -> list:
         """Up to ``want`` messages: stop at ``deadline`` or after ``readIdleTimeout`` without one."""
         got: list = []
@@ -113,17 +120,22 @@ class _Taker:
             c.stop(2.0)
 
 
-_spooled: dict = {}  # epoch -> (files indexed, {"nsqd/id"}): a Python worker is reused by tasks
+_spooled: dict = {}  # (root, epoch) -> {batch: (files indexed, {"nsqd/topic/id"})}; workers are reused
 
 
-def already_spooled(root: str, epoch: str, msgs: list, nsqd: str) -> list:
-    """The messages among ``msgs`` (redeliveries) that a spool chunk of this query holds."""
+def already_spooled(root: str, epoch: str, msgs: list, nsqd: str, topic: str) -> list:
+    """The messages among ``msgs`` (redeliveries) that a spool chunk of this query holds. nsqd's
+    ids are unique per topic only (time + sequence), so the key is nsqd/topic/id."""
     import pyarrow as pa
 
     from .spool import batches_on_disk
 
-    files, ids = _spooled.setdefault(epoch, (set(), set()))
-    for b in batches_on_disk(root, epoch):
+    cache = _spooled.setdefault((root, epoch), {})
+    on_disk = batches_on_disk(root, epoch)
+    for gone in set(cache) - set(on_disk):  # deleted by the driver: forget them
+        del cache[gone]
+    for b in on_disk:
+        files, ids = cache.setdefault(b, (set(), set()))
         d = os.path.join(root, epoch, str(b))
         try:
             names = os.listdir(d)
@@ -135,17 +147,18 @@ def already_spooled(root: str, epoch: str, msgs: list, nsqd: str) -> list:
                 continue
             try:
                 with pa.memory_map(path) as src:
-                    if src.read(1) == b"{":
-                        files.add(path)
-                        continue
-                    src.seek(0)
-                    for rb in pa.ipc.open_stream(src):
-                        node = rb.column("nsqd")[0].as_py() if rb.num_rows else ""
-                        ids.update(f"{node}/{i}" for i in rb.column("id").to_pylist())
+                    if src.read(1) != b"{":
+                        src.seek(0)
+                        for rb in pa.ipc.open_stream(src):
+                            if rb.num_rows:
+                                key = f"{rb.column('nsqd')[0].as_py()}/{rb.column('topic')[0].as_py()}/"
+                                ids.update(key + i for i in rb.column("id").to_pylist())
                 files.add(path)
             except (OSError, pa.ArrowInvalid):
                 continue
-    return [m for m in msgs if f"{nsqd}/{m.id.decode()}" in ids]
+    known = set().union(*(ids for _, ids in cache.values())) if cache else set()
+    key = f"{nsqd}/{topic}/"
+    return [m for m in msgs if key + m.id.decode() in known]
 
 
 def take(settings, part, epoch: str, batch: int, index: int) -> list:
@@ -175,7 +188,7 @@ def take(settings, part, epoch: str, batch: int, index: int) -> list:
                 msgs = taker.gather(want, deadline)
                 again = [m for m in msgs if m.attempts > 1]
                 if again:  # spooled before, its FIN lost: FIN it now, never twice in the output
-                    dup = already_spooled(settings.spool, epoch, again, part.tcp)
+                    dup = already_spooled(settings.spool, epoch, again, part.tcp, part.topic)
                     if dup:
                         log.warning("nsq source task: %d redelivered message(s) were already spooled "
                                     "(a FIN was lost): FINed, not taken again", len(dup))
@@ -186,11 +199,17 @@ def take(settings, part, epoch: str, batch: int, index: int) -> list:
                             continue
             if not msgs:  # share taken, nothing more came, or out of time: close the partition
                 if spool.end(slot, {"index": index, "rows": rows, "share": part.share, "oldest_ns": oldest,
+                                      "msg_timeout": taker.msg_timeout() if taker else None,
                                       "seconds": round(time.monotonic() - started, 3)}):
                     return out
                 continue  # another attempt closed or filled this slot first: read it
             rb = to_record_batch(msgs, part.tcp, part.topic, settings.channel)
-            if spool.publish(slot, _ipc(rb)):
+            try:
+                won = spool.publish(slot, _ipc(rb))
+            except BaseException:  # e.g. the batch was committed and its spool deleted: a zombie
+                taker.consumer.requeue_many(msgs, 0.0)
+                raise
+            if won:
                 left = part.share - rows - len(msgs)
                 taker.consumer.set_max_in_flight(max(0, min(left, CHUNK)))
                 lost = taker.consumer.finish_many(msgs)

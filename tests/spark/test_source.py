@@ -107,12 +107,14 @@ def test_a_task_run_again_reads_its_spool_and_a_racing_attempt_loses_cleanly(nsq
     rows, each message is taken from nsqd once, and the loser's messages go back (REQ)."""
     pytest.importorskip("pyarrow")
     from nsqcli.spark.plan import Part, SourceSettings
+    from nsqcli.spark.spool import prepare
     from nsqcli.spark.take import take
 
     publish(nsqd, topic, [b"r%04d" % i for i in range(3000)])
     s = SourceSettings({"topic": topic, "nsqdTCPAddresses": nsqd.tcp_address,
                         "spoolLocation": str(tmp_path / "spool"), "readIdleTimeout": "300ms"})
     part = Part(topic, nsqd.tcp_address, 2000)
+    prepare(str(tmp_path / "spool"), "e1", 1)  # the driver does this when it plans the batch
     results: list = [None, None]
 
     def attempt(i):
@@ -137,6 +139,7 @@ from nsqcli.spark.plan import Part, SourceSettings
 from nsqcli.spark.take import take
 import nsqcli.spark.spool as spool
 topic, tcp, root, when = sys.argv[1:5]
+spool.prepare(root, "e1", 3)
 s = SourceSettings({"topic": topic, "nsqdTCPAddresses": tcp, "spoolLocation": root, "msgTimeout": "2s"})
 real = spool.PartitionSpool.publish
 def hang_at_the_second_chunk(self, slot, data):
@@ -160,6 +163,7 @@ def test_a_task_killed_mid_read_loses_and_repeats_nothing(nsqd, topic, tmp_path,
     and before its FIN, nsqd delivers that chunk again: it is recognised in the spool, FINed,
     and not taken twice."""
     from nsqcli.spark.plan import Part, SourceSettings
+    from nsqcli.spark.spool import prepare
     from nsqcli.spark.take import take
 
     bodies = [b"k%05d" % i for i in range(6000)]
@@ -178,6 +182,7 @@ def test_a_task_killed_mid_read_loses_and_repeats_nothing(nsqd, topic, tmp_path,
     s = SourceSettings({"topic": topic, "nsqdTCPAddresses": nsqd.tcp_address, "spoolLocation": root,
                         "msgTimeout": "2s", "readIdleTimeout": "3s", "maxReadTime": "30s"})
     retry = take(s, Part(topic, nsqd.tcp_address, 6000), "e1", 3, 0)
+    prepare(root, "e1", 4)
     later = take(s, Part(topic, nsqd.tcp_address, 6000), "e1", 4, 0)
     got = [b for r in (retry, later) for rb in r for b in rb.column("body").to_pylist()]
     assert sorted(got) == bodies and len(got) == 6000
@@ -202,6 +207,60 @@ def test_available_now_takes_what_was_there_and_leaves_later_messages(spark, nsq
     assert q.exception() is None
     assert sorted(taken) == sorted(b"old%d" % i for i in range(200))
     assert settle(nsqd, topic)["depth"] == 50
+
+
+def test_redelivered_messages_of_another_topic_are_not_mistaken_for_spooled_ones(nsqd, topic, tmp_path):
+    """nsqd's message ids are unique per topic only: two topics on one nsqd hand out the same
+    ids. A redelivered message of topic B whose id a spooled message of topic A has must be
+    taken, not FINed as already spooled (review: 1965 of 3000 lost)."""
+    from nsqcli.spark.plan import Part, SourceSettings
+    from nsqcli.spark.spool import prepare
+    from nsqcli.spark.take import take
+
+    a, b = topic + "_a", topic + "_b"
+    from nsqcli.client.producer import Producer
+    with Producer(nsqd.tcp_address) as p:
+        for i in range(30):  # interleaved: the same id sequence in both topics
+            p.multi_publish(a, [b"a%05d" % (i * 100 + j) for j in range(100)])
+            p.multi_publish(b, [b"b%05d" % (i * 100 + j) for j in range(100)])
+    root = str(tmp_path / "spool")
+    opts = {"topic": f"{a},{b}", "nsqdTCPAddresses": nsqd.tcp_address, "spoolLocation": root,
+            "readIdleTimeout": "500ms"}
+    s = SourceSettings(opts)
+    prepare(root, "e1", 1)
+    got_a = take(s, Part(a, nsqd.tcp_address, 3000), "e1", 1, 0)
+    # topic B, every message delivered once and given back (REQ): all come again with attempts 2
+    from nsqcli.client.config import Config
+    from nsqcli.client.consumer import Consumer
+    c = Consumer(b, "nsqcli_spark", pull=True, config=Config(max_in_flight=2500),
+                 nsqd_tcp_addresses=[nsqd.tcp_address]).start()
+    try:
+        held: list = []
+        while len(held) < 2500:
+            held += c.poll(2500 - len(held), timeout=5)
+        c.drain(5.0)  # CLS first: a message REQed while RDY is up comes straight back to c
+        c.requeue_many(held, 0.0)
+    finally:
+        c.stop()
+    prepare(root, "e1", 2)
+    got_b = take(s, Part(b, nsqd.tcp_address, 3000), "e1", 2, 0)
+    assert sum(rb.num_rows for rb in got_a) == 3000
+    assert sorted(x for rb in got_b for x in rb.column("body").to_pylist()) == [b"b%05d" % i for i in range(3000)]
+
+
+def test_an_attempt_waking_after_its_batch_was_deleted_fins_nothing(nsqd, topic, tmp_path):
+    """A zombie attempt of a committed batch whose spool the driver deleted must not FIN what
+    it takes (nobody reads that spool): its publish fails and its messages go back."""
+    from nsqcli.spark.plan import Part, SourceSettings
+    from nsqcli.spark.take import take
+
+    publish(nsqd, topic, [b"z%d" % i for i in range(100)])
+    s = SourceSettings({"topic": topic, "nsqdTCPAddresses": nsqd.tcp_address,
+                        "spoolLocation": str(tmp_path / "spool")})
+    with pytest.raises(FileNotFoundError):
+        take(s, Part(topic, nsqd.tcp_address, 100), "e1", 7, 0)  # batch 7's directory is gone
+    ch = settle(nsqd, topic)
+    assert ch["depth"] == 100 and not (tmp_path / "spool" / "e1" / "7").exists()
 
 
 def test_old_checkpoints_and_old_spark_are_refused_clearly():
