@@ -46,6 +46,7 @@ from . import spool
 log = logging.getLogger("nsqcli.spark.source")
 
 SCHEMA, COLUMNS = P.SCHEMA, P.COLUMNS
+UNREACHABLE = -1  # a depth: nsqd's /stats did not answer this time
 
 
 class NSQPartition(InputPartition):
@@ -110,8 +111,8 @@ class _Nodes:
             stats = http_json(t.http, "/stats", {"format": "json", "topic": t.topic, "channel": self.s.channel,
                                                  "include_clients": "false"}, timeout=5.0) or {}
         except Exception as e:
-            self._warn(t.http, f"nsq source: {t.http}: {e}; nothing taken from it this batch")
-            return 0
+            self._warn(t.http, f"nsq source: {t.http}: {e}; nothing taken from it while it fails")
+            return UNREACHABLE
         for topic in stats.get("topics") or []:
             if topic.get("topic_name") == t.topic:
                 for ch in topic.get("channels") or []:
@@ -131,6 +132,7 @@ class NSQStreamReader(*_BASES):
         self._nodes: _Nodes | None = None   # driver runner only (never pickled)
         self._epoch: str | None = None
         self._target: dict | None = None    # AvailableNow: what is left to take per target
+        self._counted = 0                   # AvailableNow: the last batch whose rows were counted
         self._available_now = False
         self._metrics: dict = {}
 
@@ -166,6 +168,7 @@ class NSQStreamReader(*_BASES):
         self._epoch = epoch
         view = self._view()
         depths = [(t, view.depth(t)) for t in view.targets()]
+        depths = [(t, d) for t, d in depths if d != UNREACHABLE]
         known = sum(d for _, d in depths if d)
         if self._available_now:
             depths = self._available_now_left(depths, epoch, batch, start)
@@ -175,28 +178,33 @@ class NSQStreamReader(*_BASES):
         self._metrics.update(self._last_batch(epoch, batch))
         if not parts:
             return start
-        if self._available_now:
-            for p in parts:
-                t = next(t for t, _ in depths if t.topic == p.topic and t.tcp == p.tcp)
-                if self._target[t] is not None:
-                    self._target[t] -= p.share
         return P.offset(epoch, batch + 1, parts, known)
 
     def _available_now_left(self, depths: list, epoch: str, batch: int, start: dict) -> list:
-        """AvailableNow: the depths when the query started are the target; a target of unknown
-        depth (TCP address only) is done once a batch's task for it took less than its share."""
+        """AvailableNow: what each target held when first seen is its target, less the rows each
+        batch took (END markers); a target of unknown depth (TCP address only) is done once a
+        task for it took less than its share. [(target, what to take now)]."""
         if self._target is None:
-            self._target = {t: d for t, d in depths}
-        else:
+            self._target = {}
+        if batch > self._counted:  # count the last batch once, by the rows its tasks spooled
+            self._counted = batch
             _, _, last = P.parse(start)
             ends = {e.get("index"): e for e in spool.summaries(self.s.spool, epoch, batch)}
             for i, p in enumerate(last):
                 t = next((t for t in self._target if t.topic == p.topic and t.tcp == p.tcp), None)
-                if t is not None and self._target[t] is None and int(ends.get(i, {}).get("rows") or 0) < p.share:
-                    self._target[t] = 0
-        return [(t, d if d is None or self._target[t] is None else min(d, max(0, self._target[t])))
-                if self._target[t] != 0 else (t, 0)
-                for t, d in depths if t in self._target]
+                if t is None:
+                    continue
+                rows = ends.get(i, {}).get("rows")
+                if self._target[t] is None:
+                    if rows is not None and rows < p.share:
+                        self._target[t] = 0
+                else:
+                    self._target[t] -= p.share if rows is None else rows
+        out = []
+        for t, d in depths:
+            left = self._target.setdefault(t, d)  # first seen now: what it holds now
+            out.append((t, 0 if left == 0 else d if d is None or left is None else min(d, max(0, left))))
+        return out
 
     def _last_batch(self, epoch: str, batch: int) -> dict:
         """Rows the last batch spooled and how old its oldest message was when it was spooled."""
@@ -204,7 +212,7 @@ class NSQStreamReader(*_BASES):
         if not ends:
             return {}
         oldest = [e["oldest_ns"] for e in ends if e.get("oldest_ns")]
-        return {"lastBatchSpooledRows": sum(int(e.get("rows") or 0) for e in ends),
+        return {"lastBatch": batch, "lastBatchSpooledRows": sum(int(e.get("rows") or 0) for e in ends),
                 "lastBatchOldestMessageAgeMs": (int((time.time_ns() - min(oldest)) / 1e6) if oldest else None)}
 
     def reportLatestOffset(self) -> dict:  # Spark >= 4.2: shown as the source's latestOffset
@@ -223,7 +231,9 @@ class NSQStreamReader(*_BASES):
 
     def commit(self, end: dict) -> None:
         epoch, batch, _ = P.parse(end)
-        spool.delete_through(self.s.spool, epoch, batch, self._retention)
+        # the batch that ends here stays until the next commit: its END markers are the
+        # progress metrics, and AvailableNow counts what it took from them
+        spool.delete_through(self.s.spool, epoch, batch - 1, self._retention)
 
     def _retention(self, ends: list) -> float:
         """How long a committed batch's spool stays: spoolRetention if given, else the longest

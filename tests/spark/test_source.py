@@ -49,7 +49,7 @@ def test_available_now_takes_everything_exactly_once(spark, nsqd, topic, tmp_pat
     bodies = [b"msg-%05d" % i for i in range(5000)]
     publish(nsqd, topic, bodies)
     q = (source(spark, nsqd, topic, tmp_path / "spool", http, maxMessagesPerBatch=1000,
-                maxMessagesPerPartition=400, channel="spark")
+                maxMessagesPerPartition=400, channel="spark", spoolRetention=0)  # review: stopped early
          .writeStream.format("parquet").option("path", str(tmp_path / "out"))
          .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
     q.awaitTermination(180)
@@ -95,7 +95,15 @@ def test_tasks_fin_after_the_spool_and_commit_deletes_it(spark, nsqd, topic, tmp
         release.set()
         publish(nsqd, topic, [b"b%d" % i for i in range(5)])  # batch 2 is planned: batch 1 committed
         wait_for(lambda: sum(seen) == 55, 60, what="the second batch")
+        # a committed batch stays until the next commit (its END markers are the metrics)
+        publish(nsqd, topic, [b"c%d" % i for i in range(5)])  # batch 3 planned: batch 2 committed
+        wait_for(lambda: sum(seen) == 60, 60, what="the third batch")
         wait_for(lambda: not (epochs[0] / "1").exists(), 30, what="the committed spool deleted")
+        progress = [p for p in q.recentProgress if p.numInputRows]
+        latest = json.loads(progress[-1].sources[0].latestOffset)
+        # Spark shows the metrics of the previous trigger's planning: the batch they describe is named
+        assert latest["lastBatchSpooledRows"] == {1: 50, 2: 5}[latest["lastBatch"]]
+        assert latest["lastBatchOldestMessageAgeMs"] >= 0 and latest["channelDepth"] >= 0
     finally:
         release.set()
         q.stop()
