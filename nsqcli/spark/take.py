@@ -199,7 +199,7 @@ def take(settings, part, epoch: str, batch: int, index: int) -> list:
                             continue
             if not msgs:  # share taken, nothing more came, or out of time: close the partition
                 if spool.end(slot, {"index": index, "rows": rows, "share": part.share, "oldest_ns": oldest,
-                                      "msg_timeout": taker.msg_timeout() if taker else None,
+                                      "msg_timeout": taker.msg_timeout() if taker else None, "pid": os.getpid(),
                                       "seconds": round(time.monotonic() - started, 3)}):
                     return out
                 continue  # another attempt closed or filled this slot first: read it

@@ -153,3 +153,71 @@ def test_replay_and_query_commands_on_the_cluster(cluster, nsqd, topic, tmp_path
                        env=env, capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stderr[-2000:]
     assert [json.loads(line) for line in r.stdout.splitlines()] == [{"host": "node-2", "n": 700}]
+
+
+SOURCE_DRIVER = r'''
+import json, os, sys
+os.environ["PYSPARK_PYTHON"] = sys.executable
+os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+from pyspark.sql import SparkSession
+master, http, topic, out = sys.argv[1:5]
+spark = (SparkSession.builder.master(master).appName("nsqcli-cluster-source")
+         .config("spark.pyspark.python", sys.executable).config("spark.driver.host", "127.0.0.1")
+         .config("spark.executor.memory", "1g").config("spark.ui.enabled", "false")
+         .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+spark.sparkContext.setLogLevel("ERROR")
+import nsqcli.spark
+nsqcli.spark.ship(spark)
+nsqcli.spark.register(spark)
+spool = out + "/ck/spool"
+q = (spark.readStream.format("nsq").option("nsqdHTTPAddresses", http).option("topic", topic)
+     .option("maxMessagesPerPartition", "2000").option("spoolLocation", spool).load()
+     .writeStream.format("parquet").option("path", out + "/parquet").option("checkpointLocation", out + "/ck")
+     .trigger(availableNow=True).start())
+q.awaitTermination(180)
+
+def ancestry(pid):  # the command lines from the task's process up to init
+    out = []
+    while pid > 1:
+        try:
+            out.append(open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace"))
+            pid = int(next(l for l in open(f"/proc/{pid}/status") if l.startswith("PPid:")).split()[1])
+        except OSError:
+            break
+    return out
+
+ends = []
+for root, _, files in os.walk(spool):
+    for f in files:
+        data = open(os.path.join(root, f), "rb").read()
+        if data[:1] == b"{":
+            ends.append(json.loads(data))
+tasks = [{"rows": e["rows"], "pid": e["pid"], "ancestry": ancestry(e["pid"])} for e in ends]
+rows = spark.read.parquet(out + "/parquet").count()
+print("RESULT " + json.dumps({"error": str(q.exception()) if q.exception() else None, "rows": rows,
+                              "driver_pid": os.getpid(), "tasks": tasks}), flush=True)
+spark.stop()
+'''
+
+
+def test_the_source_reads_on_the_executors_of_a_standalone_cluster(cluster, nsqd, topic, tmp_path):
+    """The driver plans; the executors' Python workers take the messages (each task's END marker
+    names its process, whose ancestors are an executor JVM, not the driver)."""
+    from nsqcli.client.producer import Producer
+
+    with Producer(nsqd.tcp_address) as p:
+        assert p.multi_publish(topic, [b"s%05d" % i for i in range(8000)]).published == 8000
+    script = tmp_path / "source_driver.py"
+    script.write_text(SOURCE_DRIVER)
+    r = subprocess.run([sys.executable, str(script), cluster, nsqd.http_address, topic, str(tmp_path / "out")],
+                       env=clean_env(), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    result = json.loads(next(line for line in r.stdout.splitlines() if line.startswith("RESULT "))[7:])
+    assert result["error"] is None and result["rows"] == 8000
+    took = [t for t in result["tasks"] if t["rows"]]
+    assert sum(t["rows"] for t in took) == 8000 and len(took) >= 4  # 2000 per task
+    for t in took:
+        assert any("CoarseGrainedExecutorBackend" in line for line in t["ancestry"]), t["ancestry"]
+        assert not any("SparkSubmit" in line for line in t["ancestry"])  # not the driver's JVM
+    ch = channel_stats(nsqd, topic, "nsqcli_spark")
+    assert ch["depth"] == 0 and ch["in_flight_count"] == 0
