@@ -92,7 +92,7 @@ def run_source(spark, sb, topic: str, n: int, out: str) -> tuple[float, float, f
          .option("channel", "c").option("spoolLocation", f"{out}/ck/spool").load()
          .writeStream.format("parquet").option("path", f"{out}/parquet").option("checkpointLocation", f"{out}/ck")
          .trigger(availableNow=True).start())
-    el = wait_drained(sb, topic, "c", n)
+    el = wait_drained(sb, topic, "c", n, timeout=600)
     jvm_cpu, run_cpu = cpu_seconds(jvm) - jvm0, runner_cpu() - run0
     q.awaitTermination()
     return n / el, jvm_cpu, run_cpu

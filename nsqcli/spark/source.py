@@ -64,6 +64,7 @@ class _Nodes:
         self.s = s
         self.info: dict[str, str] = {}     # nsqd HTTP address -> its TCP address (from /info)
         self.ready: set = set()            # (http, topic): channel created there
+        self.pending: dict = {}            # target -> the topic's depth at the last read
         self.warned: set = set()
 
     def targets(self) -> list[P.Target]:
@@ -115,10 +116,24 @@ class _Nodes:
             return UNREACHABLE
         for topic in stats.get("topics") or []:
             if topic.get("topic_name") == t.topic:
+                # the topic's own depth is what it has not copied to its channels yet (ours included)
+                pending = int(topic.get("depth") or 0)
+                self.pending[t] = pending
                 for ch in topic.get("channels") or []:
                     if ch.get("channel_name") == self.s.channel:
-                        return int(ch.get("depth") or 0)
+                        return int(ch.get("depth") or 0) + pending
         return 0
+
+    def settled_depth(self, t: P.Target, timeout: float = 5.0) -> int | None:
+        """The depth once the topic has copied what it holds to the channel (nsqd counts the
+        topic and the channel at different moments, so while it copies - after the channel was
+        created, under a burst - messages on their way count in neither); at most ``timeout``."""
+        d = self.depth(t)
+        deadline = time.monotonic() + timeout
+        while d not in (None, UNREACHABLE) and self.pending.get(t) and time.monotonic() < deadline:
+            time.sleep(0.05)
+            d = self.depth(t)
+        return d
 
     def _warn(self, key: str, text: str) -> None:
         if key not in self.warned:
@@ -202,7 +217,11 @@ class NSQStreamReader(*_BASES):
                     self._target[t] -= p.share if rows is None else rows
         out = []
         for t, d in depths:
-            left = self._target.setdefault(t, d)  # first seen now: what it holds now
+            if t not in self._target and d is not None:  # first seen: what it holds now, settled
+                d = self._view().settled_depth(t)
+                if d == UNREACHABLE:
+                    continue
+            left = self._target.setdefault(t, d)
             out.append((t, 0 if left == 0 else d if d is None or left is None else min(d, max(0, left))))
         return out
 

@@ -129,11 +129,12 @@ def test_query_in_three_formats_and_bad_sql(archive):
 
 
 def test_to_parquet_available_now_writes_every_message(nsqd, topic, tmp_path):
+    """With --nsqd-http-address the driver plans from the channel depth (batches of <= 500)."""
     bodies = {b"pq-%d" % i for i in range(2000)}
     publish(nsqd, topic, sorted(bodies))
     out, ck = tmp_path / "out", tmp_path / "ck"
     r = nsqcli(["to-parquet", "-t", topic, "-o", str(out), "--checkpoint", str(ck), "--available-now",
-                "--nsqd-tcp-address", nsqd.tcp_address, *SPARK, "--max-messages-per-batch", "500"], timeout=240)
+                "--nsqd-http-address", nsqd.http_address, *SPARK, "--max-messages-per-batch", "500"], timeout=240)
     assert r.returncode == 0, r.stderr
     assert "to-parquet: 2000 rows" in r.stderr
     import pyarrow.dataset as ds
@@ -142,6 +143,10 @@ def test_to_parquet_available_now_writes_every_message(nsqd, topic, tmp_path):
     assert (out / f"topic={topic}").is_dir()
     ch = channel_stats(nsqd, topic, "nsqcli_to_parquet")
     assert ch["depth"] == 0 and ch["in_flight_count"] == 0
+    plans = [json.loads(f.read_text().splitlines()[-1])["plan"] for f in (ck / "offsets").iterdir()
+             if f.name.isdigit()]
+    assert len(plans) == 4 and all(sum(s for *_, s in plan) == 500 for plan in plans)
+    assert (ck / "spool").is_dir()  # the spool beside the checkpoint by default
 
 
 @pytest.mark.timeout(240)

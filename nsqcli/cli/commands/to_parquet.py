@@ -10,7 +10,7 @@ import click
 from ..command import command, option
 from ..options import connection_options, pop_connection, topic_arguments
 from ..spark_options import spark_session, sink_options, spark_error, spark_options
-from ..types import DURATION
+from ..types import DURATION, HTTP_ADDRESS
 
 
 @command("to-parquet", examples="""
@@ -34,6 +34,9 @@ nsqcli to-parquet -t a -t b -o s3a://bucket/nsq --checkpoint s3a://bucket/_ck --
 @option("--spool", metavar="DIR",
               help="Where tasks keep what they took until Spark commits it; a path every executor "
                    "reaches (default: CHECKPOINT/spool when the checkpoint is a local path).")
+@option("--nsqd-http-address", "nsqd_http", multiple=True, type=HTTP_ADDRESS, envvar="NSQCLI_NSQD_HTTP_ADDRESS",
+              help="nsqd HTTP address (repeatable): the driver reads its channel depth to plan each batch "
+                   "(with only --nsqd-tcp-address the depth is unknown and every trigger runs a batch).")
 @option("--dedupe", is_flag=True, help="Also drop messages with the same nsqd and id within "
               "--dedupe-watermark (not needed for exactly-once: the spool does that).")
 @option("--dedupe-watermark", type=DURATION, default="1h", show_default=True)
@@ -43,7 +46,7 @@ nsqcli to-parquet -t a -t b -o s3a://bucket/nsq --checkpoint s3a://bucket/_ck --
 @connection_options(consumer=True)
 @click.pass_obj
 def to_parquet(app, topics, channel, output, checkpoint, partition_by, trigger, max_messages_per_batch,
-               max_messages_per_partition, spool, dedupe, dedupe_watermark, available_now, master, remote, confs, py_files, spark_log_level, **kwargs):
+               max_messages_per_partition, spool, nsqd_http, dedupe, dedupe_watermark, available_now, master, remote, confs, py_files, spark_log_level, **kwargs):
     """Consume TOPIC(s) into a Parquet dataset with Spark Structured Streaming.
 
     \b
@@ -62,7 +65,7 @@ def to_parquet(app, topics, channel, output, checkpoint, partition_by, trigger, 
     spool = _spool_dir(spool, checkpoint)
     with spark_session(app, "to-parquet", master, remote, confs, py_files, spark_log_level) as spark:
         return _run(app, spark, topics, channel, output, checkpoint, cols, trigger, max_messages_per_batch,
-                    max_messages_per_partition, spool, dedupe, dedupe_watermark, available_now, conn)
+                    max_messages_per_partition, spool, nsqd_http, dedupe, dedupe_watermark, available_now, conn)
 
 
 def _spool_dir(spool: str | None, checkpoint: str) -> str:
@@ -77,13 +80,19 @@ def _spool_dir(spool: str | None, checkpoint: str) -> str:
     return os.path.abspath(spool[len("file://"):] if spool.startswith("file://") else spool)
 
 
-def _run(app, spark, topics, channel, output, checkpoint, cols, trigger, per_batch, per_partition, spool, dedupe,
-         watermark, available_now, conn):
+def _run(app, spark, topics, channel, output, checkpoint, cols, trigger, per_batch, per_partition, spool, nsqd_http,
+         dedupe, watermark, available_now, conn):
     from ..app import stop_on_signals
 
     options = {**sink_options(conn), "topic": ",".join(topics), "channel": channel,
                "maxMessagesPerBatch": str(per_batch), "maxMessagesPerPartition": str(per_partition),
                "spoolLocation": spool}
+    if nsqd_http:
+        from ...client.http import base_url
+
+        options["nsqdHTTPAddresses"] = ",".join(base_url(a).split("://", 1)[1] for a in nsqd_http)
+        if not conn.get("nsqd_tcp_addresses"):  # not the default 127.0.0.1:4150 beside them
+            options.pop("nsqdTCPAddresses", None)
     from ...spark.jobs import start_to_parquet
 
     try:
