@@ -112,10 +112,10 @@ class _Taker:
             c.set_max_in_flight(0)
             c.drain(2.0)
             # a message read in the same recv as CLOSE_WAIT may reach the queue just after it
-            rest = c.poll(1 << 30, timeout=0.1)
+            rest = c.poll(1 << 30, timeout=0.02)
             while rest:
                 c.requeue_many(rest, 0.0)
-                rest = c.poll(1 << 30, timeout=0.1)
+                rest = c.poll(1 << 30, timeout=0.02)
         finally:
             c.stop(2.0)
 
