@@ -25,15 +25,9 @@ import os
 import shutil
 import uuid
 
+from ..archive.files import fsync_dir as _fsync_dir
+
 END = "end"
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class PartitionSpool:
