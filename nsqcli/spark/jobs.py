@@ -72,7 +72,7 @@ def start_to_parquet(spark, options: dict, output: str, checkpoint: str, partiti
     df = spark.readStream.format("nsq").options(**options).load()
     if dedupe_seconds is not None:
         df = (df.withWatermark("timestamp", f"{int(dedupe_seconds)} seconds")
-              .dropDuplicatesWithinWatermark(["nsqd", "id"]))
+              .dropDuplicatesWithinWatermark(["nsqd", "topic", "id"]))  # ids are unique per topic only
     df = df.withColumn("date", F.to_date("timestamp")).withColumn("hour", F.hour("timestamp"))
     w = (df.writeStream.format("parquet").option("path", output).option("checkpointLocation", checkpoint)
          .partitionBy(*partition_by))

@@ -75,10 +75,17 @@ def addresses(options, name: str) -> list[str]:
     for part in (p.strip() for p in raw.split(",")):
         if not part:
             continue
-        hostport = part.split("://", 1)[-1].rstrip("/")
+        scheme, _, rest = part.rpartition("://")
+        hostport = rest.rstrip("/")
         host, sep, port = hostport.rpartition(":")
         if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
             raise OptionError(f"option {name!r}: {part!r} is not HOST:PORT")
+        if scheme.lower() == "https":
+            if not name.endswith("HTTPAddresses"):
+                raise OptionError(f"option {name!r}: {part!r}: https is for HTTP addresses")
+            hostport = "https://" + hostport  # kept: these are asked over TLS
+        elif scheme and scheme.lower() != "http":
+            raise OptionError(f"option {name!r}: {part!r}: drop the scheme ({hostport})")
         out.append(hostport)
     return list(dict.fromkeys(out))
 

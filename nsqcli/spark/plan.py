@@ -47,6 +47,9 @@ class SourceSettings:
     def __init__(self, options):
         self.topics = opt.topics(options, "topic")
         self.channel = opt.channel(options)
+        if self.channel.endswith("#ephemeral") or any(t.endswith("#ephemeral") for t in self.topics):
+            raise opt.OptionError("an #ephemeral channel or topic cannot be read exactly once: nsqd deletes it "
+                                  "(and what it holds) whenever no task is connected, i.e. between batches")
         self.nsqd_http = opt.addresses(options, "nsqdHTTPAddresses")
         self.nsqd = opt.addresses(options, "nsqdTCPAddresses")
         self.lookupd = opt.addresses(options, "lookupdHTTPAddresses")

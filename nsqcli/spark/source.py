@@ -65,6 +65,7 @@ class _Nodes:
         self.info: dict[str, str] = {}     # nsqd HTTP address -> its TCP address (from /info)
         self.ready: set = set()            # (http, topic): channel created there
         self.pending: dict = {}            # target -> the topic's depth at the last read
+        self.held: dict = {}               # target -> in flight + deferred at the last read
         self.warned: set = set()
 
     def targets(self) -> list[P.Target]:
@@ -79,7 +80,8 @@ class _Nodes:
                 except Exception as e:
                     self._warn(http, f"nsq source: {http}: cannot read /info ({e}); skipped this batch")
                     continue
-                tcp = self.info[http] = f"{http.rsplit(':', 1)[0]}:{port}"
+                host = http.split("://", 1)[-1].rsplit(":", 1)[0]
+                tcp = self.info[http] = f"{host}:{port}"
             for t in s.topics:
                 out[(t, tcp)] = P.Target(t, tcp, http)
         if s.lookupd:
@@ -121,7 +123,13 @@ class _Nodes:
                 self.pending[t] = pending
                 for ch in topic.get("channels") or []:
                     if ch.get("channel_name") == self.s.channel:
+                        self.held[t] = int(ch.get("in_flight_count") or 0) + int(ch.get("deferred_count") or 0)
                         return int(ch.get("depth") or 0) + pending
+        # the channel is gone (deleted, or a restarted nsqd lost its data): make it again
+        if (t.http, t.topic) in self.ready:
+            self.ready.discard((t.http, t.topic))
+            log.warning("nsq source: channel %s/%s is gone from %s: creating it again (what was published "
+                        "to the topic meanwhile may not have reached it)", t.topic, self.s.channel, t.http)
         return 0
 
     def settled_depth(self, t: P.Target, timeout: float = 5.0) -> int | None:
@@ -148,6 +156,7 @@ class NSQStreamReader(*_BASES):
         self._epoch: str | None = None
         self._target: dict | None = None    # AvailableNow: what is left to take per target
         self._counted = 0                   # AvailableNow: the last batch whose rows were counted
+        self._warned_held = False
         self._available_now = False
         self._metrics: dict = {}
 
@@ -192,6 +201,13 @@ class NSQStreamReader(*_BASES):
         self._metrics = {"channelDepth": known, "nsqdNodes": len({t.tcp for t, _ in depths})}
         self._metrics.update(self._last_batch(epoch, batch))
         if not parts:
+            if self._available_now:
+                held = sum(view.held.get(t, 0) for t, _ in depths)
+                if held and not self._warned_held:
+                    self._warned_held = True
+                    log.warning("nsq source: AvailableNow is done, and %d message(s) are in flight to other "
+                                "consumers or deferred at nsqd (a killed run's come back after msg_timeout): "
+                                "a later run takes them", held)
             return start
         return P.offset(epoch, batch + 1, parts, known)
 
@@ -230,9 +246,9 @@ class NSQStreamReader(*_BASES):
         ends = spool.summaries(self.s.spool, epoch, batch)
         if not ends:
             return {}
-        oldest = [e["oldest_ns"] for e in ends if e.get("oldest_ns")]
+        ages = [e["spooled_ns"] - e["oldest_ns"] for e in ends if e.get("oldest_ns") and e.get("spooled_ns")]
         return {"lastBatch": batch, "lastBatchSpooledRows": sum(int(e.get("rows") or 0) for e in ends),
-                "lastBatchOldestMessageAgeMs": (int((time.time_ns() - min(oldest)) / 1e6) if oldest else None)}
+                "lastBatchOldestMessageAgeMs": int(max(ages) / 1e6) if ages else None}
 
     def reportLatestOffset(self) -> dict:  # Spark >= 4.2: shown as the source's latestOffset
         return {"v": 2, "epoch": self._epoch, **self._metrics}

@@ -55,10 +55,20 @@ class PartitionSpool:
         here: an attempt that wakes up after Spark committed the batch and the driver deleted its
         spool fails (FileNotFoundError) instead of FINing into a spool nobody reads."""
         tmp = os.path.join(self.dir, f".{self.partition}.{slot}.{uuid.uuid4().hex}.tmp")
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        except FileNotFoundError:
+            raise  # the batch's directory is gone: committed and deleted (see above)
+        except OSError as e:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise OSError(e.errno, f"nsq source: cannot write the spool {self.dir}: {e.strerror} (the "
+                                   "messages were given back to nsqd)") from None
         try:
             os.link(tmp, self.path(slot))
         except FileExistsError:

@@ -35,6 +35,8 @@ log = logging.getLogger("nsqcli.spark.source")
 
 _body, _id, _timestamp, _attempts = (attrgetter(f) for f in ("body", "id", "timestamp", "attempts"))
 CHUNK = 2500  # nsqd's default --max-rdy-count: one connection holds no more un-FINed
+CHUNK_BYTES = 64 * 1024 * 1024       # a chunk closes at this many body bytes (Arrow's 2 GiB column limit)
+PARTITION_BYTES = 256 * 1024 * 1024  # a task closes its partition here: the rest goes to later batches
 
 
 def to_record_batch(msgs: list, nsqd: str, topic: str, channel: str):
@@ -78,7 +80,7 @@ class _Taker:
 
         self.settings = settings
         cfg = settings.config.with_(max_in_flight=max(1, min(part.share, CHUNK)),
-                                    touch_interval=5.0)
+                                    max_in_flight_bytes=CHUNK_BYTES, touch_interval=5.0)
         self.consumer = Consumer(part.topic, settings.channel, pull=True, config=cfg,
                                  nsqd_tcp_addresses=[part.tcp],
                                  on_error=lambda e: log.warning("nsq source task: %s", e))
@@ -91,18 +93,21 @@ class _Taker:
                    if h.conn.negotiated is not None and h.conn.negotiated.msg_timeout]
         return max(got) if got else None
 
-    def gather(self, want: int, deadline: float) -> list:
-        """Up to ``want`` messages: stop at ``deadline`` or after ``readIdleTimeout`` without one."""
+    def gather(self, want: int, deadline: float, max_bytes: int = CHUNK_BYTES) -> list:
+        """Up to ``want`` messages (and about ``max_bytes`` of bodies): stop at ``deadline`` or
+        after ``readIdleTimeout`` without one. What nsqd sent beyond stays queued for the next."""
         got: list = []
+        size = 0
         idle = self.settings.read_idle
-        while len(got) < want:
+        while len(got) < want and size < max_bytes:
             now = time.monotonic()
             if now >= deadline:
                 break
-            msgs = self.consumer.poll(want - len(got), timeout=min(idle, deadline - now))
+            msgs = self.consumer.poll(min(want - len(got), 256), timeout=min(idle, deadline - now))
             if not msgs:
                 break
             got += msgs
+            size += sum(len(m.body) for m in msgs)
         return got
 
     def close(self) -> None:
@@ -167,7 +172,7 @@ def take(settings, part, epoch: str, batch: int, index: int) -> list:
     started = time.monotonic()
     deadline = started + settings.max_read_time
     out: list = []
-    rows, oldest, slot = 0, None, 0
+    rows, size, oldest, slot = 0, 0, None, 0
     taker: _Taker | None = None
     try:
         while True:
@@ -178,11 +183,12 @@ def take(settings, part, epoch: str, batch: int, index: int) -> list:
                     return out
                 out += _from_ipc(value)
                 rows = sum(b.num_rows for b in out)
+                size = sum(b.nbytes for b in out)
                 slot += 1
                 continue
             want = min(part.share - rows, CHUNK)
             msgs: list = []
-            if want > 0 and time.monotonic() < deadline:
+            if want > 0 and size < PARTITION_BYTES and time.monotonic() < deadline:
                 if taker is None:
                     taker = _Taker(settings, part)
                 msgs = taker.gather(want, deadline)
@@ -200,13 +206,14 @@ def take(settings, part, epoch: str, batch: int, index: int) -> list:
             if not msgs:  # share taken, nothing more came, or out of time: close the partition
                 if spool.end(slot, {"index": index, "rows": rows, "share": part.share, "oldest_ns": oldest,
                                       "msg_timeout": taker.msg_timeout() if taker else None, "pid": os.getpid(),
+                                      "spooled_ns": time.time_ns(),
                                       "seconds": round(time.monotonic() - started, 3)}):
                     return out
                 continue  # another attempt closed or filled this slot first: read it
-            rb = to_record_batch(msgs, part.tcp, part.topic, settings.channel)
             try:
+                rb = to_record_batch(msgs, part.tcp, part.topic, settings.channel)
                 won = spool.publish(slot, _ipc(rb))
-            except BaseException:  # e.g. the batch was committed and its spool deleted: a zombie
+            except BaseException:  # a full disk, a zombie whose spool was deleted...: give them back
                 taker.consumer.requeue_many(msgs, 0.0)
                 raise
             if won:
@@ -220,6 +227,7 @@ def take(settings, part, epoch: str, batch: int, index: int) -> list:
                 oldest = first if oldest is None else min(oldest, first)
                 out.append(rb)
                 rows += len(msgs)
+                size += rb.nbytes
                 slot += 1
             else:
                 taker.consumer.requeue_many(msgs, 0.0)

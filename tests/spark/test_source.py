@@ -271,6 +271,34 @@ def test_an_attempt_waking_after_its_batch_was_deleted_fins_nothing(nsqd, topic,
     assert ch["depth"] == 100 and not (tmp_path / "spool" / "e1" / "7").exists()
 
 
+def test_big_bodies_close_chunks_by_bytes_and_a_failed_chunk_goes_back(nsqd, topic, tmp_path, monkeypatch):
+    """Chunks close at a byte budget (2500 bodies of 1 MiB would overflow an Arrow column), and a
+    chunk that fails before it is spooled is given back at once (review: stuck in flight)."""
+    import nsqcli.spark.take as T
+    from nsqcli.spark.plan import Part, SourceSettings
+    from nsqcli.spark.spool import prepare
+
+    monkeypatch.setattr(T, "CHUNK_BYTES", 100 * 1024)
+    bodies = [b"%04d" % i + b"x" * 10_000 for i in range(100)]
+    publish(nsqd, topic, bodies)
+    root = str(tmp_path / "spool")
+    s = SourceSettings({"topic": topic, "nsqdTCPAddresses": nsqd.tcp_address, "spoolLocation": root})
+    prepare(root, "e1", 1)
+    got = T.take(s, Part(topic, nsqd.tcp_address, 100), "e1", 1, 0)
+    assert sorted(b for rb in got for b in rb.column("body").to_pylist()) == bodies
+    assert len(got) >= 9 and all(rb.nbytes < 2 * 100 * 1024 + 64 * 1024 for rb in got)
+    publish(nsqd, topic, bodies[:10])
+
+    def broken(*a, **k):
+        raise TypeError("cannot build the chunk")
+    monkeypatch.setattr(T, "to_record_batch", broken)
+    prepare(root, "e1", 2)
+    with pytest.raises(TypeError):
+        T.take(s, Part(topic, nsqd.tcp_address, 10), "e1", 2, 0)
+    ch = settle(nsqd, topic)  # given back (REQ), not left in flight until msg_timeout
+    assert ch["depth"] == 10
+
+
 def test_old_checkpoints_and_old_spark_are_refused_clearly():
     from nsqcli.spark.plan import parse
 

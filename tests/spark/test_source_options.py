@@ -46,6 +46,7 @@ def refusal(info) -> str:
     ({"topic": "{topic}"}, None, "option 'spoolLocation' is required: a directory every executor can write"),
     ({"topic": "{topic}", "spoolLocation": "spool"}, None, "option 'spoolLocation' must be an absolute path"),
     ({"topic": "{topic}", "spoolLocation": "s3a://b/spool"}, None, "is not a filesystem path"),
+    ({"topic": "{topic}", "channel": "c#ephemeral"}, None, "an #ephemeral channel or topic cannot be read exactly once"),
 ])
 def test_source_mistakes_fail_at_load(spark, nsqd, topic, options, path, message):
     reader = spark.readStream.format("nsq").option("nsqdTCPAddresses", nsqd.tcp_address)

@@ -77,7 +77,11 @@ def _spool_dir(spool: str | None, checkpoint: str) -> str:
             raise click.UsageError(f"--checkpoint {checkpoint} is not a local path: give --spool DIR, a "
                                    "directory every executor reaches (a shared mount on a cluster)")
         spool = os.path.join(local, "spool")
-    return os.path.abspath(spool[len("file://"):] if spool.startswith("file://") else spool)
+    spool = spool[len("file://"):] if spool.startswith("file://") else spool
+    if "://" in spool:
+        raise click.UsageError(f"--spool {spool}: the spool is written by Python tasks with POSIX calls: give a "
+                               "mounted path every executor reaches (NFS...), not a URL")
+    return os.path.abspath(spool)
 
 
 def _run(app, spark, topics, channel, output, checkpoint, cols, trigger, per_batch, per_partition, spool, nsqd_http,
@@ -90,7 +94,8 @@ def _run(app, spark, topics, channel, output, checkpoint, cols, trigger, per_bat
     if nsqd_http:
         from ...client.http import base_url
 
-        options["nsqdHTTPAddresses"] = ",".join(base_url(a).split("://", 1)[1] for a in nsqd_http)
+        options["nsqdHTTPAddresses"] = ",".join(  # https:// kept, http:// and paths dropped
+            u if u.startswith("https://") else u.split("://", 1)[1] for u in map(base_url, nsqd_http))
         if not conn.get("nsqd_tcp_addresses"):  # not the default 127.0.0.1:4150 beside them
             options.pop("nsqdTCPAddresses", None)
     from ...spark.jobs import start_to_parquet
