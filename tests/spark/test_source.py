@@ -189,11 +189,16 @@ def test_a_task_killed_mid_read_loses_and_repeats_nothing(nsqd, topic, tmp_path,
     # the second chunk, held (or spooled, FIN never sent), comes back after msg_timeout (2 s)
     s = SourceSettings({"topic": topic, "nsqdTCPAddresses": nsqd.tcp_address, "spoolLocation": root,
                         "msgTimeout": "2s", "readIdleTimeout": "3s", "maxReadTime": "30s"})
-    retry = take(s, Part(topic, nsqd.tcp_address, 6000), "e1", 3, 0)
-    prepare(root, "e1", 4)
-    later = take(s, Part(topic, nsqd.tcp_address, 6000), "e1", 4, 0)
-    got = [b for r in (retry, later) for rb in r for b in rb.column("body").to_pylist()]
-    assert sorted(got) == bodies and len(got) == 6000
+    batches = [take(s, Part(topic, nsqd.tcp_address, 6000), "e1", 3, 0)]  # the retry
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # later batches, until nsqd has nothing left for us
+        ch = channel_stats(nsqd, topic, "nsqcli_spark")
+        if ch["depth"] == 0 and ch["in_flight_count"] == 0 and ch["deferred_count"] == 0:
+            break
+        prepare(root, "e1", 3 + len(batches))
+        batches.append(take(s, Part(topic, nsqd.tcp_address, 6000), "e1", 3 + len(batches), 0))
+    got = [b for r in batches for rb in r for b in rb.column("body").to_pylist()]
+    assert sorted(got) == bodies and len(got) == 6000  # every message once, across the batches
     ch = settle(nsqd, topic)
     assert ch["depth"] == 0 and ch["deferred_count"] == 0
 

@@ -36,7 +36,7 @@ nsqcli to-parquet -t a -t b -o s3a://bucket/nsq --checkpoint s3a://bucket/_ck --
                    "reaches (default: CHECKPOINT/spool when the checkpoint is a local path).")
 @option("--nsqd-http-address", "nsqd_http", multiple=True, type=HTTP_ADDRESS, envvar="NSQCLI_NSQD_HTTP_ADDRESS",
               help="nsqd HTTP address (repeatable): the driver reads its channel depth to plan each batch "
-                   "(with only --nsqd-tcp-address the depth is unknown and every trigger runs a batch).")
+                   "(with only TCP addresses the depth is unknown and every trigger runs a batch).")
 @option("--dedupe", is_flag=True, help="Also drop messages with the same nsqd, topic and id within "
               "--dedupe-watermark (not needed for exactly-once: the spool does that).")
 @option("--dedupe-watermark", type=DURATION, default="1h", show_default=True)
