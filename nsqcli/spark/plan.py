@@ -23,7 +23,7 @@ SCHEMA = ("body binary, id string, timestamp timestamp, attempts int, nsqd strin
 COLUMNS = ("body", "id", "timestamp", "attempts", "nsqd", "topic", "channel")
 
 DEFAULT_MAX_PER_BATCH = 500_000
-DEFAULT_MAX_PER_PARTITION = 50_000
+DEFAULT_MAX_PER_PARTITION = 100_000
 
 
 class Target(NamedTuple):

@@ -14,6 +14,10 @@ Each slot is published atomically and exclusively (written under a temporary nam
   older than the retention (msg_timeout + maxReadTime + 30 s): until then a message whose FIN
   was lost and that nsqd delivers again is recognised (take.py) and not taken twice.
 
+While a file ``<spool>/STOP`` exists, tasks close their partitions at their next chunk
+(``nsqcli to-parquet`` on SIGTERM): the running batch ends soon with what it took, exactly as if
+its read time were up.
+
 The spool must be on storage every executor reaches (local disk in local mode; a shared mount
 on a cluster), like Spark's checkpoint. No pyspark, no sockets.
 """
@@ -28,6 +32,28 @@ import uuid
 from ..archive.files import fsync_dir as _fsync_dir
 
 END = "end"
+STOP = "STOP"
+
+
+def request_stop(root: str) -> bool:
+    """Ask the tasks reading into this spool to close their partitions at their next chunk.
+    False when the spool is not reachable from here (a Spark Connect client elsewhere)."""
+    try:
+        with open(os.path.join(root, STOP), "wb"):
+            return True
+    except OSError:
+        return False
+
+
+def clear_stop(root: str) -> None:
+    try:
+        os.unlink(os.path.join(root, STOP))
+    except OSError:
+        pass
+
+
+def stop_requested(root: str) -> bool:
+    return os.path.exists(os.path.join(root, STOP))
 
 
 class PartitionSpool:

@@ -9,7 +9,8 @@
    (fsynced, atomically) and only then FINed. Losing a slot to another attempt means REQ and
    read the winner's chunk.
 3. The partition ends (END marker) when its share is taken, when no message came for
-   ``readIdleTimeout``, or after ``maxReadTime``; messages received beyond the share are REQed.
+   ``readIdleTimeout``, after ``maxReadTime``, or when a stop was asked (``<spool>/STOP``);
+   messages received beyond the share are REQed.
 
 nsqd never sends more than RDY un-FINed messages, so a chunk is at most RDY and no message is
 held longer than one chunk's fsync. After a kill -9 the messages of an unpublished chunk come
@@ -29,7 +30,7 @@ import time
 from operator import attrgetter
 
 from .plan import COLUMNS
-from .spool import END, PartitionSpool
+from .spool import END, PartitionSpool, stop_requested
 
 log = logging.getLogger("nsqcli.spark.source")
 
@@ -94,15 +95,21 @@ class _Taker:
         return max(got) if got else None
 
     def gather(self, want: int, deadline: float, max_bytes: int = CHUNK_BYTES) -> list:
-        """Up to ``want`` messages (and about ``max_bytes`` of bodies): stop at ``deadline`` or
-        after ``readIdleTimeout`` without one. What nsqd sent beyond stays queued for the next."""
+        """Up to ``want`` messages (and about ``max_bytes`` of bodies): stop at ``deadline``, after
+        ``readIdleTimeout`` without one, or when a stop is asked. What nsqd sent beyond stays
+        queued for the next."""
         got: list = []
         size = 0
         idle = self.settings.read_idle
+        look = time.monotonic() + 0.2
         while len(got) < want and size < max_bytes:
             now = time.monotonic()
             if now >= deadline:
                 break
+            if now >= look:  # a slow trickle fills a chunk slowly: a stop must not wait for it
+                if stop_requested(self.settings.spool):
+                    break
+                look = now + 0.2
             msgs = self.consumer.poll(min(want - len(got), 256), timeout=min(idle, deadline - now))
             if not msgs:
                 break
@@ -166,12 +173,12 @@ def already_spooled(root: str, epoch: str, msgs: list, nsqd: str, topic: str) ->
     return [m for m in msgs if key + m.id.decode() in known]
 
 
-def take(settings, part, epoch: str, batch: int, index: int) -> list:
-    """The partition's record batches (see the module docstring)."""
+def take(settings, part, epoch: str, batch: int, index: int):
+    """Yield the partition's record batches, each once it is in the spool (see the module
+    docstring): Spark writes one chunk while the task takes the next."""
     spool = PartitionSpool(settings.spool, epoch, batch, index)
     started = time.monotonic()
     deadline = started + settings.max_read_time
-    out: list = []
     rows, size, oldest, slot = 0, 0, None, 0
     taker: _Taker | None = None
     try:
@@ -180,15 +187,17 @@ def take(settings, part, epoch: str, batch: int, index: int) -> list:
             if state is not None:
                 kind, value = state
                 if kind == END:
-                    return out
-                out += _from_ipc(value)
-                rows = sum(b.num_rows for b in out)
-                size = sum(b.nbytes for b in out)
+                    return
+                for rb in _from_ipc(value):
+                    rows += rb.num_rows
+                    size += rb.nbytes
+                    yield rb
                 slot += 1
                 continue
             want = min(part.share - rows, CHUNK)
             msgs: list = []
-            if want > 0 and size < PARTITION_BYTES and time.monotonic() < deadline:
+            if want > 0 and size < PARTITION_BYTES and time.monotonic() < deadline \
+                    and not stop_requested(settings.spool):
                 if taker is None:
                     taker = _Taker(settings, part)
                 msgs = taker.gather(want, deadline)
@@ -208,7 +217,7 @@ def take(settings, part, epoch: str, batch: int, index: int) -> list:
                                       "msg_timeout": taker.msg_timeout() if taker else None, "pid": os.getpid(),
                                       "spooled_ns": time.time_ns(),
                                       "seconds": round(time.monotonic() - started, 3)}):
-                    return out
+                    return
                 continue  # another attempt closed or filled this slot first: read it
             try:
                 rb = to_record_batch(msgs, part.tcp, part.topic, settings.channel)
@@ -225,10 +234,10 @@ def take(settings, part, epoch: str, batch: int, index: int) -> list:
                                 "will deliver those spooled messages again", len(lost))
                 first = min(m.timestamp for m in msgs)
                 oldest = first if oldest is None else min(oldest, first)
-                out.append(rb)
                 rows += len(msgs)
                 size += rb.nbytes
                 slot += 1
+                yield rb
             else:
                 taker.consumer.requeue_many(msgs, 0.0)
     finally:

@@ -126,7 +126,7 @@ def test_a_task_run_again_reads_its_spool_and_a_racing_attempt_loses_cleanly(nsq
     results: list = [None, None]
 
     def attempt(i):
-        results[i] = take(s, part, "e1", 1, 0)
+        results[i] = list(take(s, part, "e1", 1, 0))
 
     threads = [threading.Thread(target=attempt, args=(i,)) for i in range(2)]
     for t in threads:
@@ -135,7 +135,7 @@ def test_a_task_run_again_reads_its_spool_and_a_racing_attempt_loses_cleanly(nsq
         t.join(60)
     bodies = [[b for rb in r for b in rb.column("body").to_pylist()] for r in results]
     assert bodies[0] == bodies[1] and len(bodies[0]) == 2000 and len(set(bodies[0])) == 2000
-    again = take(s, part, "e1", 1, 0)  # a retry after both finished: the spool, not nsqd
+    again = list(take(s, part, "e1", 1, 0))  # a retry after both finished: the spool, not nsqd
     assert [b for rb in again for b in rb.column("body").to_pylist()] == bodies[0]
     ch = settle(nsqd, topic)
     assert ch["depth"] == 1000 and ch["deferred_count"] == 0 and ch["timeout_count"] == 0  # the rest stays, for others
@@ -160,7 +160,7 @@ def hang_at_the_second_chunk(self, slot, data):
         time.sleep(60)
     return ok
 spool.PartitionSpool.publish = hang_at_the_second_chunk
-take(s, Part(topic, tcp, 6000), "e1", 3, 0)
+list(take(s, Part(topic, tcp, 6000), "e1", 3, 0))
 '''
 
 
@@ -170,9 +170,7 @@ def test_a_task_killed_mid_read_loses_and_repeats_nothing(nsqd, topic, tmp_path,
     task's held messages come back from nsqd after msg_timeout. Killed after publishing a chunk
     and before its FIN, nsqd delivers that chunk again: it is recognised in the spool, FINed,
     and not taken twice."""
-    from nsqcli.spark.plan import Part, SourceSettings
-    from nsqcli.spark.spool import prepare
-    from nsqcli.spark.take import take
+    from nsqcli.spark.plan import SourceSettings
 
     bodies = [b"k%05d" % i for i in range(6000)]
     publish(nsqd, topic, bodies)
@@ -189,18 +187,107 @@ def test_a_task_killed_mid_read_loses_and_repeats_nothing(nsqd, topic, tmp_path,
     # the second chunk, held (or spooled, FIN never sent), comes back after msg_timeout (2 s)
     s = SourceSettings({"topic": topic, "nsqdTCPAddresses": nsqd.tcp_address, "spoolLocation": root,
                         "msgTimeout": "2s", "readIdleTimeout": "3s", "maxReadTime": "30s"})
-    batches = [take(s, Part(topic, nsqd.tcp_address, 6000), "e1", 3, 0)]  # the retry
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:  # later batches, until nsqd has nothing left for us
-        ch = channel_stats(nsqd, topic, "nsqcli_spark")
-        if ch["depth"] == 0 and ch["in_flight_count"] == 0 and ch["deferred_count"] == 0:
-            break
-        prepare(root, "e1", 3 + len(batches))
-        batches.append(take(s, Part(topic, nsqd.tcp_address, 6000), "e1", 3 + len(batches), 0))
-    got = [b for r in batches for rb in r for b in rb.column("body").to_pylist()]
+    got = take_batches(s, nsqd, topic, root, 3)  # the retry, then later batches
     assert sorted(got) == bodies and len(got) == 6000  # every message once, across the batches
     ch = settle(nsqd, topic)
     assert ch["depth"] == 0 and ch["deferred_count"] == 0
+
+
+def take_batches(s, nsqd, topic: str, root: str, first: int, share: int = 6000) -> list[bytes]:
+    """Bodies of batch ``first`` (prepared by the caller), then of later batches until nsqd has
+    nothing left in the channel: what a running query takes, without Spark."""
+    from nsqcli.spark.plan import Part
+    from nsqcli.spark.spool import prepare
+    from nsqcli.spark.take import take
+
+    batches = [list(take(s, Part(topic, nsqd.tcp_address, share), "e1", first, 0))]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        ch = channel_stats(nsqd, topic, "nsqcli_spark")
+        if ch["depth"] == 0 and ch["in_flight_count"] == 0 and ch["deferred_count"] == 0:
+            break
+        prepare(root, "e1", first + len(batches))
+        batches.append(list(take(s, Part(topic, nsqd.tcp_address, share), "e1", first + len(batches), 0)))
+    return [b for r in batches for rb in r for b in rb.column("body").to_pylist()]
+
+
+def test_nsqd_restarting_between_spool_and_fin_repeats_nothing(nsqd, topic, tmp_path, monkeypatch, caplog):
+    """nsqd stops after a chunk is spooled and before its FIN reaches it (it writes what is in
+    flight to disk), then comes back: it delivers that chunk again (attempts 2), which is found in
+    the spool and FINed, not taken twice; nothing is lost."""
+    import nsqcli.spark.spool as spool
+    from nsqcli.spark.plan import SourceSettings
+
+    bodies = [b"n%05d" % i for i in range(6000)]
+    publish(nsqd, topic, bodies)
+    real = spool.PartitionSpool.publish
+    restarted: list = []
+
+    def restart_after_the_second_chunk(self, slot, data):
+        ok = real(self, slot, data)
+        if slot == 1 and not restarted:
+            restarted.append(nsqd.restart())  # the chunk is spooled; its FIN can no longer arrive
+        return ok
+
+    monkeypatch.setattr(spool.PartitionSpool, "publish", restart_after_the_second_chunk)
+    root = str(tmp_path / "spool")
+    spool.prepare(root, "e1", 1)
+    s = SourceSettings({"topic": topic, "nsqdTCPAddresses": nsqd.tcp_address, "spoolLocation": root,
+                        "readIdleTimeout": "1s", "maxReadTime": "20s"})
+    got = take_batches(s, nsqd, topic, root, 1)
+    assert restarted
+    assert sorted(got) == bodies and len(got) == 6000  # every message once, across the batches
+    assert "were already spooled" in caplog.text  # the redelivered chunk came back and was recognised
+    ch = settle(nsqd, topic)
+    assert ch["depth"] == 0 and ch["deferred_count"] == 0
+
+
+def test_a_stop_closes_a_trickling_partition_at_once_and_keeps_it_exact(nsqd, topic, tmp_path):
+    """to-parquet on SIGTERM asks for a stop (<spool>/STOP): a task reading a slow trickle closes
+    its partition at once with what it took (spooled, FINed, END), instead of filling its chunk
+    until maxReadTime; running it again returns the same rows; the rest stays in the channel."""
+    from nsqcli.client.producer import Producer
+    from nsqcli.spark.plan import Part, SourceSettings
+    from nsqcli.spark.spool import clear_stop, prepare, request_stop, summaries
+    from nsqcli.spark.take import take
+
+    root = str(tmp_path / "spool")
+    prepare(root, "e1", 1)
+    s = SourceSettings({"topic": topic, "nsqdTCPAddresses": nsqd.tcp_address, "spoolLocation": root,
+                        "maxReadTime": "120s", "readIdleTimeout": "10s"})
+    publish(nsqd, topic, [b"t%05d" % i for i in range(10)])
+    sent = [10]
+    done = threading.Event()
+
+    def trickle():
+        with Producer(nsqd.tcp_address) as p:
+            while not done.is_set() and sent[0] < 5000:
+                p.publish(topic, b"t%05d" % sent[0])
+                sent[0] += 1
+                time.sleep(0.005)
+
+    t = threading.Thread(target=trickle)
+    t.start()
+    rows: list = []
+    try:
+        threading.Timer(1.5, request_stop, args=(root,)).start()
+        started = time.monotonic()
+        rows = [b for rb in take(s, Part(topic, nsqd.tcp_address, 100_000), "e1", 1, 0)
+                for b in rb.column("body").to_pylist()]
+        took = time.monotonic() - started
+    finally:
+        done.set()
+        t.join()
+    assert took < 30, took  # closed at the stop, not at maxReadTime (120 s) or a full chunk (2500)
+    assert 10 <= len(rows) < 2500 and len(set(rows)) == len(rows)
+    [end] = summaries(root, "e1", 1)
+    assert end["rows"] == len(rows)
+    clear_stop(root)
+    again = [b for rb in take(s, Part(topic, nsqd.tcp_address, 100_000), "e1", 1, 0)
+             for b in rb.column("body").to_pylist()]
+    assert again == rows  # the END marker holds: a retry reads the spool, not nsqd
+    ch = settle(nsqd, topic)
+    assert ch["depth"] + len(rows) == sent[0]  # what was not taken is still there, for the next batch
 
 
 def test_available_now_takes_what_was_there_and_leaves_later_messages(spark, nsqd, topic, tmp_path):
@@ -241,7 +328,7 @@ def test_redelivered_messages_of_another_topic_are_not_mistaken_for_spooled_ones
             "readIdleTimeout": "500ms"}
     s = SourceSettings(opts)
     prepare(root, "e1", 1)
-    got_a = take(s, Part(a, nsqd.tcp_address, 3000), "e1", 1, 0)
+    got_a = list(take(s, Part(a, nsqd.tcp_address, 3000), "e1", 1, 0))
     # topic B, every message delivered once and given back (REQ): all come again with attempts 2
     from nsqcli.client.config import Config
     from nsqcli.client.consumer import Consumer
@@ -256,7 +343,7 @@ def test_redelivered_messages_of_another_topic_are_not_mistaken_for_spooled_ones
     finally:
         c.stop()
     prepare(root, "e1", 2)
-    got_b = take(s, Part(b, nsqd.tcp_address, 3000), "e1", 2, 0)
+    got_b = list(take(s, Part(b, nsqd.tcp_address, 3000), "e1", 2, 0))
     assert sum(rb.num_rows for rb in got_a) == 3000
     assert sorted(x for rb in got_b for x in rb.column("body").to_pylist()) == [b"b%05d" % i for i in range(3000)]
 
@@ -271,7 +358,7 @@ def test_an_attempt_waking_after_its_batch_was_deleted_fins_nothing(nsqd, topic,
     s = SourceSettings({"topic": topic, "nsqdTCPAddresses": nsqd.tcp_address,
                         "spoolLocation": str(tmp_path / "spool")})
     with pytest.raises(FileNotFoundError):
-        take(s, Part(topic, nsqd.tcp_address, 100), "e1", 7, 0)  # batch 7's directory is gone
+        list(take(s, Part(topic, nsqd.tcp_address, 100), "e1", 7, 0))  # batch 7's directory is gone
     ch = settle(nsqd, topic)
     assert ch["depth"] == 100 and not (tmp_path / "spool" / "e1" / "7").exists()
 
@@ -289,7 +376,7 @@ def test_big_bodies_close_chunks_by_bytes_and_a_failed_chunk_goes_back(nsqd, top
     root = str(tmp_path / "spool")
     s = SourceSettings({"topic": topic, "nsqdTCPAddresses": nsqd.tcp_address, "spoolLocation": root})
     prepare(root, "e1", 1)
-    got = T.take(s, Part(topic, nsqd.tcp_address, 100), "e1", 1, 0)
+    got = list(T.take(s, Part(topic, nsqd.tcp_address, 100), "e1", 1, 0))
     assert sorted(b for rb in got for b in rb.column("body").to_pylist()) == bodies
     assert len(got) >= 9 and all(rb.nbytes < 2 * 100 * 1024 + 64 * 1024 for rb in got)
     publish(nsqd, topic, bodies[:10])
@@ -299,7 +386,7 @@ def test_big_bodies_close_chunks_by_bytes_and_a_failed_chunk_goes_back(nsqd, top
     monkeypatch.setattr(T, "to_record_batch", broken)
     prepare(root, "e1", 2)
     with pytest.raises(TypeError):
-        T.take(s, Part(topic, nsqd.tcp_address, 10), "e1", 2, 0)
+        list(T.take(s, Part(topic, nsqd.tcp_address, 10), "e1", 2, 0))
     ch = settle(nsqd, topic)  # given back (REQ), not left in flight until msg_timeout
     assert ch["depth"] == 10
 

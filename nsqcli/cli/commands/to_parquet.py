@@ -29,7 +29,7 @@ nsqcli to-parquet -t a -t b -o s3a://bucket/nsq --checkpoint s3a://bucket/_ck --
               help="Micro-batch interval (0: as fast as possible).")
 @option("--max-messages-per-batch", type=click.IntRange(min=1), default=500000, show_default=True,
               help="Cap per micro-batch (a batch takes what the channel held when it was planned).")
-@option("--max-messages-per-partition", type=click.IntRange(min=1), default=50000, show_default=True,
+@option("--max-messages-per-partition", type=click.IntRange(min=1), default=100000, show_default=True,
               help="Cap per Spark task: deeper channels are read by more tasks at once.")
 @option("--spool", metavar="DIR",
               help="Where tasks keep what they took until Spark commits it; a path every executor "
@@ -52,8 +52,9 @@ def to_parquet(app, topics, channel, output, checkpoint, partition_by, trigger, 
     \b
     Exactly once: Spark's tasks read from nsqd on the executors and keep what they took in the
     spool before they FIN it, so a retried task or a batch run again after a crash reads the
-    spool, not nsqd. SIGTERM/SIGINT stop the query cleanly; a restart with the same --checkpoint
-    goes on where it stopped, with nothing lost and nothing twice.
+    spool, not nsqd. SIGTERM/SIGINT stop the query cleanly: the running batch closes early and is
+    committed; a restart with the same --checkpoint goes on where it stopped, with nothing lost
+    and nothing twice.
     Columns: body, id, timestamp, attempts, nsqd, topic, channel (+ date, hour).
     """
     conn = pop_connection(kwargs)
@@ -99,7 +100,9 @@ def _run(app, spark, topics, channel, output, checkpoint, cols, trigger, per_bat
         if not conn.get("nsqd_tcp_addresses"):  # not the default 127.0.0.1:4150 beside them
             options.pop("nsqdTCPAddresses", None)
     from ...spark.jobs import start_to_parquet
+    from ...spark.spool import clear_stop, request_stop
 
+    clear_stop(spool)  # left by a run killed while it stopped
     try:
         q = start_to_parquet(spark, options, output, checkpoint, cols, trigger, watermark if dedupe else None,
                              available_now)
@@ -126,8 +129,12 @@ def _run(app, spark, topics, channel, output, checkpoint, cols, trigger, per_bat
                          f"{prog.processedRowsPerSecond or 0:,.0f} rows/s; "
                          f"{sum(seen.values())} rows in {len(seen)} batches")
         if stopping.is_set():
-            app.info("to-parquet: stopping (committed batches are FINed; nsqd delivers the rest again)")
-            _stop_between_batches(q)
+            app.info("to-parquet: stopping: the running batch closes at its tasks' next chunk and is committed")
+            request_stop(spool)
+            try:
+                _stop_between_batches(q)
+            finally:
+                clear_stop(spool)
             break
     if q.exception() is not None:
         raise spark_error(q.exception()) from None
