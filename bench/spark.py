@@ -15,6 +15,7 @@ JVM, this Python driver, and the Python processes Spark starts (workers, stream 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import subprocess
@@ -22,6 +23,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 from pathlib import Path
 
 from bench.run import prepublish
@@ -106,6 +108,32 @@ def runner_cpu() -> float:
     return total
 
 
+def sink_log(out: Path) -> list[tuple[int, int, list[str]]]:
+    """The file sink's commit log: (batch, commit time in ns, the Parquet files that batch added)
+    in batch order. Every 10th batch's log is a compaction (``N.compact``) that lists all files so
+    far: its own files are those no earlier log named."""
+    meta = Path(out) / "_spark_metadata"
+    logs = sorted((p for p in meta.iterdir() if p.name.split(".")[0].isdigit()),
+                  key=lambda p: int(p.name.split(".")[0])) if meta.is_dir() else []
+    seen: set = set()
+    got = []
+    for log in logs:
+        new = []
+        for line in log.read_text().splitlines()[1:]:
+            entry = json.loads(line)
+            path = urllib.parse.unquote(urllib.parse.urlsplit(entry["path"]).path)
+            if entry.get("action", "add") == "add" and path not in seen:
+                seen.add(path)
+                new.append(path)
+        got.append((int(log.name.split(".")[0]), log.stat().st_mtime_ns, new))
+    return got
+
+
+def committed_files(out: Path) -> list[str]:
+    """Every Parquet file the file sink committed (what Spark's readers see)."""
+    return [f for _, _, files in sink_log(out) for f in files]
+
+
 def wait_drained(sb, topic: str, ch: str, n: int, proc=None, timeout: float = 900, slack: int = 0) -> float:
     """Seconds until nsqd shows at least ``n - slack`` messages FINed on the channel (to-file's last
     partial batch waits for --sync-interval: not a measure of throughput, as in bench.to_file)."""
@@ -116,7 +144,7 @@ def wait_drained(sb, topic: str, ch: str, n: int, proc=None, timeout: float = 90
             return time.perf_counter() - t0
         if proc is not None and proc.poll() is not None:
             raise SystemExit(f"{proc.args[1]} exited early")
-        time.sleep(0.01)
+        time.sleep(0.05)  # /stats costs nsqd CPU: polling faster slows what is measured
     raise SystemExit(f"{topic}/{ch} not drained after {timeout}s")
 
 

@@ -13,7 +13,6 @@ exactly once, and the channel is empty. Exits 1 on any loss or duplicate.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import signal
@@ -22,9 +21,9 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.parse
 from pathlib import Path
 
+from bench.spark import committed_files
 from nsqcli.sandbox import NsqdOptions, Sandbox
 
 DRIVER = r'''
@@ -45,21 +44,6 @@ w = (spark.readStream.format("nsq").option("nsqdHTTPAddresses", http).option("to
 q = (w.trigger(availableNow=True) if mode == "drain" else w.trigger(processingTime="500 milliseconds")).start()
 q.awaitTermination()
 '''
-
-
-def committed_files(out: Path) -> list[str]:
-    paths: set = set()
-    meta = out / "_spark_metadata"
-    if not meta.exists():
-        return []
-    for log in sorted(meta.iterdir(), key=lambda p: p.name):
-        if not log.name.split(".")[0].isdigit():
-            continue
-        for line in log.read_text().splitlines()[1:]:
-            entry = json.loads(line)
-            path = urllib.parse.unquote(urllib.parse.urlsplit(entry["path"]).path)
-            (paths.add if entry.get("action", "add") == "add" else paths.discard)(path)
-    return sorted(paths)
 
 
 def sink_entries(out: Path) -> int:
