@@ -261,6 +261,12 @@ class Consumer(ConnectionDelegate):
         with self._lock:
             self._send_rdy(self.flow.set_max_in_flight(n, time.monotonic()))
 
+    def msg_timeouts(self) -> list[float]:
+        """The msg_timeout (seconds) nsqd granted each live connection in IDENTIFY."""
+        with self._lock:
+            return [h.conn.negotiated.msg_timeout for h in self._handles.values()
+                    if h.conn.negotiated is not None and h.conn.negotiated.msg_timeout]
+
     @property
     def connections(self) -> list[str]:
         return list(self._handles)
@@ -552,10 +558,9 @@ class Consumer(ConnectionDelegate):
             return
         with self._lock:
             held = list(self._held.values())
-            # never slower than half the msg_timeout nsqd negotiated (it may be shorter than
-            # the configured interval assumed)
-            timeouts = [h.conn.negotiated.msg_timeout for h in self._handles.values()
-                        if h.conn.negotiated is not None and h.conn.negotiated.msg_timeout]
+        # never slower than half the msg_timeout nsqd negotiated (it may be shorter than the
+        # configured interval assumed)
+        timeouts = self.msg_timeouts()
         if timeouts:
             interval = min(interval, min(timeouts) / 2)
         self._next_touch = now + interval

@@ -14,9 +14,10 @@ Each slot is published atomically and exclusively (written under a temporary nam
   older than the retention (msg_timeout + maxReadTime + 30 s): until then a message whose FIN
   was lost and that nsqd delivers again is recognised (take.py) and not taken twice.
 
-While a file ``<spool>/STOP`` exists, tasks close their partitions at their next chunk
-(``nsqcli to-parquet`` on SIGTERM): the running batch ends soon with what it took, exactly as if
-its read time were up.
+A file ``.STOP`` in a batch's directory makes that batch's tasks close their partitions at their
+next chunk (``nsqcli to-parquet`` on SIGTERM marks the newest batches): the running batch ends
+soon with what it took, as if its read time were up. Batches planned later have directories of
+their own, so a marker left behind by a killed stop delays nothing but the batch it was for.
 
 The spool must be on storage every executor reaches (local disk in local mode; a shared mount
 on a cluster), like Spark's checkpoint. No pyspark, no sockets.
@@ -32,28 +33,40 @@ import uuid
 from ..archive.files import fsync_dir as _fsync_dir
 
 END = "end"
-STOP = "STOP"
+STOP = ".STOP"
 
 
-def request_stop(root: str) -> bool:
-    """Ask the tasks reading into this spool to close their partitions at their next chunk.
-    False when the spool is not reachable from here (a Spark Connect client elsewhere)."""
+def request_stop(root: str, newest: int = 3) -> bool:
+    """Mark the ``newest`` batches of every epoch in this spool: their tasks close their
+    partitions at their next chunk. False when no batch directory is reachable from here (none
+    planned yet, or a Spark Connect client on another machine)."""
+    marked = False
     try:
-        with open(os.path.join(root, STOP), "wb"):
-            return True
+        epochs = os.listdir(root)
     except OSError:
         return False
+    for epoch in epochs:
+        for b in batches_on_disk(root, epoch)[-newest:]:
+            try:
+                with open(os.path.join(root, epoch, str(b), STOP), "wb"):
+                    marked = True
+            except OSError:
+                pass
+    return marked
 
 
 def clear_stop(root: str) -> None:
+    """Remove every batch's stop marker (to-parquet, once stopped, and when it starts)."""
     try:
-        os.unlink(os.path.join(root, STOP))
+        epochs = os.listdir(root)
     except OSError:
-        pass
-
-
-def stop_requested(root: str) -> bool:
-    return os.path.exists(os.path.join(root, STOP))
+        return
+    for epoch in epochs:
+        for b in batches_on_disk(root, epoch):
+            try:
+                os.unlink(os.path.join(root, epoch, str(b), STOP))
+            except OSError:
+                pass
 
 
 class PartitionSpool:
@@ -63,6 +76,9 @@ class PartitionSpool:
 
     def path(self, slot: int) -> str:
         return os.path.join(self.dir, f"{self.partition}.{slot}")
+
+    def stop_requested(self) -> bool:
+        return os.path.exists(os.path.join(self.dir, STOP))
 
     def read(self, slot: int):
         """None (free), ``(END, summary dict)`` or ``("data", bytes)``."""

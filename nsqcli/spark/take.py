@@ -9,7 +9,7 @@
    (fsynced, atomically) and only then FINed. Losing a slot to another attempt means REQ and
    read the winner's chunk.
 3. The partition ends (END marker) when its share is taken, when no message came for
-   ``readIdleTimeout``, after ``maxReadTime``, or when a stop was asked (``<spool>/STOP``);
+   ``readIdleTimeout``, after ``maxReadTime``, or when a stop was asked (``.STOP`` in the batch);
    messages received beyond the share are REQed.
 
 nsqd never sends more than RDY un-FINed messages, so a chunk is at most RDY and no message is
@@ -30,7 +30,7 @@ import time
 from operator import attrgetter
 
 from .plan import COLUMNS
-from .spool import END, PartitionSpool, stop_requested
+from .spool import END, PartitionSpool
 
 log = logging.getLogger("nsqcli.spark.source")
 
@@ -89,30 +89,34 @@ class _Taker:
 
     def msg_timeout(self) -> float | None:
         """The msg_timeout nsqd granted (seconds): how long a lost FIN takes to come back."""
-        with self.consumer._lock:
-            got = [h.conn.negotiated.msg_timeout for h in self.consumer._handles.values()
-                   if h.conn.negotiated is not None and h.conn.negotiated.msg_timeout]
+        got = self.consumer.msg_timeouts()
         return max(got) if got else None
 
-    def gather(self, want: int, deadline: float, max_bytes: int = CHUNK_BYTES) -> list:
+    def gather(self, want: int, deadline: float, stopped, max_bytes: int = CHUNK_BYTES) -> list:
         """Up to ``want`` messages (and about ``max_bytes`` of bodies): stop at ``deadline``, after
-        ``readIdleTimeout`` without one, or when a stop is asked. What nsqd sent beyond stays
-        queued for the next."""
+        ``readIdleTimeout`` without one, or once ``stopped()`` (looked at every 0.2 s: a trickle
+        fills a chunk slowly, and a quiet channel must not hold a stop for the idle time). What
+        nsqd sent beyond stays queued for the next."""
         got: list = []
         size = 0
         idle = self.settings.read_idle
-        look = time.monotonic() + 0.2
+        last = time.monotonic()  # the last message (or the start)
+        look = last + 0.2
         while len(got) < want and size < max_bytes:
             now = time.monotonic()
             if now >= deadline:
                 break
-            if now >= look:  # a slow trickle fills a chunk slowly: a stop must not wait for it
-                if stop_requested(self.settings.spool):
+            if now >= look:
+                if stopped():
                     break
                 look = now + 0.2
-            msgs = self.consumer.poll(min(want - len(got), 256), timeout=min(idle, deadline - now))
+            wait = max(0.0, min(0.2, idle - (now - last), deadline - now))
+            msgs = self.consumer.poll(min(want - len(got), 256), timeout=wait)
             if not msgs:
-                break
+                if time.monotonic() - last >= idle:
+                    break
+                continue
+            last = time.monotonic()
             got += msgs
             size += sum(len(m.body) for m in msgs)
         return got
@@ -196,11 +200,10 @@ def take(settings, part, epoch: str, batch: int, index: int):
                 continue
             want = min(part.share - rows, CHUNK)
             msgs: list = []
-            if want > 0 and size < PARTITION_BYTES and time.monotonic() < deadline \
-                    and not stop_requested(settings.spool):
+            if want > 0 and size < PARTITION_BYTES and time.monotonic() < deadline and not spool.stop_requested():
                 if taker is None:
                     taker = _Taker(settings, part)
-                msgs = taker.gather(want, deadline)
+                msgs = taker.gather(want, deadline, spool.stop_requested)
                 again = [m for m in msgs if m.attempts > 1]
                 if again:  # spooled before, its FIN lost: FIN it now, never twice in the output
                     dup = already_spooled(settings.spool, epoch, again, part.tcp, part.topic)

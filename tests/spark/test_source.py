@@ -243,12 +243,13 @@ def test_nsqd_restarting_between_spool_and_fin_repeats_nothing(nsqd, topic, tmp_
 
 
 def test_a_stop_closes_a_trickling_partition_at_once_and_keeps_it_exact(nsqd, topic, tmp_path):
-    """to-parquet on SIGTERM asks for a stop (<spool>/STOP): a task reading a slow trickle closes
-    its partition at once with what it took (spooled, FINed, END), instead of filling its chunk
-    until maxReadTime; running it again returns the same rows; the rest stays in the channel."""
+    """to-parquet on SIGTERM asks for a stop (.STOP in the newest batches): a task reading a slow
+    trickle closes its partition at once with what it took (spooled, FINed, END), instead of
+    filling its chunk until maxReadTime; running it again returns the same rows; the rest stays
+    in the channel, and a marker left behind (a killed stop) does not touch later batches."""
     from nsqcli.client.producer import Producer
     from nsqcli.spark.plan import Part, SourceSettings
-    from nsqcli.spark.spool import clear_stop, prepare, request_stop, summaries
+    from nsqcli.spark.spool import prepare, request_stop, summaries
     from nsqcli.spark.take import take
 
     root = str(tmp_path / "spool")
@@ -282,12 +283,33 @@ def test_a_stop_closes_a_trickling_partition_at_once_and_keeps_it_exact(nsqd, to
     assert 10 <= len(rows) < 2500 and len(set(rows)) == len(rows)
     [end] = summaries(root, "e1", 1)
     assert end["rows"] == len(rows)
-    clear_stop(root)
     again = [b for rb in take(s, Part(topic, nsqd.tcp_address, 100_000), "e1", 1, 0)
              for b in rb.column("body").to_pylist()]
     assert again == rows  # the END marker holds: a retry reads the spool, not nsqd
     ch = settle(nsqd, topic)
     assert ch["depth"] + len(rows) == sent[0]  # what was not taken is still there, for the next batch
+    publish(nsqd, topic, [b"u%05d" % i for i in range(100)])
+    prepare(root, "e1", 2)  # the next batch, batch 1's marker still there (review: it starved every batch)
+    later = [b for rb in take(s, Part(topic, nsqd.tcp_address, 50), "e1", 2, 0) for b in rb.column("body").to_pylist()]
+    assert len(later) == 50 and not set(later) & set(rows)
+
+
+def test_a_stop_does_not_wait_out_a_long_read_idle_timeout(nsqd, topic, tmp_path):
+    """A task waiting on a quiet channel (readIdleTimeout 20 s) closes soon after a stop."""
+    from nsqcli.spark.plan import Part, SourceSettings
+    from nsqcli.spark.spool import prepare, request_stop
+    from nsqcli.spark.take import take
+
+    root = str(tmp_path / "spool")
+    prepare(root, "e1", 1)
+    publish(nsqd, topic, [b"q%d" % i for i in range(10)])
+    s = SourceSettings({"topic": topic, "nsqdTCPAddresses": nsqd.tcp_address, "spoolLocation": root,
+                        "readIdleTimeout": "20s"})
+    threading.Timer(1.0, request_stop, args=(root,)).start()
+    started = time.monotonic()
+    rows = sum(rb.num_rows for rb in take(s, Part(topic, nsqd.tcp_address, 1000), "e1", 1, 0))
+    took = time.monotonic() - started
+    assert rows == 10 and took < 10, took  # not the 20 s idle time (review: 20.1 s)
 
 
 def test_available_now_takes_what_was_there_and_leaves_later_messages(spark, nsqd, topic, tmp_path):

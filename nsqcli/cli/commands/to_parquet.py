@@ -129,10 +129,12 @@ def _run(app, spark, topics, channel, output, checkpoint, cols, trigger, per_bat
                          f"{prog.processedRowsPerSecond or 0:,.0f} rows/s; "
                          f"{sum(seen.values())} rows in {len(seen)} batches")
         if stopping.is_set():
-            app.info("to-parquet: stopping: the running batch closes at its tasks' next chunk and is committed")
-            request_stop(spool)
+            if request_stop(spool):
+                app.info("to-parquet: stopping: the running batch closes at its tasks' next chunk and is committed")
+            else:  # the spool is not reachable from here (Spark Connect elsewhere) or nothing was planned yet
+                app.info("to-parquet: stopping after the running batch (at most 30 s)")
             try:
-                _stop_between_batches(q)
+                _stop_between_batches(q, mark=lambda: request_stop(spool))
             finally:
                 clear_stop(spool)
             break
@@ -143,16 +145,21 @@ def _run(app, spark, topics, channel, output, checkpoint, cols, trigger, per_bat
     return 0
 
 
-def _stop_between_batches(q, patience: float = 30.0) -> None:
+def _stop_between_batches(q, patience: float = 30.0, mark=None) -> None:
     """Stop when no micro-batch is running, if that moment comes within ``patience`` seconds:
     a batch interrupted by stop() leaves Parquet files that Spark's _spark_metadata log does not
-    list (Spark's readers ignore them; a plain glob of the directory would not)."""
+    list (Spark's readers ignore them; a plain glob of the directory would not). ``mark()`` is
+    called every 0.2 s meanwhile (a batch planned while stopping is asked to stop too)."""
     deadline = time.monotonic() + patience
+    marked = time.monotonic()
     while time.monotonic() < deadline:
         try:
             if not q.status.get("isTriggerActive"):
                 break
         except Exception:  # the query ended meanwhile
             break
+        if mark is not None and time.monotonic() - marked >= 0.2:
+            mark()
+            marked = time.monotonic()
         time.sleep(0.02)
     q.stop()
