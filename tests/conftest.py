@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import os
 import re
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -23,6 +24,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 # A developer's saved contexts (~/.config/nsqcli) must not steer the tests: every test and every
 # nsqcli the tests start sees this empty config directory unless it sets its own.
 os.environ["NSQCLI_CONFIG_DIR"] = tempfile.mkdtemp(prefix="nsqcli-test-config-")
+
+# Started as a background job of a non-interactive shell (`make test &`, a CI wrapper), this
+# process and every nsqcli it starts would ignore SIGINT - as they should - and the Ctrl-C tests
+# would fail for that reason alone: a handler here is reset to the default in every child.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 from nsqcli.sandbox import NsqdOptions, Sandbox  # noqa: E402
 
