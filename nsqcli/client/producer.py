@@ -302,7 +302,7 @@ class Producer(ConnectionDelegate):
             i, body = next((i, b) for i, b in enumerate(bodies) if len(b) > max_msg)
             raise LocalProtocolError(f"message {i + 1} is {len(body)} bytes, over the "
                                      f"{max_msg}-byte max message size")
-        return self.publish_iter(topic, bodies, batch_size=batch_size, timeout=timeout, window=window)
+        return self.publish_iter(topic, [bodies], batch_size=batch_size, timeout=timeout, window=window)
 
     def publish_iter(self, topic: str, bodies: Iterable[bytes], *, batch_size: int = 0,
                      window: int = 8, timeout: float = 30.0, rate: float | None = None,
@@ -449,7 +449,11 @@ class _IterPublish:
     def _batches(self, bodies: Iterable[bytes]):
         """(batch, count, nbytes, topic) of the caller's bodies, under the body limit. An error
         of the iterable (or a bad body) ends the batches, keeping what came before (the last
-        partial batch still goes out)."""
+        partial batch still goes out).
+
+        The source may yield a ``list`` of bodies for several at once (mpub yields each chunk
+        it reads that way): a list of ``bytes`` that fits the batch is checked and taken with
+        C-level passes, not body by body."""
         max_msg, batch_size = self.p.config.max_msg_size, self.batch_size or (1 << 62)
         topic = self.topic
         cur: list[bytes] = []
@@ -457,29 +461,60 @@ class _IterPublish:
         size = 4
         taken = 0
         try:
-            for body in bodies:  # hot loop: locals only
-                if type(body) is not bytes:
-                    if body is FLUSH:  # the source has nothing more for now: send what there is
-                        if cur:
+            for item in bodies:  # hot loop: locals only
+                if type(item) is list:
+                    i, end = 0, len(item)
+                    while i < end:  # whole slices of the list while they fit and check out
+                        if len(cur) >= batch_size:  # filled one by one before
                             yield cur, len(cur), size, topic
                             cur = []
                             append = cur.append
                             size = 4
+                        k = min(end - i, batch_size - len(cur))
+                        head = item[i:i + k] if i or k < end else item
+                        if set(map(type, head)) != {bytes}:
+                            break
+                        lens = list(map(len, head))
+                        nb = 4 * k + sum(lens)
+                        if not min(lens) or max(lens) > max_msg or size + nb > self.body_limit:
+                            break
+                        cur += head
+                        size += nb
+                        taken += k
+                        i += k
+                        if len(cur) >= batch_size:  # full: out now, not when the next item comes
+                            yield cur, len(cur), size, topic
+                            cur = []
+                            append = cur.append
+                            size = 4
+                    if i == end:
                         continue
-                    body = body.encode("utf-8") if isinstance(body, str) else bytes(body)
-                n = len(body)
-                if n == 0 or n > max_msg:
-                    why = "is empty" if n == 0 else f"is {n} bytes, over the {max_msg}-byte max message size"
-                    raise LocalProtocolError(f"message {taken + 1} {why}")
-                if size + 4 + n > self.body_limit or len(cur) >= batch_size:
+                    item = item[i:]
+                elif item is FLUSH:  # the source has nothing more for now: send what there is
                     if cur:
                         yield cur, len(cur), size, topic
-                    cur = []
-                    append = cur.append
-                    size = 4
-                append(body)
-                size += 4 + n
-                taken += 1
+                        cur = []
+                        append = cur.append
+                        size = 4
+                    continue
+                else:
+                    item = (item,)
+                for body in item:  # one by one (the rest of a list holding a bad, big or odd body)
+                    if type(body) is not bytes:
+                        body = body.encode("utf-8") if isinstance(body, str) else bytes(body)
+                    n = len(body)
+                    if n == 0 or n > max_msg:
+                        why = "is empty" if n == 0 else f"is {n} bytes, over the {max_msg}-byte max message size"
+                        raise LocalProtocolError(f"message {taken + 1} {why}")
+                    if size + 4 + n > self.body_limit or len(cur) >= batch_size:
+                        if cur:
+                            yield cur, len(cur), size, topic
+                        cur = []
+                        append = cur.append
+                        size = 4
+                    append(body)
+                    size += 4 + n
+                    taken += 1
         except GeneratorExit:  # closed by _drive after a send failed
             raise
         except BaseException as e:  # the iterable failed (or a signal): what came before still goes out

@@ -89,14 +89,25 @@ def encode_dpub(topic: str, defer_ms: int, body: bytes) -> bytes:
 
 
 def mpub_body(bodies: Iterable[bytes]) -> bytes:
-    """The MPUB payload after the body size: ``[count][size][body]...``."""
+    """The MPUB payload after the body size: ``[count][size][body]...``.
+
+    Hot path of every publisher (profiled: the per-body checks and appends were a third of
+    ``mpub``'s CPU). A list of non-empty ``bytes`` - what the producer batches - is framed with
+    C-level passes (type set, lengths, slice assignment); anything else goes body by body."""
+    if type(bodies) is not list:
+        bodies = list(bodies)
+    n = len(bodies)
+    if n and set(map(type, bodies)) == {bytes} and min(map(len, bodies)):
+        parts = [b""] * (2 * n + 1)
+        parts[0] = _pack_u32(n)
+        parts[1::2] = [_pack_u32(len(b)) for b in bodies]
+        parts[2::2] = bodies
+        return b"".join(parts)
     parts = [b""]
-    n = 0
     for body in bodies:
-        data = _body(body, f"message {n + 1} of MPUB")
+        data = _body(body, f"message {len(parts) // 2 + 1} of MPUB")
         parts.append(_pack_u32(len(data)))
         parts.append(data)
-        n += 1
     if n == 0:
         raise LocalProtocolError("MPUB needs at least one message")
     parts[0] = _pack_u32(n)

@@ -12,6 +12,8 @@ import subprocess
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from helpers import NSQCLI, channel_stats, clean_env, http_post, run_nsqcli, topic_stats, wait_for
 from helpers import run_nsqcli as run
 
@@ -289,3 +291,71 @@ def test_mpub_nsqd_dying_between_batches_gives_the_right_resume_point(nsqd_facto
     assert acked == skip and count_before <= stored and acked <= stored <= acked + 80
     summary = err.decode().splitlines()[-2]
     assert f"published {acked}," in summary and "input not read past record" in summary
+
+
+# the record source, by chunks of any size, against a record-by-record model -------------------------
+class _Chunks:
+    """A stream whose reads return the given pieces (a pipe delivers records split anywhere)."""
+
+    def __init__(self, pieces):
+        self.pieces = list(pieces)
+
+    def read(self, _n):
+        return self.pieces.pop(0) if self.pieces else b""
+
+
+@settings(max_examples=150, deadline=None, derandomize=True, database=None)
+@given(data=st.data())
+def test_mpub_records_hand_over_exactly_what_one_by_one_would(data):
+    """Records hands the producer a list per chunk read when nothing in it needs a look, and
+    goes record by record otherwise: the bodies, their record numbers (what the resume hint
+    is built from), the counts and the resume point must be those of the record-by-record model
+    for any records, chunking, --skip, -n, --max-msg-size, and any acknowledged prefix."""
+    from nsqcli.cli.commands.mpub import Records, Stats
+    from nsqcli.client.producer import FLUSH
+
+    recs = data.draw(st.lists(st.sampled_from([b"", b"a", b"bb", b"ccc", b"dddddd"]), max_size=30), label="records")
+    stream = b"".join(r + b"\n" for r in recs)
+    if recs and data.draw(st.booleans(), label="no final delimiter") and recs[-1]:
+        stream = stream[:-1]
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=6), label="cuts"))
+    pieces = [stream[a:b] for a, b in zip([0] + cuts, cuts + [len(stream)]) if b > a]
+    skip = data.draw(st.integers(0, len(recs) + 1), label="skip")
+    limit = data.draw(st.integers(0, len(recs) + 1), label="limit")
+    max_size = data.draw(st.sampled_from([1, 3, 100]), label="max_msg_size")
+
+    # the model: one record at a time
+    numbers, expect_records, empty, invalid = [], 0, 0, 0
+    for i, r in enumerate(recs, 1):
+        expect_records = i
+        if i <= skip:
+            continue
+        if not r:
+            empty += 1
+        elif len(r) > max_size:
+            invalid += 1
+        else:
+            numbers.append(i)
+            if limit and len(numbers) >= limit:
+                break
+
+    class App:
+        def warn(self, _msg):
+            pass
+
+    stats = Stats()
+    records = Records(App(), [_Chunks(pieces)], b"\n", "raw", skip, True, max_size, stats)
+    records.limit = limit
+    got = []
+    for item in records:
+        assert item is not FLUSH
+        got += item if isinstance(item, list) else [item]
+    assert got == [recs[i - 1] for i in numbers]
+    assert (stats.records, stats.skipped_empty, stats.skipped_invalid) == (expect_records, empty, invalid)
+    assert len(records.unacked) == len(numbers)
+    acked = data.draw(st.integers(0, len(numbers)), label="acknowledged")
+    if acked:
+        records.on_progress(acked)
+    # resume: skip everything up to the first unacknowledged record (or all that was handled)
+    assert records.resume_at == (numbers[acked] - 1 if acked < len(numbers) else stats.handled)
+    assert stats.published == acked and len(records.unacked) == len(numbers) - acked

@@ -127,10 +127,19 @@ def test_publish_iter_reports_exactly_what_the_server_holds(data):
                           max_msg_size=data.draw(st.sampled_from([1 << 20, 40]), label="max_msg_size"))
     batch_size = data.draw(st.integers(1, 20), label="batch_size")
     window = data.draw(st.integers(1, 6), label="window")
+    # the source yields bare bodies and lists of bodies (mpub yields a list per chunk read)
+    cuts = sorted(data.draw(st.lists(st.integers(0, n), max_size=8), label="list cuts"))
+    source, at = [], 0
+    for cut in cuts + [n]:
+        if data.draw(st.booleans(), label="as a list"):
+            source.append(bodies[at:cut])
+        else:
+            source += bodies[at:cut]
+        at = max(at, cut)
     p = Producer(["s:1", "s:2"], Config(), dial=server.dial)
     error = None
     try:
-        result = p.publish_iter("t", bodies, batch_size=batch_size, window=window, timeout=0.3,
+        result = p.publish_iter("t", source, batch_size=batch_size, window=window, timeout=0.3,
                                 retries=30, retry_backoff=0)
         published = result.published
     except PublishError as e:
@@ -208,3 +217,25 @@ def test_a_publish_that_times_out_is_not_sent_again():
             p.publish_iter("t", [b"a", b"b"], timeout=0.3) if server.plan.append("stall") is None else None
         assert e.value.published == 0
     assert server.actions == ["stall", "stall"]  # each publish met the server once: never resent
+
+
+@pytest.mark.parametrize("source, error", [
+    ([[b"a", b"b"], [b"c", b"", b"d"]], "message 4 is empty"),
+    ([b"a", [b"b", "c", bytearray(b"d")], [b"e", b"x" * 50]], "message 6 is 50 bytes, over the 40-byte max"),
+])
+def test_a_bad_body_in_a_list_is_named_by_its_place_in_the_whole_source(source, error):
+    """A list is taken whole only when every body checks out; otherwise body by body, so the
+    error names the same message as if the bodies had come one at a time, and the ones before
+    it are published (str and bytearray in a list are encoded like bare ones)."""
+    server = ScriptedNsqd([])
+    p = Producer(["s:1"], Config(max_msg_size=40), dial=server.dial)
+    try:
+        with pytest.raises(PublishError, match=error) as e:
+            p.publish_iter("t", source, batch_size=2)
+    finally:
+        p.close(1.0)
+        server.close()
+    flat = [b for g in source for b in (g if isinstance(g, list) else [g])]
+    good = flat[:int(error.split()[1]) - 1]
+    assert e.value.published == len(good) and server.held == [bytes(b) if not isinstance(b, str) else b.encode()
+                                                                  for b in good]

@@ -16,24 +16,34 @@ from ..types import DELIMITER, DURATION
 CHUNK = 1 << 20
 
 
-def read_records(stream, delimiter: bytes, blocking=None, linger: float | None = None):
-    """Yield records split by one delimiter byte. A missing final delimiter keeps the last
-    record whole (the official to_nsq drops its last byte). Empty records are yielded as b"".
+def read_groups(stream, delimiter: bytes, blocking=None, linger: float | None = None):
+    """Yield the records split by one delimiter byte, as a list per chunk read (the producer
+    takes a list whole: no Python work per record). A missing final delimiter keeps the last
+    record whole (the official to_nsq drops its last byte). Empty records are kept as b"".
     ``blocking``: a context manager around each read (a signal may interrupt it there).
     ``linger`` (seconds): when records read have waited that long for more input (a pipe from
-    ``tail -F``), the producer's FLUSH is yielded between records (see :func:`read_chunks`)."""
+    ``tail -F``), the producer's FLUSH is yielded between lists (see :func:`read_chunks`)."""
     from ...client.producer import FLUSH
 
-    rest = b""
+    pending: list[bytes] = []  # the start of a record that continues in the next chunk
     for chunk in read_chunks(stream, blocking or contextlib.nullcontext, linger):
         if chunk is FLUSH:
             yield chunk
             continue
-        parts = (rest + chunk).split(delimiter)
+        if delimiter not in chunk:  # a record longer than a chunk: joined once, not re-copied per chunk
+            pending.append(chunk)
+            continue
+        if pending:
+            pending.append(chunk)
+            chunk = b"".join(pending)
+            pending = []
+        parts = chunk.split(delimiter)
         rest = parts.pop()
-        yield from parts
-    if rest:
-        yield rest
+        if rest:
+            pending.append(rest)
+        yield parts
+    if pending:
+        yield [b"".join(pending)]
 
 
 def read_chunks(stream, blocking, linger: float | None):
@@ -99,6 +109,45 @@ class Stats:
                 f"{dt:.2f}s, {self.published / dt:,.0f} msg/s")
 
 
+class Pending:
+    """The record numbers handed to the producer and not yet acknowledged, in order, kept as
+    runs of consecutive numbers (a chunk of records is one run, not one entry per record)."""
+
+    def __init__(self):
+        self.runs: collections.deque[list[int]] = collections.deque()  # [first record, count]
+        self.count = 0
+
+    def __len__(self) -> int:
+        return self.count
+
+    def add(self, first: int, count: int) -> None:
+        runs = self.runs
+        if runs and runs[-1][0] + runs[-1][1] == first:
+            runs[-1][1] += count
+        else:
+            runs.append([first, count])
+        self.count += count
+
+    def first(self) -> int:
+        """The oldest unacknowledged record number (there must be one)."""
+        return self.runs[0][0]
+
+    def pop(self, k: int) -> int:
+        """Remove the oldest ``k``; returns the last record number removed."""
+        runs = self.runs
+        self.count -= k
+        while True:
+            run = runs[0]
+            if k < run[1]:
+                run[0] += k
+                run[1] -= k
+                return run[0] - 1
+            k -= run[1]
+            runs.popleft()
+            if not k:
+                return run[0] + run[1] - 1
+
+
 class Records:
     """The records to publish, with the bookkeeping that makes the resume hint exact: the
     record number of every body handed to the producer and not yet acknowledged."""
@@ -107,49 +156,74 @@ class Records:
                  max_msg_size: int, stats: Stats):
         self.app, self.sources, self.delimiter, self.fmt = app, sources, delimiter, fmt
         self.skip, self.skip_invalid, self.max_msg_size, self.stats = skip, skip_invalid, max_msg_size, stats
-        self.unacked: collections.deque[int] = collections.deque()
+        self.unacked = Pending()
         self.acked = 0
         self.last_done = 0  # the last record skipped or handed to the producer
         self.listeners: list = []
         self.limit = 0  # -n: stop after this many bodies
+        self.given = 0  # bodies handed to the producer
         self.blocking = None  # GracefulStop.blocking: reads a signal may interrupt
         self.linger: float | None = None  # --linger: a partial batch waits at most this long for more input
 
     def __iter__(self):
-        from ...records import envelope_body
+        """Lists of bodies (one per chunk read; a list holding anything to skip, check or
+        convert goes record by record instead) and the producer's FLUSH."""
         from ...client.producer import FLUSH
 
         stats = self.stats
-        given = 0
+        raw = self.fmt == "raw"
         for src in self.sources:
-            for rec in read_records(src, self.delimiter, self.blocking, self.linger):
-                if rec is FLUSH:
-                    yield rec
+            for group in read_groups(src, self.delimiter, self.blocking, self.linger):
+                if group is FLUSH:
+                    yield group
                     continue
-                stats.records += 1
-                if stats.records <= self.skip:
+                n = len(group)
+                if stats.records + n <= self.skip:  # all of it before --skip
+                    stats.records += n
                     stats.handled = self.last_done = stats.records
                     continue
-                if self.fmt == "json" and rec:
-                    try:
-                        rec = envelope_body(rec)
-                    except (ValueError, KeyError, TypeError) as e:
-                        self._invalid(f"is not a JSON envelope ({e})")
-                        continue
-                if not rec:
-                    stats.skipped_empty += 1
-                    self._handled()
-                    continue
-                if len(rec) > self.max_msg_size:
-                    self._invalid(f"is {len(rec)} bytes, over --max-msg-size {self.max_msg_size}")
-                    continue
-                stats.bytes += len(rec)
-                self.unacked.append(stats.records)
-                self.last_done = stats.records
-                yield rec
-                given += 1
-                if self.limit and given >= self.limit:
+                if (raw and stats.records >= self.skip and (not self.limit or self.given + n <= self.limit)
+                        and b"" not in group and max(map(len, group)) <= self.max_msg_size):
+                    self.unacked.add(stats.records + 1, n)
+                    stats.records += n
+                    stats.bytes += sum(map(len, group))
+                    self.last_done = stats.records
+                    self.given += n
+                    yield group
+                else:
+                    yield from self._each(group)
+                if self.limit and self.given >= self.limit:  # not one more read (a pipe may wait long)
                     return
+
+    def _each(self, group):
+        from ...records import envelope_body
+
+        stats = self.stats
+        for rec in group:
+            stats.records += 1
+            if stats.records <= self.skip:
+                stats.handled = self.last_done = stats.records
+                continue
+            if self.fmt == "json" and rec:
+                try:
+                    rec = envelope_body(rec)
+                except (ValueError, KeyError, TypeError) as e:
+                    self._invalid(f"is not a JSON envelope ({e})")
+                    continue
+            if not rec:
+                stats.skipped_empty += 1
+                self._handled()
+                continue
+            if len(rec) > self.max_msg_size:
+                self._invalid(f"is {len(rec)} bytes, over --max-msg-size {self.max_msg_size}")
+                continue
+            stats.bytes += len(rec)
+            self.unacked.add(stats.records, 1)
+            self.last_done = stats.records
+            yield rec
+            self.given += 1
+            if self.limit and self.given >= self.limit:
+                return
 
     def _handled(self) -> None:
         self.last_done = self.stats.records
@@ -171,9 +245,9 @@ class Records:
     def on_progress(self, acked: int) -> None:
         """The producer says the first ``acked`` bodies are acknowledged."""
         stats = self.stats
-        while self.acked < acked:
-            stats.handled = self.unacked.popleft()
-            self.acked += 1
+        if acked > self.acked:
+            stats.handled = self.unacked.pop(acked - self.acked)
+            self.acked = acked
         stats.published = acked
         if not self.unacked:
             stats.handled = max(stats.handled, self.last_done)
@@ -183,7 +257,7 @@ class Records:
     @property
     def resume_at(self) -> int:
         """The --skip that resumes without loss or duplicates."""
-        return self.unacked[0] - 1 if self.unacked else self.stats.handled
+        return self.unacked.first() - 1 if self.unacked else self.stats.handled
 
 
 def _publish_deferred(producer, topic, records, defer, rate, stop, timeout=10.0):
@@ -193,16 +267,17 @@ def _publish_deferred(producer, topic, records, defer, rate, stop, timeout=10.0)
 
     pacer, done = Pacer(rate) if rate else None, 0
     try:
-        for body in records:
-            if body is FLUSH:  # one by one: nothing waits to be sent
+        for item in records:
+            if item is FLUSH:  # one by one: nothing waits to be sent
                 continue
-            if stop.is_set():
-                raise Stopped()
-            if pacer is not None:
-                pacer.wait(1)
-            producer.publish(topic, body, defer=defer, timeout=timeout)
-            done += 1
-            records.on_progress(done)
+            for body in item if type(item) is list else (item,):
+                if stop.is_set():
+                    raise Stopped()
+                if pacer is not None:
+                    pacer.wait(1)
+                producer.publish(topic, body, defer=defer, timeout=timeout)
+                done += 1
+                records.on_progress(done)
     except BaseException as e:
         cause = e.cause if isinstance(e, PublishError) and e.cause is not None else e
         raise PublishError(str(cause), done, 0, cause) from e
@@ -307,7 +382,7 @@ def mpub(app, topic, rest, delimiter, null, count, as_json, fmt, batch_size, lin
         bad = getattr(cause, "record", None)
         what = str(cause)
         if records.unacked and getattr(cause, "code", "") in ("E_BAD_MESSAGE", "E_BAD_BODY"):
-            bad = records.unacked[0]  # the ledger split down to this one record: nsqd refused it alone
+            bad = records.unacked.first()  # the ledger split down to this one record: nsqd refused it alone
             what = f"record {bad} refused by nsqd: {cause}"
         if bad is not None and bad == records.resume_at + 1:
             where += f" (--skip {bad} also leaves out record {bad})"
