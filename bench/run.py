@@ -119,56 +119,97 @@ def startup(cmd: list[str], stdin: bytes | None, runs: int) -> float:
     return statistics.median(times)
 
 
-def timed(cmd: list[str], stdin_path: str | None = None) -> float:
+def children_cpu() -> float:
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def timed(cmd: list[str], stdin_path: str | None = None) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) of one whole process: start-up included, as a user sees it."""
+    c0 = children_cpu()
     t0 = time.perf_counter()
     with open(stdin_path or "/dev/null", "rb") as f:
         subprocess.run(cmd, stdin=f, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, children_cpu() - c0
 
 
 def delete_topic(sb: Sandbox, topic: str) -> None:
-    """Free a contender's topic; one that was never created (a contender that failed) is fine."""
+    """Free a contender's topic; one that was never created (a contender that failed) is fine.
+    Deleting a topic holding a million messages can take nsqd a while: a long timeout."""
     from nsqcli.errors import LookupdError
 
     try:
-        http_json(sb.nsqd.http_address, "/topic/delete", {"topic": topic}, method="POST")
+        http_json(sb.nsqd.http_address, "/topic/delete", {"topic": topic}, method="POST", timeout=120)
     except LookupdError as e:
         if e.status != 404:
             raise
 
 
-def cli_bench(sb: Sandbox, n: int, results: dict, pynsq: bool = True) -> None:
-    """The commands themselves: mpub vs to_nsq, tail vs nsq_tail, on the same records."""
+def spread(xs: list[float]) -> str:
+    return f"min {min(xs):,.0f} / median {statistics.median(xs):,.0f} / max {max(xs):,.0f}"
+
+
+def report(results: dict, key: str, label: str, n: int, runs: list[tuple[float, float]]) -> None:
+    """Median msg/s (and the spread) and CPU-s per million messages of ``runs`` (wall, cpu)."""
+    rates = [n / wall for wall, _ in runs]
+    results[key] = statistics.median(rates)
+    results[key + "_runs"] = rates
+    results[key + "_cpu_s_per_m"] = statistics.median(cpu / n * 1e6 for _, cpu in runs)
+    print(f"{label:40s} {results[key]:>10,.0f} msg/s  {results[key + '_cpu_s_per_m']:5.2f} CPU-s/M  "
+          f"({spread(rates)})", flush=True)
+
+
+def cli_bench(sb: Sandbox, n: int, results: dict, pynsq: bool = True, repeat: int = 3) -> None:
+    """The commands themselves, each a whole process (start-up included): mpub vs pynsq's Writer
+    (alternated, ``repeat`` runs each) and to_nsq (one run: it is slow), tail vs nsq_tail
+    (alternated) on the same records. nsqd is warmed with n messages first (its heap grows
+    once), and every contender publishes to a fresh topic."""
     import tempfile
 
     addr = sb.nsqd.tcp_address
     nsqcli = str(ROOT / ".venv/bin/nsqcli")
+    prepublish(addr, "cli_warm", n, 100)
+    delete_topic(sb, "cli_warm")
+    runs: dict[str, list] = {"cli_mpub": [], "pynsq_writer_mpub": [], "cli_tail": [], "go_nsq_tail": []}
     with tempfile.NamedTemporaryFile(suffix=".txt") as f:
         line = b"x" * 100 + b"\n"
         f.write(line * n)
         f.flush()
-        secs = timed([nsqcli, "mpub", "-t", "cli_mpub", "--nsqd-tcp-address", addr, f.name])
-        results["cli_mpub"] = n / secs
-        print(f"nsqcli mpub (file):          {results['cli_mpub']:>12,.0f} msg/s", flush=True)
-        secs = timed([find_binary("to_nsq"), "--topic=cli_to_nsq", f"--nsqd-tcp-address={addr}"], f.name)
-        results["go_to_nsq"] = n / secs
-        print(f"Go to_nsq (file):            {results['go_to_nsq']:>12,.0f} msg/s", flush=True)
-        out = subprocess.run([sys.executable, "-m", "bench.workers", "pynsq-writer", addr, "cli_pynsq", f.name],
-                             capture_output=True, text=True, timeout=900, cwd=ROOT) if pynsq else None
-        try:
-            if out is None:
-                raise ValueError("skipped")
-            got, secs = out.stdout.split()
-            results["pynsq_writer_mpub"] = int(got) / float(secs)
-            print(f"pynsq Writer MPUB (file):    {results['pynsq_writer_mpub']:>12,.0f} msg/s", flush=True)
-        except ValueError:
-            print("pynsq Writer skipped" if out is None else f"pynsq Writer failed: {out.stderr[-300:]}", flush=True)
-    secs = timed([nsqcli, "tail", "-t", "cli_mpub", "-n", str(n), "--nsqd-tcp-address", addr])
-    results["cli_tail"] = n / secs
-    print(f"nsqcli tail -n {n} > /dev/null: {results['cli_tail']:>9,.0f} msg/s", flush=True)
-    secs = timed([find_binary("nsq_tail"), "--topic=cli_to_nsq", f"--nsqd-tcp-address={addr}", "-n", str(n)])
-    results["go_nsq_tail"] = n / secs
-    print(f"Go nsq_tail -n {n} > /dev/null: {results['go_nsq_tail']:>9,.0f} msg/s", flush=True)
+        for i in range(repeat):
+            runs["cli_mpub"].append(timed([nsqcli, "mpub", "-t", f"cli_mpub_{i}", "--nsqd-tcp-address", addr, f.name]))
+            delete_topic(sb, f"cli_mpub_{i}")
+            if pynsq:
+                c0, t0 = children_cpu(), time.perf_counter()
+                out = subprocess.run([sys.executable, "-m", "bench.workers", "pynsq-writer", addr, f"cli_pynsq_{i}",
+                                      f.name], capture_output=True, text=True, timeout=900, cwd=ROOT)
+                wall = time.perf_counter() - t0
+                try:
+                    got, _ = out.stdout.split()
+                    assert int(got) == n, got
+                except (ValueError, AssertionError):
+                    print(f"pynsq Writer failed: {out.stderr[-300:]}", flush=True)
+                    pynsq = False
+                else:
+                    runs["pynsq_writer_mpub"].append((wall, children_cpu() - c0))
+                delete_topic(sb, f"cli_pynsq_{i}")
+        report(results, "cli_mpub", "nsqcli mpub (file, whole process)", n, runs["cli_mpub"])
+        if runs["pynsq_writer_mpub"]:
+            report(results, "pynsq_writer_mpub", "pynsq Writer MPUB (file, whole process)", n, runs["pynsq_writer_mpub"])
+        report(results, "go_to_nsq", "Go to_nsq (file, one run)", n,
+               [timed([find_binary("to_nsq"), "--topic=cli_to_nsq", f"--nsqd-tcp-address={addr}"], f.name)])
+        delete_topic(sb, "cli_to_nsq")
+        for i in range(repeat):
+            for key, topic, cmd in (
+                    ("cli_tail", f"tail_nsqcli_{i}", [nsqcli, "tail", "-n", str(n), "--nsqd-tcp-address", addr, "-t"]),
+                    ("go_nsq_tail", f"tail_go_{i}", [find_binary("nsq_tail"), f"--nsqd-tcp-address={addr}",
+                                                      "-n", str(n), "--topic"])):
+                prepublish(addr, topic, n, 100)
+                runs[key].append(timed(cmd + [topic]))
+                delete_topic(sb, topic)
+    report(results, "cli_tail", f"nsqcli tail -n {n} > /dev/null", n, runs["cli_tail"])
+    report(results, "go_nsq_tail", f"Go nsq_tail -n {n} > /dev/null", n, runs["go_nsq_tail"])
     results["python_pass_s"] = startup([sys.executable, "-c", "pass"], None, 10)
     print(f"python -c pass:              {results['python_pass_s'] * 1000:>9.1f} ms")
 
@@ -189,9 +230,7 @@ def main() -> None:
         print(f"nsqd {addr}; {n:,} messages of 100 bytes per contender", flush=True)
 
         if args.only in ("cli", "all"):
-            cli_bench(sb, n, results, pynsq=not args.skip_pynsq)
-            for t in ("cli_mpub", "cli_to_nsq", "cli_pynsq"):  # free memory for the next contenders
-                delete_topic(sb, t)
+            cli_bench(sb, n, results, pynsq=not args.skip_pynsq, repeat=args.repeat)
         if args.only == "cli":
             results["nsqcli_pub_s"] = startup([str(ROOT / ".venv/bin/nsqcli"), "pub", "-t", "startup",
                                                "--nsqd-tcp-address", addr, "hi"], None, args.runs)
@@ -202,31 +241,36 @@ def main() -> None:
                 results["cli_tail"] / results["go_nsq_tail"]))
             return
         # -- consumers: alternate the contenders, --repeat times each, report medians --------
-        runs: dict[str, list[float]] = {"nsqcli_consumer": [], "nsqcli_consumer_each": [], "go_bench_reader": []}
+        runs: dict[str, list] = {"nsqcli_consumer": [], "nsqcli_consumer_each": [], "go_bench_reader": []}
         for i in range(args.repeat):
             for key, fn in (("nsqcli_consumer", lambda t: py_reader("nsqcli", sb, t, n)),
                             ("nsqcli_consumer_each", lambda t: py_reader("nsqcli-each", sb, t, n)),
                             ("go_bench_reader", lambda t: go_reader(sb, t, n))):
                 t = f"sub_{key}_{i}"
                 prepublish(addr, t, n, 100)
-                runs[key].append(fn(t))
+                c0 = children_cpu()
+                rate = fn(t)
+                runs[key].append((n / rate, children_cpu() - c0))
                 delete_topic(sb, t)
-        for key, label in (("nsqcli_consumer", "nsqcli Consumer, FIN only (batch handler)"),
-                           ("nsqcli_consumer_each", "nsqcli Consumer, FIN only (per-message handler)"),
-                           ("go_bench_reader", "Go bench_reader (time to receive all)")):
-            results[key] = statistics.median(runs[key])
-            print(f"{label:48s} {results[key]:>10,.0f} msg/s  (runs: "
-                  + ", ".join(f"{x:,.0f}" for x in runs[key]) + ")", flush=True)
+        for key, label in (("nsqcli_consumer", "nsqcli Consumer, FIN (batch handler)"),
+                           ("nsqcli_consumer_each", "nsqcli Consumer, FIN (per message)"),
+                           ("go_bench_reader", "Go bench_reader (receive all)")):
+            report(results, key, label, n, runs[key])
         if not args.skip_pynsq:
             prepublish(addr, "sub_pynsq", n, 100)
             results["pynsq_reader"] = py_reader("pynsq", sb, "sub_pynsq", n)
             print(f"pynsq Reader:                {results['pynsq_reader']:>12,.0f} msg/s", flush=True)
 
         # -- producers ------------------------------------------------------------------
-        results["nsqcli_mpub"] = py_writer(sb, "pub_nsqcli", n)
-        print(f"nsqcli Producer MPUB (200):  {results['nsqcli_mpub']:>12,.0f} msg/s", flush=True)
-        results["go_bench_writer"] = go_writer(sb, "pub_go", max(1.0, min(10.0, n / results["nsqcli_mpub"])))
-        print(f"Go bench_writer (200):       {results['go_bench_writer']:>12,.0f} msg/s", flush=True)
+        wr: dict[str, list[float]] = {"nsqcli_mpub": [], "go_bench_writer": []}
+        for i in range(args.repeat):
+            wr["nsqcli_mpub"].append(py_writer(sb, f"pub_nsqcli_{i}", n))
+            delete_topic(sb, f"pub_nsqcli_{i}")
+            wr["go_bench_writer"].append(go_writer(sb, f"pub_go_{i}", max(1.0, min(10.0, n / wr["nsqcli_mpub"][-1]))))
+            delete_topic(sb, f"pub_go_{i}")
+        for key, label in (("nsqcli_mpub", "nsqcli Producer MPUB (200)"), ("go_bench_writer", "Go bench_writer (200)")):
+            results[key], results[key + "_runs"] = statistics.median(wr[key]), wr[key]
+            print(f"{label:40s} {results[key]:>10,.0f} msg/s  ({spread(wr[key])})", flush=True)
 
         # -- start-up -------------------------------------------------------------------
         results["nsqcli_pub_s"] = startup([str(ROOT / ".venv/bin/nsqcli"), "pub", "-t", "startup",
