@@ -76,13 +76,14 @@ def _request(url: str, method: str, body: bytes | None, timeout: float) -> tuple
     parts = urllib.parse.urlsplit(url)
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     conn = HTTPConnection(parts.scheme, parts.hostname, parts.port, parts.netloc)
+    t0 = time.monotonic()
     try:
-        status, _, headers, payload = conn.request(method, target, time.monotonic() + timeout, body or b"",
-                                                   _ONE_SHOT)
+        status, _, headers, payload = conn.request(method, target, t0 + timeout, body or b"", _ONE_SHOT)
     except TimeoutError:
-        raise LookupdError(f"no complete answer within {timeout:g}s", url) from None
+        raise LookupdError(f"no complete answer within {timeout:g}s (slow to answer)", url) from None
     except ResponseError as e:
-        raise LookupdError(str(e), url) from None
+        took = time.monotonic() - t0
+        raise LookupdError(f"{e} ({took:.1f}s after the request)" if took >= 1 else str(e), url) from None
     except OSError as e:
         raise LookupdError(f"unreachable ({e.strerror or e})", url) from None
     finally:
@@ -195,6 +196,8 @@ def read_response(sock, buf: bytes, deadline: float, max_size: int = MAX_RESPONS
             raise ResponseError("answer head over 1 MiB")
         chunk = _recv(sock, deadline)
         if not chunk:
+            if buf.startswith(b"HTTP/"):  # an answer that began: cut short, not a wrong port
+                raise ResponseError(f"answer cut short (the server closed after {len(buf)} bytes of its head)")
             raise _not_http(buf) if buf else ResponseError("the server closed the connection before answering")
         buf += chunk
     lines = buf[:end].decode("latin-1").split("\r\n")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 
-from fakes import FakeLookupd, lookupd_trickle
+from fakes import FakeLookupd, http_request, lookupd_trickle
 from helpers import http_get_json, http_post, one_error_line, run_nsqcli, wait_for
 from helpers import run_nsqcli as run
 
@@ -63,3 +63,30 @@ def test_lookup_union_with_one_lookupd_down(sandbox, nsqd, lookupd, extra_nsqd, 
         assert r.returncode == 1 and b"no nsqlookupd answered" in r.stderr
     finally:
         lookupd2.stop()
+
+
+def test_a_slow_answer_that_never_comes_is_called_slow_not_a_wrong_port():
+    """A server that takes its time and then closes without a word (or mid-head) is named for
+    what it did and how long it took - not "is this the HTTP port?" (make bench's clean-up
+    once died on a slow topic delete reported that way)."""
+    from nsqcli.client.http import http_json
+    from nsqcli.errors import LookupdError
+
+    def slow_then_close(peer):
+        http_request(peer)
+        peer.server.stopped.wait(1.2)
+
+    def slow_then_cut(peer):
+        http_request(peer)
+        peer.sock.sendall(b"HTTP/1.1 200 OK\r\nContent-")
+        peer.server.stopped.wait(1.2)
+
+    for script, words in ((slow_then_close, "the server closed the connection before answering (1."),
+                          (slow_then_cut, "answer cut short (the server closed after 25 bytes of its head) (1.")):
+        with FakeLookupd(script) as fake:
+            try:
+                http_json(fake.address, "/topic/delete", {"topic": "t"}, method="POST", timeout=10)
+            except LookupdError as e:
+                assert words in str(e) and "HTTP port" not in str(e), e
+            else:
+                raise AssertionError("no error")

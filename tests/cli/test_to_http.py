@@ -207,6 +207,7 @@ def test_response_reader_frames_answers_on_a_kept_alive_socket(answer, status, b
     (b"HTTP/1.1 200 OK\r\nContent-Length: 99999\r\n\r\n", False, "answer larger than 1000 bytes"),
     (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n800\r\n", False, "answer larger than 1000 bytes"),
     (b"", True, "the server closed the connection before answering"),
+    (b"HTTP/1.1 200 O", True, "answer cut short (the server closed after 14 bytes of its head)"),
 ])
 def test_response_reader_refuses_what_is_not_a_whole_answer(answer, close, words):
     """Garbage is refused at once (no waiting for the deadline), a body cut short or over the
