@@ -224,13 +224,15 @@ class ArchiveFile:
             self.on_trim(path, trimmed)
 
     # -- records --------------------------------------------------------------------------------
-    def add(self, record: bytes) -> None:
-        """Buffer one record (already formatted, with its separator). Not on disk until sync()."""
+    def add(self, record: bytes, count: int = 1) -> None:
+        """Buffer records: the bytes of one or more, already formatted, each with its separator
+        (to-file adds a batch's records at once). Not on disk until sync()."""
         self._records.append(record)
+        self._count += count
 
     @property
     def pending(self) -> int:
-        return len(self._records)
+        return self._count
 
     def sync(self) -> int:
         """Write buffered records and fsync. Returns how many records became durable.
@@ -259,8 +261,9 @@ class ArchiveFile:
             except OSError:
                 pass
             raise
-        n = len(self._records)
+        n = self._count
         self._records = []
+        self._count = 0
         self.size += len(data)
         self.written += n
         self.syncs += 1

@@ -479,12 +479,19 @@ class Consumer(ConnectionDelegate):
     def _by_handle(self, msgs: list, claim: bool = True) -> dict:
         """Un-answered messages grouped by connection; ``claim`` marks them answered."""
         by_handle: dict[_Handle, list] = {}
-        for m in msgs:
-            if not m.responded:
-                if claim:
-                    m.responded = True
-                    self._held.pop(id(m), None)
-                by_handle.setdefault(m.responder, []).append(m)
+        held = self._held if claim and self._held else None  # poll()'s held messages, if any
+        last = group = None
+        for m in msgs:  # hot path (to-file FINs every message here): runs of one connection
+            if m.responded:
+                continue
+            if claim:
+                m.responded = True
+                if held is not None:
+                    held.pop(id(m), None)
+            if m.responder is not last:
+                last = m.responder
+                group = by_handle.setdefault(last, [])
+            group.append(m)
         return by_handle
 
     def finish_many(self, msgs: list) -> list:

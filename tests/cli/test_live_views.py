@@ -173,7 +173,7 @@ def test_tail_and_to_file_live_tables_render(nsqd, topic, tmp_path):
 
     http_post(nsqd.http_address, "/mpub", b"a\nb\nc", topic=topic)
     a = Archiver(topics=[topic], topic_pattern=None, topic_refresh=60, channel="c",
-                 opts=FileOptions(output_dir=str(tmp_path)), formatter=lambda m: m.body + b"\n",
+                 opts=FileOptions(output_dir=str(tmp_path)), formatter=lambda msgs: b"".join(m.body + b"\n" for m in msgs),
                  config=Config(max_in_flight=10), nsqd=[nsqd.tcp_address], lookupd=[], sync_interval=0.1)
     a.start()
     try:

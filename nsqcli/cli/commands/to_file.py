@@ -117,7 +117,7 @@ def to_file(app, topics, topic_pattern, topic_refresh, channel, max_in_flight, o
     outages = Outages(SimpleNamespace(warn=logger.warning, info=logger.info))
     show_live = live or (live is None and app.stderr_is_tty)
     archiver = Archiver(topics=list(topics), topic_pattern=topic_pattern, topic_refresh=topic_refresh,
-                        channel=channel, opts=opts, formatter=lambda m: formatter(m) + sep, config=cfg,
+                        channel=channel, opts=opts, formatter=lambda msgs: sep.join(formatter.many(msgs)) + sep, config=cfg,
                         nsqd=nsqd_addresses(conn) if not lookupd or conn.get("nsqd_tcp_addresses") else [],
                         lookupd=lookupd, sync_interval=sync_interval,
                         on_error=lambda e: source_error(outages, e),
