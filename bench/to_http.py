@@ -9,10 +9,11 @@ Reports messages/s until the endpoint's topic holds all N (FIN after each 200 in
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 
 from bench.run import prepublish
-from bench.to_nsq import run_one
+from bench.to_nsq import cpu_seconds, run_one
 from nsqcli.sandbox import Sandbox, find_binary
 
 
@@ -37,12 +38,18 @@ def main() -> None:
                     cmd = [sys.executable, "-m", "nsqcli", "to-http", "-t", topic, "--nsqd-tcp-address", a,
                            "--post", url, "--concurrency", str(args.concurrency), "-n", str(args.messages),
                            "--no-live"]
-                rate, rss = run_one(name, cmd, web.nsqd.http_address, topic + "_out", args.messages)
+                web0, src0 = cpu_seconds(web.nsqd.pid), cpu_seconds(src.nsqd.pid)
+                rate, rss, cpu = run_one(name, cmd, web.nsqd.http_address, topic + "_out", args.messages)
+                web_cpu = cpu_seconds(web.nsqd.pid) - web0
+                src_cpu = cpu_seconds(src.nsqd.pid) - src0
                 results[name].append(rate)
-                print(f"round {r + 1}: {name:15s} {rate:>10,.0f} msg/s   peak RSS {rss:6.1f} MB", flush=True)
-        best = {k: max(v) for k, v in results.items()}
-        print(f"\nbest of {args.rounds}: nsqcli to-http {best['nsqcli to-http']:,.0f} msg/s, nsq_to_http "
-              f"{best['nsq_to_http']:,.0f} msg/s = {best['nsqcli to-http'] / best['nsq_to_http']:.2f}x "
+                per = 1e6 / args.messages
+                print(f"round {r + 1}: {name:15s} {rate:>10,.0f} msg/s   peak RSS {rss:6.1f} MB   CPU per delivery: "
+                      f"{sum(cpu) * per:4.0f} us (user {cpu[0] * per:.0f}, system {cpu[1] * per:.0f}; endpoint {web_cpu * per:4.0f} us, source nsqd {src_cpu * per:4.0f} us)",
+                      flush=True)
+        med = {k: statistics.median(v) for k, v in results.items()}
+        print(f"\nmedian of {args.rounds}: nsqcli to-http {med['nsqcli to-http']:,.0f} msg/s, nsq_to_http "
+              f"{med['nsq_to_http']:,.0f} msg/s = {med['nsqcli to-http'] / med['nsq_to_http']:.2f}x "
               f"({args.messages:,} x 100 B POSTed to nsqd's /pub, concurrency {args.concurrency}, same run)")
 
 

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 from bench.run import prepublish
 from bench.to_file import peak_rss_mb
@@ -26,7 +27,8 @@ def count(address: str, topic: str) -> int:
     return sum(t["message_count"] for t in stats.get("topics") or [] if t["topic_name"] == topic)
 
 
-def run_one(name: str, cmd: list[str], dest_http: str, topic: str, n: int) -> tuple[float, float]:
+def run_one(name: str, cmd: list[str], dest_http: str, topic: str, n: int) -> tuple[float, float, float]:
+    """(msg/s, peak RSS MB, (user, system) CPU seconds) of one contender, until the destination holds n."""
     log = tempfile.TemporaryFile()
     t0 = time.perf_counter()
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log)
@@ -39,10 +41,20 @@ def run_one(name: str, cmd: list[str], dest_http: str, topic: str, n: int) -> tu
         time.sleep(0.01)
     elapsed = time.perf_counter() - t0
     rss = peak_rss_mb(p.pid)
+    cpu = cpu_seconds(p.pid, split=True)
     if p.poll() is None:
         p.send_signal(signal.SIGTERM)
     p.wait(60)
-    return n / elapsed, rss
+    return n / elapsed, rss, cpu
+
+
+def cpu_seconds(pid: int, split: bool = False):
+    """user + system CPU seconds of a live process so far ((user, system) with ``split``)."""
+    import os
+
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    user, system = (int(fields[11]) / os.sysconf("SC_CLK_TCK"), int(fields[12]) / os.sysconf("SC_CLK_TCK"))
+    return (user, system) if split else user + system
 
 
 def main() -> None:
@@ -66,7 +78,7 @@ def main() -> None:
                     cmd = [sys.executable, "-m", "nsqcli", "to-nsq", "-t", topic, "--nsqd-tcp-address", a,
                            "--destination-nsqd-tcp-address", b, "--destination-topic", topic + "_copy",
                            "-n", str(args.messages), "--no-live", *args.nsqcli_args.split()]
-                rate, rss = run_one(name, cmd, dst.nsqd.http_address, topic + "_copy", args.messages)
+                rate, rss, _ = run_one(name, cmd, dst.nsqd.http_address, topic + "_copy", args.messages)
                 results[name].append((rate, rss))
                 print(f"round {r + 1}: {name:15s} {rate:>10,.0f} msg/s   peak RSS {rss:6.1f} MB", flush=True)
         best = {k: max(x[0] for x in v) for k, v in results.items()}

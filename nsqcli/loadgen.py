@@ -31,10 +31,14 @@ def publisher(idx, addresses, cfg, topic, size, count, duration, batch, progress
     pack, now = STAMP.pack, time.time_ns
 
     def bodies():
-        k = 0
+        """A list of bodies per batch (publish_iter takes a list whole), stamped when the batch
+        is made: a message's latency counts from when its batch was built, not when the
+        generator happened to yield it (per-message stamping cost 0.79x bench_writer)."""
+        k, step = 0, max(1, batch)
         while (not count or k < count) and not stop.is_set():
-            yield pack(now()) + pad
-            k += 1
+            n = step if not count else min(step, count - k)
+            yield [pack(now()) + pad] * n
+            k += n
 
     p = Producer(addresses, cfg)
     t0 = time.perf_counter()

@@ -7,6 +7,7 @@ threads share one interpreter lock)."""
 from __future__ import annotations
 
 import json
+import queue
 import threading
 import time
 
@@ -80,7 +81,10 @@ def run_bench(app, mode, topic, channel, size, count, duration, batch_size, publ
         addresses = resolve_producers(app, conn, topic)
     pub_cfg = build_config(conn)
     sub_cfg = build_config(conn, max_in_flight=max_in_flight, max_attempts=0)
-    out = ctx.Queue()
+    # threads: a plain queue. A multiprocessing queue pickles in a feeder thread: a thread that
+    # put its 400k latencies and ended looked like "no result yet, no worker alive" (the loop
+    # gave up), and the exit then hung for ever joining a feeder blocked on the full pipe
+    out = ctx.Queue() if processes else queue.Queue()
     progress, received, ready = ctx.Value("q", 0), ctx.Value("q", 0), ctx.Value("q", 0)
     stop = ctx.Event() if processes else threading.Event()
     make = (lambda target, args: ctx.Process(target=target, args=args, daemon=True)) if processes else \
