@@ -14,8 +14,10 @@ import socket
 import struct
 import threading
 import time
+import urllib.parse
 import zlib
 from collections import deque
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 FRAME_RESPONSE, FRAME_ERROR, FRAME_MESSAGE = 0, 1, 2
 PAYLOAD_COMMANDS = (b"IDENTIFY", b"AUTH", b"PUB", b"MPUB", b"DPUB")
@@ -282,3 +284,66 @@ class MemoryStream:
             except OSError:
                 pass
         self._r = self._w = -1
+
+
+class HTTPEndpoint:
+    """A real local HTTP/1.1 server (keep-alive) that records every request; ``script(body, n)`` (n = how often this body came) returns
+    (status, headers, delay seconds)."""
+
+    def __init__(self, script=None, tls: tuple[str, str] | None = None, backlog: int = 5):
+        self.script = script or (lambda body, n: (200, {}, 0))
+        self.requests: list[dict] = []
+        self.lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _any(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                if self.command == "GET":
+                    q = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
+                    body = q.get("msg", [""])[0].encode("utf-8")
+                with outer.lock:
+                    n = sum(1 for r in outer.requests if r["body"] == body) + 1
+                    outer.requests.append({"body": body, "method": self.command, "time": time.monotonic(),
+                                           "headers": dict(self.headers), "path": self.path})
+                status, headers, delay = outer.script(body, n)
+                if delay:
+                    time.sleep(delay)
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                payload = b"" if status in (204, 304) else b"ok"  # no body with 204 (HTTP)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            do_GET = do_POST = _any
+
+            def log_message(self, *args):
+                pass
+
+        class Server(ThreadingHTTPServer):
+            request_queue_size = backlog  # http.server's listen backlog (5 by default)
+
+        self.server = Server(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        scheme = "http"
+        if tls is not None:  # (cert, key): HTTPS
+            import ssl
+
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(*tls)
+            self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True)
+            scheme = "https"
+        self.url = f"{scheme}://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def bodies(self, ok_only=False):
+        return [r["body"] for r in self.requests]
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()

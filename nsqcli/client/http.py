@@ -122,10 +122,7 @@ class HTTPConnection:
         TimeoutError, OSError or ResponseError."""
         import time
 
-        head = f"{method} {target} HTTP/1.1\r\nHost: {self.host_header}\r\n{headers}"
-        if body is not None:
-            head += f"Content-Length: {len(body)}\r\n"
-        data = (head + "\r\n").encode("latin-1") + (body or b"")
+        data = build_request(method, target, self.host_header, body, headers)
         try:
             if self.sock is None:
                 self._connect(deadline)
@@ -181,99 +178,148 @@ def _not_http(buf: bytes) -> ResponseError:
     return ResponseError(f"not an HTTP answer: {buf[:40]!r} (is this the HTTP port?)")
 
 
+def build_request(method: str, target: str, host_header: str, body: bytes | None, headers: str) -> bytes:
+    """One HTTP/1.1 request (``headers``: ready-made "Key: value\r\n" lines; Content-Length
+    is added when there is a ``body``)."""
+    head = f"{method} {target} HTTP/1.1\r\nHost: {host_header}\r\n{headers}"
+    if body is not None:
+        head += f"Content-Length: {len(body)}\r\n"
+    return (head + "\r\n").encode("latin-1") + (body or b"")
+
+
+class ResponseParser:
+    """One HTTP/1.x answer from bytes fed in any split - no I/O, so the blocking
+    HTTPConnection and to-http's multiplexed connections read answers the same way.
+
+    ``feed(data)`` (``data`` b"": the server closed) returns True once the answer is complete;
+    then ``status``, ``reason``, ``headers`` (lower-cased names), ``body`` and ``rest`` (bytes
+    after it, for the next answer) are set. The body is framed by Content-Length, chunked
+    encoding or the server closing (then headers["connection"] is "close"). Garbage is refused
+    at once, not when more data comes. Raises ResponseError for what is not a complete answer
+    of at most ``max_size`` bytes. (No email parser: http.client's cost to-http ~250 us of CPU
+    per message.)"""
+
+    __slots__ = ("max_size", "buf", "status", "reason", "headers", "body", "rest", "_frame", "_need",
+                 "_chunks", "_size")
+
+    def __init__(self, buf: bytes = b"", max_size: int = MAX_RESPONSE):
+        self.max_size = max_size
+        self.buf = buf
+        self.status, self.reason, self.headers, self.body, self.rest = 0, "", {}, b"", b""
+        self._frame = None  # None: reading the head; then "length", "chunked" or "close"
+        self._need = 0
+        self._chunks: list[bytes] = []
+        self._size = 0
+
+    def feed(self, data: bytes) -> bool:
+        closed = not data
+        self.buf += data
+        if self._frame is None and not self._head(closed):
+            return False
+        if self._frame == "length":
+            if len(self.buf) < self._need:
+                if closed:
+                    raise ResponseError(f"answer cut short ({len(self.buf)} of {self._need} bytes)")
+                return False
+            self.body, self.rest = self.buf[:self._need], self.buf[self._need:]
+            return True
+        if self._frame == "close":
+            if len(self.buf) > self.max_size:
+                raise ResponseError(f"answer larger than {self.max_size} bytes")
+            if not closed:
+                return False
+            self.body, self.rest = self.buf, b""
+            return True
+        if self._frame == "chunked":
+            return self._chunked(closed)
+        return True  # no body
+
+    def _head(self, closed: bool) -> bool:
+        buf = self.buf
+        end = buf.find(b"\r\n\r\n")
+        if end < 0:
+            if not b"HTTP/".startswith(buf[:5]):
+                raise _not_http(buf)
+            if len(buf) > MAX_HEAD:
+                raise ResponseError("answer head over 1 MiB")
+            if closed:
+                if buf.startswith(b"HTTP/"):  # an answer that began: cut short, not a wrong port
+                    raise ResponseError(f"answer cut short (the server closed after {len(buf)} bytes of its head)")
+                raise _not_http(buf) if buf else ResponseError("the server closed the connection before answering")
+            return False
+        lines = buf[:end].decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ", 2)
+        if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
+            raise _not_http(buf)
+        headers = self.headers
+        for line in lines[1:]:
+            k, _, v = line.partition(":")
+            headers[k.strip().lower()] = v.strip()
+        self.status, self.reason = int(parts[1]), parts[2] if len(parts) > 2 else ""
+        self.buf = buf[end + 4:]
+        if self.status in (204, 304) or 100 <= self.status < 200:
+            self._frame, self.rest = "none", self.buf
+        elif "chunked" in headers.get("transfer-encoding", "").lower():
+            self._frame = "chunked"
+        elif "content-length" in headers:
+            length = headers["content-length"]
+            if not length.isdigit():
+                raise ResponseError(f"bad Content-Length {length[:20]!r}")
+            self._need = int(length)
+            if self._need > self.max_size:
+                raise ResponseError(f"answer larger than {self.max_size} bytes")
+            self._frame = "length"
+        else:  # the body ends when the server closes: read it, and the connection is done
+            headers["connection"] = "close"
+            self._frame = "close"
+        return True
+
+    def _chunked(self, closed: bool) -> bool:
+        """Chunk-size line, data, CRLF ... until a 0-size chunk and its (ignored) trailer."""
+        while True:
+            buf = self.buf
+            if self._need < 0:  # after the last chunk: the trailer, up to an empty line
+                if buf.startswith(b"\r\n") or b"\r\n\r\n" in buf:
+                    self.rest = buf[2:] if buf.startswith(b"\r\n") else buf.partition(b"\r\n\r\n")[2]
+                    self.body = b"".join(self._chunks)
+                    return True
+                break
+            if self._need == 0:  # a size line
+                if b"\r\n" not in buf:
+                    break
+                size_line, _, self.buf = buf.partition(b"\r\n")
+                try:
+                    n = int(size_line.split(b";")[0] or b"0", 16)
+                except ValueError:
+                    raise ResponseError(f"bad chunk size {size_line[:20]!r}") from None
+                if n == 0:
+                    self._need = -1
+                    continue
+                self._size += n
+                if self._size > self.max_size:
+                    raise ResponseError(f"answer larger than {self.max_size} bytes")
+                self._need = n + 2
+                continue
+            if len(buf) < self._need:
+                break
+            self._chunks.append(buf[:self._need - 2])
+            self.buf = buf[self._need:]
+            self._need = 0
+        if closed:
+            raise ResponseError("answer cut short (chunked body)")
+        return False
+
+
 def read_response(sock, buf: bytes, deadline: float, max_size: int = MAX_RESPONSE
                   ) -> tuple[int, str, dict, bytes, bytes]:
     """One HTTP/1.x answer read from ``sock``, ``buf`` being what was received after the one
     before: (status, reason, lower-cased headers, body, the bytes left over for the next).
-    The body is framed by Content-Length, chunked encoding or the server closing (then
-    headers["connection"] is "close"). No email parser: http.client's cost to-http ~250 us
-    of CPU per message. Raises TimeoutError past ``deadline``, ResponseError for what is not
-    a complete answer of at most ``max_size`` bytes."""
-    while (end := buf.find(b"\r\n\r\n")) < 0:
-        if not b"HTTP/".startswith(buf[:5]):
-            raise _not_http(buf)
-        if len(buf) > MAX_HEAD:
-            raise ResponseError("answer head over 1 MiB")
-        chunk = _recv(sock, deadline)
-        if not chunk:
-            if buf.startswith(b"HTTP/"):  # an answer that began: cut short, not a wrong port
-                raise ResponseError(f"answer cut short (the server closed after {len(buf)} bytes of its head)")
-            raise _not_http(buf) if buf else ResponseError("the server closed the connection before answering")
-        buf += chunk
-    lines = buf[:end].decode("latin-1").split("\r\n")
-    rest = buf[end + 4:]
-    parts = lines[0].split(" ", 2)
-    if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
-        raise _not_http(buf)
-    headers = {}
-    for line in lines[1:]:
-        k, _, v = line.partition(":")
-        headers[k.strip().lower()] = v.strip()
-    status, reason = int(parts[1]), parts[2] if len(parts) > 2 else ""
-    if status in (204, 304) or 100 <= status < 200:
-        return status, reason, headers, b"", rest
-    if "chunked" in headers.get("transfer-encoding", "").lower():
-        body, rest = _read_chunked(sock, rest, deadline, max_size)
-    elif "content-length" in headers:
-        body, rest = _read_length(sock, rest, headers["content-length"], deadline, max_size)
-    else:  # the body ends when the server closes: read it, and the connection is done
-        headers["connection"] = "close"
-        body, rest = _read_to_close(sock, rest, deadline, max_size), b""
-    return status, reason, headers, body, rest
-
-
-def _read_length(sock, rest: bytes, length: str, deadline: float, max_size: int) -> tuple[bytes, bytes]:
-    if not length.isdigit():
-        raise ResponseError(f"bad Content-Length {length[:20]!r}")
-    n = int(length)
-    if n > max_size:
-        raise ResponseError(f"answer larger than {max_size} bytes")
-    while len(rest) < n:
-        chunk = _recv(sock, deadline)
-        if not chunk:
-            raise ResponseError(f"answer cut short ({len(rest)} of {n} bytes)")
-        rest += chunk
-    return rest[:n], rest[n:]
-
-
-def _read_chunked(sock, rest: bytes, deadline: float, max_size: int) -> tuple[bytes, bytes]:
-    """Chunk-size line, data, CRLF ... until a 0-size chunk and its (ignored) trailer."""
-    def need(done) -> None:
-        nonlocal rest
-        while not done():
-            chunk = _recv(sock, deadline)
-            if not chunk:
-                raise ResponseError("answer cut short (chunked body)")
-            rest += chunk
-
-    body, size = [], 0
-    while True:
-        need(lambda: b"\r\n" in rest)
-        size_line, _, rest = rest.partition(b"\r\n")
-        try:
-            n = int(size_line.split(b";")[0] or b"0", 16)
-        except ValueError:
-            raise ResponseError(f"bad chunk size {size_line[:20]!r}") from None
-        if n == 0:
-            need(lambda: rest.startswith(b"\r\n") or b"\r\n\r\n" in rest)
-            rest = rest[2:] if rest.startswith(b"\r\n") else rest.partition(b"\r\n\r\n")[2]
-            return b"".join(body), rest
-        size += n
-        if size > max_size:
-            raise ResponseError(f"answer larger than {max_size} bytes")
-        need(lambda: len(rest) >= n + 2)
-        body.append(rest[:n])
-        rest = rest[n + 2:]
-
-
-def _read_to_close(sock, rest: bytes, deadline: float, max_size: int) -> bytes:
-    chunks, size = [rest], len(rest)
-    while chunk := _recv(sock, deadline):
-        chunks.append(chunk)
-        size += len(chunk)
-        if size > max_size:
-            raise ResponseError(f"answer larger than {max_size} bytes")
-    return b"".join(chunks)
+    See ResponseParser. Raises TimeoutError past ``deadline``."""
+    p = ResponseParser(b"", max_size)
+    done = p.feed(buf) if buf else False
+    while not done:
+        done = p.feed(_recv(sock, deadline))
+    return p.status, p.reason, p.headers, p.body, p.rest
 
 
 def _error_message(status: int, raw: bytes) -> str:

@@ -6,11 +6,10 @@ from __future__ import annotations
 import random
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import click
 
-from ...relay.http_delivery import Deliverer, Endpoint, Failed
+from ...relay.http_delivery import Deliverer, Endpoint
 from ..command import command, option
 from ..options import (build_config, check_timeout, connection_options, nsqd_addresses, pop_connection,
                        relay_run_options, topic_arguments)
@@ -85,11 +84,10 @@ def to_http(app, topic, channel, posts, gets, headers, content_type, mode, sampl
     for name, value in (("--http-timeout", http_timeout), ("--http-connect-timeout", http_connect_timeout)):
         if value <= 0:
             raise click.BadParameter("must be more than 0", param_hint=f"'{name}'")
-    deliverer = Deliverer(endpoints, mode, hdrs, content_type, http_connect_timeout, http_timeout)
+    deliverer = Deliverer(endpoints, mode, hdrs, content_type, http_connect_timeout, http_timeout, concurrency)
     stats = Stats()
     outages = Outages(app)  # each failure said when it starts, counted, then "recovered"
     done = threading.Event()
-    pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="nsqcli-http")
     rng = random.Random()
 
     def claim() -> bool:
@@ -101,29 +99,22 @@ def to_http(app, topic, channel, posts, gets, headers, content_type, mode, sampl
             stats.sending += 1
             return True
 
-    def work(m) -> None:
+    def may_start(m) -> bool:
         if done.is_set() or not claim():  # stopping, or -n is taken: it goes back at once
             m.requeue(delay=0, backoff=False)
-            return
-        try:
-            deliver(m)
-        finally:
-            with stats.lock:
-                stats.sending -= 1
+            return False
+        return True
 
-    def deliver(m) -> None:
-        try:
-            deliverer.deliver(m.body)
-        except Failed as e:
+    def delivered(m, e) -> None:
+        """The deliverer's answer for ``m`` (I/O thread): FIN, or REQ with backoff."""
+        with stats.lock:
+            stats.sending -= 1
+        if e is not None:
             with stats.lock:
                 stats.failed += 1
             outages.failed("delivery", f"{e} (requeued; the consumer backs off)")
             delay = e.retry_after if e.retry_after is not None else min(900.0, requeue_delay * m.attempts)
             m.requeue(delay=delay, backoff=True)
-            return
-        except BaseException as e:  # a bug: give the message back, say it
-            app.warn(f"delivery failed: {type(e).__name__}: {e}")
-            m.requeue(delay=0, backoff=True)
             return
         m.finish()
         outages.ok("delivery", "delivery")
@@ -142,8 +133,11 @@ def to_http(app, topic, channel, posts, gets, headers, content_type, mode, sampl
                 with stats.lock:
                     stats.sampled_out += 1
                 continue  # FINed by the batch (auto-response)
-            m.disable_auto_response()
-            pool.submit(work, m)
+            m.auto_response = False  # answered when the deliverer is done with it
+            try:
+                deliverer.submit(m.body, lambda e, m=m: delivered(m, e), lambda m=m: may_start(m), m)
+            except RuntimeError:  # closed: stopping
+                m.requeue(delay=0, backoff=False)
 
     cfg = build_config(conn, max_in_flight=max_in_flight, max_attempts=0, default_requeue_delay=requeue_delay)
     c = Consumer(topic, channel, batch_handler=handle, config=cfg, on_error=lambda e: source_error(outages, e),
@@ -178,7 +172,10 @@ def to_http(app, topic, channel, posts, gets, headers, content_type, mode, sampl
         done.set()
         if view is not None:
             view.stop()
-        pool.shutdown(wait=True)  # every request in flight is answered (FIN or REQ) before close
+        # every request in flight is answered (FIN or REQ) before the consumer closes; the ones
+        # not started go back at once
+        for m in deliverer.close(timeout=http_timeout * len(endpoints) + 5):
+            m.requeue(delay=0, backoff=False)
         c.stop(timeout=15)
     elapsed = time.monotonic() - start
     short = expired and count and stats.delivered < count  # then the error line says the count

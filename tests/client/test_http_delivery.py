@@ -1,0 +1,211 @@
+"""to-http's Deliverer (one I/O thread multiplexing keep-alive connections) against real local
+HTTP servers: the modes, failover, Retry-After, a dead port, a silent server, a connect storm
+against a small listen backlog, close() with jobs queued, HTTPS; and the response parser fed
+in every split."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+
+import pytest
+from fakes import HTTPEndpoint
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nsqcli.client.http import ResponseError, ResponseParser
+from nsqcli.relay.http_delivery import Deliverer, Endpoint
+
+
+@pytest.fixture
+def servers():
+    made = []
+
+    def make(script=None, **kw):
+        e = HTTPEndpoint(script, **kw)
+        made.append(e)
+        return e
+
+    yield make
+    for e in made:
+        e.close()
+
+
+def deliver_all(d: Deliverer, bodies: list[bytes], timeout: float = 20.0) -> list:
+    """Submit every body; the errors (None for a delivery) in body order."""
+    results: dict[int, object] = {}
+    done = threading.Event()
+
+    def on_done(i, e):
+        results[i] = e
+        if len(results) == len(bodies):
+            done.set()
+
+    for i, b in enumerate(bodies):
+        d.submit(b, lambda e, i=i: on_done(i, e))
+    assert done.wait(timeout), f"{len(results)} of {len(bodies)} answered"
+    return [results[i] for i in range(len(bodies))]
+
+
+def make(urls, mode="hostpool", timeout=5.0, connect_timeout=2.0, concurrency=100):
+    return Deliverer([Endpoint("POST", u) for u in urls], mode, {"X-Test": "1"}, "text/plain",
+                     connect_timeout, timeout, concurrency)
+
+
+def test_round_robin_alternates_and_fanout_reaches_every_endpoint(servers):
+    a, b = servers(), servers()
+    d = make([a.url + "/a", b.url + "/b"], "round-robin", concurrency=1)  # one at a time: strict turns
+    try:
+        assert deliver_all(d, [b"r%d" % i for i in range(10)]) == [None] * 10
+    finally:
+        d.close(5)
+    assert sorted(a.bodies()) == [b"r%d" % i for i in range(0, 10, 2)]
+    assert sorted(b.bodies()) == [b"r%d" % i for i in range(1, 10, 2)]
+    assert a.requests[0]["headers"]["X-Test"] == "1" and a.requests[0]["headers"]["Content-Type"] == "text/plain"
+    d = make([a.url, b.url], "fanout")
+    try:
+        assert deliver_all(d, [b"f%d" % i for i in range(20)]) == [None] * 20
+    finally:
+        d.close(5)
+    for s in (a, b):
+        assert sorted(x for x in s.bodies() if x.startswith(b"f")) == sorted(b"f%d" % i for i in range(20))
+
+
+def test_fanout_fails_when_one_endpoint_fails_and_names_it(servers):
+    ok, bad = servers(), servers(lambda body, n: (503, {"Retry-After": "7"}, 0))
+    d = make([ok.url + "/ok", bad.url + "/bad"], "fanout")
+    try:
+        (err,) = deliver_all(d, [b"x"])
+    finally:
+        d.close(5)
+    assert "/bad: HTTP 503" in str(err) and "/ok" not in str(err) and err.retry_after == 7
+    assert ok.bodies() == [b"x"]  # the good one got it (at least once: it gets it again on the retry)
+
+
+def test_hostpool_fails_over_and_stays_but_retry_after_is_honoured(servers):
+    bad, good = servers(lambda body, n: (500, {}, 0)), servers()
+    d = make([bad.url, good.url], "hostpool", concurrency=1)
+    try:
+        assert deliver_all(d, [b"h1", b"h2", b"h3"]) == [None] * 3
+    finally:
+        d.close(5)
+    assert bad.bodies() == [b"h1"] and good.bodies() == [b"h1", b"h2", b"h3"]  # then it stayed on good
+    waits = servers(lambda body, n: (429, {"Retry-After": "3"}, 0))
+    other = servers()
+    d = make([waits.url, other.url], "hostpool")
+    try:
+        (err,) = deliver_all(d, [b"w"])
+    finally:
+        d.close(5)
+    assert err.retry_after == 3 and other.bodies() == []  # asked to wait: the others are not hammered
+
+
+def test_a_dead_port_fails_each_job_at_once_and_a_silent_server_times_out(servers):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there
+    d = make([f"http://127.0.0.1:{port}/x"], timeout=10)
+    t0 = time.monotonic()
+    try:
+        errors = deliver_all(d, [b"%d" % i for i in range(30)])
+    finally:
+        d.close(5)
+    assert all("refused" in str(e).lower() for e in errors), errors[:3]
+    assert time.monotonic() - t0 < 5
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(50)  # accepts (the kernel does), never answers
+    d = make([f"http://127.0.0.1:{silent.getsockname()[1]}/x"], timeout=0.5)
+    t0 = time.monotonic()
+    try:
+        errors = deliver_all(d, [b"a", b"b", b"c"])
+    finally:
+        d.close(5)
+        silent.close()
+    assert all("timed out" in str(e) for e in errors) and 0.4 < time.monotonic() - t0 < 3
+
+
+def test_a_hundred_at_once_against_a_small_listen_backlog_all_arrive(servers):
+    """Connects are paced (MAX_CONNECTING per endpoint): 100 SYNs at once overflow a small listen
+    backlog (http.server's is 5; 1 here), and the dropped ones are retried by the kernel only
+    after 1-3 s - past a 0.9 s connect timeout. Unpaced, 155 of these 300 timed out."""
+    s = servers(lambda body, n: (200, {}, 0.01), backlog=1)
+    d = make([s.url], timeout=10, connect_timeout=0.9)
+    bodies = [b"s%03d" % i for i in range(300)]
+    try:
+        assert deliver_all(d, bodies, timeout=30) == [None] * 300
+    finally:
+        d.close(5)
+    assert sorted(s.bodies()) == bodies
+
+
+def test_close_finishes_what_started_and_hands_back_the_rest(servers):
+    s = servers(lambda body, n: (200, {}, 0.3))
+    d = make([s.url], concurrency=2)
+    answered = []
+    for i in range(6):
+        d.submit(b"c%d" % i, answered.append, token=i)
+    time.sleep(0.1)  # two started, four queued
+    left = d.close(5)
+    assert answered == [None, None] and sorted(left) == [2, 3, 4, 5]
+    with pytest.raises(RuntimeError):
+        d.submit(b"late", answered.append)
+
+
+def test_https_endpoint(servers, tmp_path, monkeypatch):
+    from nsq_fixtures import make_cert
+
+    cert, key = make_cert(tmp_path)
+    monkeypatch.setenv("SSL_CERT_FILE", cert)  # the client trusts the test's certificate
+    s = servers(tls=(cert, key))
+    d = make([s.url + "/tls"])
+    try:
+        assert deliver_all(d, [b"t%d" % i for i in range(50)]) == [None] * 50
+    finally:
+        d.close(5)
+    assert sorted(s.bodies()) == sorted(b"t%d" % i for i in range(50))
+    assert os.environ["SSL_CERT_FILE"] == cert
+
+
+# -- the parser, fed in every split -------------------------------------------------------------
+ANSWERS = [
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello", 200, b"hello"),
+    (b"HTTP/1.1 204 No Content\r\nRetry-After: 3\r\n\r\n", 204, b""),
+    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2;x=1\r\nde\r\n0\r\nT: 1\r\n\r\n",
+     200, b"abcde"),
+    (b"HTTP/1.0 500 Oops\r\n\r\nuntil close", 500, b"until close"),
+]
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(which=st.integers(0, len(ANSWERS) - 1), cuts=st.lists(st.integers(0, 120), max_size=6),
+       extra=st.sampled_from([b"", b"HTTP/1.1 200"]))
+def test_the_parser_gives_the_same_answer_for_any_split(which, cuts, extra):
+    raw, status, body = ANSWERS[which]
+    close_delimited = b"Content-Length" not in raw and b"chunked" not in raw and status != 204
+    data = raw + (b"" if close_delimited else extra)
+    pieces = [data[a:b] for a, b in zip([0] + sorted(cuts), sorted(cuts) + [len(data)]) if data[a:b]]
+    p = ResponseParser(b"")
+    fed = 0
+    done = False
+    while not done and pieces:
+        piece = pieces.pop(0)
+        done = p.feed(piece)
+        fed += len(piece)
+        assert done == (fed >= len(raw) and not close_delimited)  # complete once all of it is there
+    if close_delimited:
+        done = p.feed(b"")
+    assert done and (p.status, p.body) == (status, body)
+    assert p.rest + b"".join(pieces) == (b"" if close_delimited else extra)
+
+
+def test_the_parser_refuses_garbage_at_once_and_a_cut_answer_at_close():
+    with pytest.raises(ResponseError, match="not an HTTP answer"):
+        ResponseParser(b"").feed(b"\x00\x00\x00\x12")
+    p = ResponseParser(b"")
+    assert not p.feed(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab")
+    with pytest.raises(ResponseError, match=r"cut short \(chunked body\)"):
+        p.feed(b"")
