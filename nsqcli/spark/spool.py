@@ -36,37 +36,38 @@ END = "end"
 STOP = ".STOP"
 
 
+def _batch_dirs(root: str, newest: int | None = None) -> list[str] | None:
+    """The batch directories of every epoch in this spool (the ``newest`` of each epoch);
+    None when the spool cannot be read from here."""
+    try:
+        epochs = os.listdir(root)
+    except OSError:
+        return None
+    return [os.path.join(root, epoch, str(b)) for epoch in epochs
+            for b in batches_on_disk(root, epoch)[-newest if newest else 0:]]
+
+
 def request_stop(root: str, newest: int = 3) -> bool:
     """Mark the ``newest`` batches of every epoch in this spool: their tasks close their
     partitions at their next chunk. False when no batch directory is reachable from here (none
     planned yet, or a Spark Connect client on another machine)."""
     marked = False
-    try:
-        epochs = os.listdir(root)
-    except OSError:
-        return False
-    for epoch in epochs:
-        for b in batches_on_disk(root, epoch)[-newest:]:
-            try:
-                with open(os.path.join(root, epoch, str(b), STOP), "wb"):
-                    marked = True
-            except OSError:
-                pass
+    for d in _batch_dirs(root, newest) or ():
+        try:
+            with open(os.path.join(d, STOP), "wb"):
+                marked = True
+        except OSError:
+            pass
     return marked
 
 
 def clear_stop(root: str) -> None:
     """Remove every batch's stop marker (to-parquet, once stopped, and when it starts)."""
-    try:
-        epochs = os.listdir(root)
-    except OSError:
-        return
-    for epoch in epochs:
-        for b in batches_on_disk(root, epoch):
-            try:
-                os.unlink(os.path.join(root, epoch, str(b), STOP))
-            except OSError:
-                pass
+    for d in _batch_dirs(root) or ():
+        try:
+            os.unlink(os.path.join(d, STOP))
+        except OSError:
+            pass
 
 
 class PartitionSpool:
