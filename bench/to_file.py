@@ -1,7 +1,7 @@
 """nsqcli to-file vs the official nsq_to_file: N pre-published 100-byte messages drained to gzip
 files, same nsqd, same --max-in-flight and --sync-interval, fsync before FIN in both.
 
-    .venv/bin/python -m bench.to_file --messages 1000000 --max-in-flight 200
+    .venv/bin/python -m bench.to_file --messages 500000 --max-in-flight 2500 --rounds 3
 
 Reports messages/s (until nsqd shows the channel drained), peak RSS (VmHWM) and syncs/s.
 """
@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import os
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -56,6 +58,8 @@ def run_one(name, cmd, sb, topic, ch, n, out: Path, mif: int):
         time.sleep(0.01)
     elapsed = time.perf_counter() - t0
     rss = peak_rss_mb(p.pid)
+    fields = Path(f"/proc/{p.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     p.send_signal(signal.SIGTERM)
     p.wait(60)
     log.seek(0)
@@ -63,7 +67,7 @@ def run_one(name, cmd, sb, topic, ch, n, out: Path, mif: int):
     records = sum(len(gzip.decompress(f.read_bytes()).splitlines()) for f in out.rglob("*.gz"))
     m = re.search(rb"in (\d+) syncs", err)
     syncs = int(m.group(1)) if m else None
-    print(f"{name:14s} {n / elapsed:>10,.0f} msg/s  {elapsed:6.2f}s  peak RSS {rss:6.1f} MB  "
+    print(f"{name:14s} {n / elapsed:>10,.0f} msg/s  {elapsed:6.2f}s  {cpu / n * 1e6:4.2f} CPU-s/M  peak RSS {rss:6.1f} MB  "
           + (f"{syncs / elapsed:,.0f} syncs/s" if syncs else "syncs/s n/a") + f"  records on disk {records:,}",
           flush=True)
     return n / elapsed
@@ -71,9 +75,10 @@ def run_one(name, cmd, sb, topic, ch, n, out: Path, mif: int):
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--messages", type=int, default=1_000_000)
-    ap.add_argument("--max-in-flight", type=int, default=200)
+    ap.add_argument("--messages", type=int, default=500_000)
+    ap.add_argument("--max-in-flight", type=int, default=2500)
     ap.add_argument("--sync-interval", default="30s")
+    ap.add_argument("--rounds", type=int, default=3, help="alternated runs of each")
     a = ap.parse_args()
     n = a.messages
     with Sandbox(NsqdOptions(mem_queue_size=n + 10), with_lookupd=False) as sb, \
@@ -81,16 +86,22 @@ def main() -> None:
         addr = sb.nsqd.tcp_address
         print(f"{n:,} x 100 B, --max-in-flight {a.max_in_flight}, --sync-interval {a.sync_interval}, gzip")
         common = [f"--max-in-flight={a.max_in_flight}", f"--sync-interval={a.sync_interval}", "--gzip"]
-        prepublish(addr, "tf_go", n, 100)
-        go = run_one("nsq_to_file", [find_binary("nsq_to_file"), "--topic=tf_go", "--channel=c",
-                                     f"--nsqd-tcp-address={addr}", f"--output-dir={tmp}/go", *common],
-                     sb, "tf_go", "c", n, Path(tmp) / "go", a.max_in_flight)
-        prepublish(addr, "tf_ours", n, 100)
-        ours = run_one("nsqcli to-file", [str(ROOT / ".venv/bin/nsqcli"), "to-file", "-t", "tf_ours", "-c", "c",
-                                          "--nsqd-tcp-address", addr, "--output-dir", f"{tmp}/ours",
-                                          "--no-live", *common],
-                       sb, "tf_ours", "c", n, Path(tmp) / "ours", a.max_in_flight)
-        print(f"ratio nsqcli/nsq_to_file: {ours / go:.2f}x")
+        ratios = []
+        for r in range(a.rounds):
+            prepublish(addr, f"tf_go{r}", n, 100)
+            go = run_one("nsq_to_file", [find_binary("nsq_to_file"), f"--topic=tf_go{r}", "--channel=c",
+                                         f"--nsqd-tcp-address={addr}", f"--output-dir={tmp}/go{r}", *common],
+                         sb, f"tf_go{r}", "c", n, Path(tmp) / f"go{r}", a.max_in_flight)
+            prepublish(addr, f"tf_ours{r}", n, 100)
+            ours = run_one("nsqcli to-file", [str(ROOT / ".venv/bin/nsqcli"), "to-file", "-t", f"tf_ours{r}", "-c", "c",
+                                              "--nsqd-tcp-address", addr, "--output-dir", f"{tmp}/ours{r}",
+                                              "--no-live", *common],
+                           sb, f"tf_ours{r}", "c", n, Path(tmp) / f"ours{r}", a.max_in_flight)
+            ratios.append(ours / go)
+            for t in (f"tf_go{r}", f"tf_ours{r}"):
+                http_json(sb.nsqd.http_address, "/topic/delete", {"topic": t}, method="POST", timeout=120)
+        print("ratio nsqcli/nsq_to_file: " + ", ".join(f"{x:.2f}x" for x in ratios)
+              + f" (median {statistics.median(ratios):.2f}x)")
 
 
 if __name__ == "__main__":
