@@ -256,6 +256,8 @@ class ResponseParser:
             k, _, v = line.partition(":")
             headers[k.strip().lower()] = v.strip()
         self.status, self.reason = int(parts[1]), parts[2] if len(parts) > 2 else ""
+        if parts[0] == "HTTP/1.0" and headers.get("connection", "").lower() != "keep-alive":
+            headers["connection"] = "close"  # HTTP/1.0 closes after the answer unless it says otherwise
         self.buf = buf[end + 4:]
         if self.status in (204, 304) or 100 <= self.status < 200:
             self._frame, self.rest = "none", self.buf

@@ -76,26 +76,39 @@ def _retry_after(value: str | None) -> float | None:
 
 
 class _Job:
-    __slots__ = ("body", "on_done", "on_start", "token", "first", "tried", "left", "errors")
+    __slots__ = ("body", "on_done", "on_start", "token", "first", "tried", "left", "errors", "resent")
 
     def __init__(self, body: bytes, on_done, on_start, token):
         self.body, self.on_done, self.on_start, self.token = body, on_done, on_start, token
+        self.resent = False  # sent again once after a kept-alive connection closed unanswered
         self.first = self.tried = self.left = 0
         self.errors: list[Failed] = []
 
 
-class _Conn:
-    """One connection to an endpoint; at most one exchange on it at a time (no pipelining)."""
+def _nothing_back(conn) -> bool:
+    """Not one byte of an answer came on this exchange."""
+    return conn.parser is not None and not conn.parser.buf and not conn.parser.status
 
-    __slots__ = ("ep", "sock", "state", "job", "out", "parser", "deadline", "connect_deadline")
+
+class _Conn:
+    """One connection to a server (scheme, host, port); at most one exchange on it at a time (no
+    pipelining). Endpoints on the same server share connections: ``target`` is the endpoint of
+    the exchange under way."""
+
+    __slots__ = ("ep", "sock", "state", "job", "target", "out", "parser", "deadline", "connect_deadline",
+                 "reused", "used", "reserved")
 
     def __init__(self, ep: Endpoint, sock):
         self.ep, self.sock = ep, sock
         self.state = "connecting"  # -> ("handshake" ->) "idle" <-> "busy"
         self.job: _Job | None = None
+        self.target: Endpoint | None = None
         self.out = memoryview(b"")
         self.parser: ResponseParser | None = None
         self.deadline = self.connect_deadline = 0.0
+        self.reused = False  # the exchange under way is not the connection's first
+        self.used = False
+        self.reserved: tuple | None = None  # (job, endpoint, deadline) this new connection is for
 
 
 class Deliverer:
@@ -157,7 +170,7 @@ class Deliverer:
     def _wake(self) -> None:
         try:
             os.write(self._wake_w, b"x")
-        except BlockingIOError:
+        except OSError:  # full (it is awake anyway), or closed (the I/O thread is done)
             pass
 
     # -- the I/O thread -------------------------------------------------------------------------
@@ -165,20 +178,24 @@ class Deliverer:
         sel = self._sel
         try:
             while True:
-                self._start_jobs()
-                with self._lock:
-                    if self._closing and not self._jobs and not self._queue:
-                        return
-                wait = self._expire(time.monotonic())
-                for key, events in sel.select(wait):
-                    conn = key.data
-                    if conn is None:
-                        try:
-                            os.read(self._wake_r, 4096)
-                        except BlockingIOError:
-                            pass
-                        continue
-                    self._ready(conn, events)
+                try:
+                    self._start_jobs()
+                    with self._lock:
+                        if self._closing and not self._jobs and not self._queue:
+                            return
+                    wait = self._expire(time.monotonic())
+                    for key, events in sel.select(wait):
+                        conn = key.data
+                        if conn is None:
+                            try:
+                                os.read(self._wake_r, 4096)
+                            except BlockingIOError:
+                                pass
+                            continue
+                        self._ready(conn, events)
+                except Exception:  # a bug: said, and the deliveries go on (a dead thread loses them all)
+                    log.exception("to-http: unexpected error in the delivery loop")
+                    time.sleep(0.01)
         finally:
             for conns in self._idle.values():
                 for c in conns:
@@ -214,34 +231,40 @@ class Deliverer:
             self._exchange(eps[job.first], job)
 
     def _exchange(self, ep: Endpoint, job: _Job) -> None:
-        """One request of ``job`` to ``ep``: on an idle connection, else when a connection to
-        ``ep`` is free or made. At most MAX_CONNECTING connects per endpoint at once: 100 at
-        once overflow a small listen backlog (5 in Python's http.server), and the dropped SYNs
-        come back only after a second or three - past --http-connect-timeout."""
+        """One request of ``job`` to ``ep``, within --http-timeout from now (waiting for a
+        connection included): on an idle connection to its server, else when one is free or
+        made. At most MAX_CONNECTING connects per server at once: 100 at once overflow a small
+        listen backlog (5 in Python's http.server), and the dropped SYNs come back only after a
+        second or three - past --http-connect-timeout."""
+        deadline = time.monotonic() + self.timeout
         idle = self._idle.get(ep.key)
         if idle:
-            self._begin(idle.pop(), job)
+            self._begin(idle.pop(), job, ep, deadline)
             return
-        self._waiting.setdefault(ep.key, collections.deque()).append((job, time.monotonic() + self.timeout))
-        self._more_connections(ep)
+        self._waiting.setdefault(ep.key, collections.deque()).append((job, ep, deadline))
+        self._more_connections(ep.key)
 
-    def _more_connections(self, ep: Endpoint) -> None:
-        waiting = self._waiting.get(ep.key)
-        while waiting and self._connecting.get(ep.key, 0) < min(MAX_CONNECTING, len(waiting)):
+    def _more_connections(self, key: tuple) -> None:
+        waiting = self._waiting.get(key)
+        while waiting and self._connecting.get(key, 0) < min(MAX_CONNECTING, len(waiting)):
             try:
-                self._connect(ep, time.monotonic())
+                self._connect(waiting[0][1], time.monotonic())
             except OSError as e:  # no connection to be had now: the oldest waiting job fails
-                job, _ = waiting.popleft()
+                job, ep, _ = waiting.popleft()
                 self._answered(ep, job, Failed(f"{ep.method} {ep.url}: {e.strerror or e}"))
 
-    def _begin(self, conn: _Conn, job: _Job) -> None:
-        ep = conn.ep
-        conn.job = job
-        conn.deadline = time.monotonic() + self.timeout
+    def _begin(self, conn: _Conn, job: _Job, ep: Endpoint, deadline: float) -> None:
         post = ep.method == "POST"
-        conn.out = memoryview(build_request(ep.method, ep.target(job.body), ep.host_header,
-                                            job.body if post else None,
-                                            self.post_headers if post else self.get_headers))
+        try:
+            request = build_request(ep.method, ep.target(job.body), ep.host_header, job.body if post else None,
+                                    self.post_headers if post else self.get_headers)
+        except (ValueError, UnicodeError) as e:  # this body cannot make a request (a GET URL)
+            self._usable(conn)
+            self._answered(ep, job, Failed(f"{ep.method} {ep.url}: cannot make the request: {e}"))
+            return
+        conn.reused, conn.used = conn.used, True
+        conn.job, conn.target, conn.deadline = job, ep, deadline
+        conn.out = memoryview(request)
         conn.parser = ResponseParser(b"")
         conn.state = "busy"
         self._busy.add(conn)
@@ -249,10 +272,11 @@ class Deliverer:
 
     def _usable(self, conn: _Conn) -> None:
         """A connection is free (connected, or done with an answer): the next waiting job for
-        its endpoint, else idle."""
+        its server, else idle."""
         waiting = self._waiting.get(conn.ep.key)
         if waiting:
-            self._begin(conn, waiting.popleft()[0])
+            job, ep, deadline = waiting.popleft()
+            self._begin(conn, job, ep, deadline)
         else:
             conn.state = "idle"
             self._idle.setdefault(conn.ep.key, []).append(conn)
@@ -279,8 +303,12 @@ class Deliverer:
     def _connected(self, conn: _Conn) -> None:
         self._opening.discard(conn)
         self._connecting[conn.ep.key] -= 1
-        self._usable(conn)
-        self._more_connections(conn.ep)
+        if conn.reserved is not None:
+            reserved, conn.reserved = conn.reserved, None
+            self._begin(conn, *reserved)
+        else:
+            self._usable(conn)
+        self._more_connections(conn.ep.key)
 
     def _ready(self, conn: _Conn, events: int) -> None:
         try:
@@ -299,12 +327,14 @@ class Deliverer:
                 return
             if events & selectors.EVENT_WRITE and conn.out:
                 self._send(conn)
+                if conn.parser is None:  # it failed
+                    return
             if events & selectors.EVENT_READ:
                 self._read(conn)
         except ResponseError as e:
-            self._fail(conn, str(e))
+            self._fail(conn, str(e), closed=_nothing_back(conn))
         except OSError as e:
-            self._fail(conn, getattr(e, "strerror", None) or str(e))
+            self._fail(conn, getattr(e, "strerror", None) or str(e), closed=_nothing_back(conn))
 
     def _start_tls(self, conn: _Conn) -> None:
         import ssl
@@ -331,16 +361,20 @@ class Deliverer:
         self._connected(conn)
 
     def _send(self, conn: _Conn) -> None:
+        """Write what is left of the request; a failure fails the exchange (never raises)."""
         import ssl
 
-        while conn.out:
-            try:
-                n = conn.sock.send(conn.out)
-            except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
-                self._sel.modify(conn.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, conn)
-                return
-            conn.out = conn.out[n:]
-        self._sel.modify(conn.sock, selectors.EVENT_READ, conn)
+        try:
+            while conn.out:
+                try:
+                    n = conn.sock.send(conn.out)
+                except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
+                    self._sel.modify(conn.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, conn)
+                    return
+                conn.out = conn.out[n:]
+            self._sel.modify(conn.sock, selectors.EVENT_READ, conn)
+        except OSError as e:
+            self._fail(conn, getattr(e, "strerror", None) or str(e), closed=_nothing_back(conn))
 
     def _read(self, conn: _Conn) -> None:
         import ssl
@@ -363,33 +397,52 @@ class Deliverer:
                 return
 
     def _done(self, conn: _Conn) -> None:
-        p, ep, job = conn.parser, conn.ep, conn.job
-        conn.parser, conn.job = None, None
+        """An answer came: the job first (so nothing done with the connection can lose it),
+        then the connection is reused - unless the server closes it, sent more than the answer,
+        or answered before the whole request was sent."""
+        p, job, ep = conn.parser, conn.job, conn.target
+        reuse = not (p.headers.get("connection", "").lower() == "close" or p.rest or conn.out)
+        conn.parser = conn.job = conn.target = None
         self._busy.discard(conn)
-        if p.headers.get("connection", "").lower() == "close" or p.rest:
-            self._drop(conn)
-            self._more_connections(ep)
-        else:
-            self._usable(conn)
         post = ep.method == "POST"
         ok = 200 <= p.status < 300 if post else p.status == 200
-        error = None if ok else Failed(f"{ep.method} {ep.url}: HTTP {p.status} {p.reason}",
-                                       _retry_after(p.headers.get("retry-after")))
-        self._answered(ep, job, error)
+        self._answered(ep, job, None if ok else Failed(f"{ep.method} {ep.url}: HTTP {p.status} {p.reason}",
+                                                       _retry_after(p.headers.get("retry-after"))))
+        if reuse:
+            self._usable(conn)
+        else:
+            self._drop(conn)
+            self._more_connections(conn.ep.key)
 
-    def _fail(self, conn: _Conn, what: str) -> None:
-        """The connection is done for: its job fails - or, while it was being made for the jobs
-        waiting, the oldest of them (each attempt at a dead endpoint gets its own error)."""
-        job, ep = conn.job, conn.ep
+    def _fail(self, conn: _Conn, what: str, closed: bool = False) -> None:
+        """The connection is done for: its exchange fails - or, while it was being made for the
+        jobs waiting, the oldest of them (each attempt at a dead server gets its own error).
+        ``closed``: the server closed or reset it before any answer. On a kept-alive connection
+        that is the race of a server closing it while idle: the request goes once more on a new
+        connection (at least once: the server may have taken it)."""
+        job, ep = conn.job, conn.target or conn.ep
+        if conn.parser is None:
+            job = None  # no exchange under way (idle, or already answered)
         opening = conn in self._opening
+        resend = closed and conn.reused and job is not None and not job.resent
         self._drop(conn)
         if job is None and opening:
-            waiting = self._waiting.get(ep.key)
-            if waiting:
-                job = waiting.popleft()[0]
+            if conn.reserved is not None:
+                job, ep, _ = conn.reserved
+            else:
+                waiting = self._waiting.get(conn.ep.key)
+                if waiting:
+                    job, ep, _ = waiting.popleft()
         if job is not None:
-            self._answered(ep, job, Failed(f"{ep.method} {ep.url}: {what}"))
-        self._more_connections(ep)
+            if resend:  # on a connection of its own: an idle one may be just as stale
+                job.resent = True
+                try:
+                    self._connect(ep, time.monotonic()).reserved = (job, ep, time.monotonic() + self.timeout)
+                except OSError as e:
+                    self._answered(ep, job, Failed(f"{ep.method} {ep.url}: {e.strerror or e}"))
+            else:
+                self._answered(ep, job, Failed(f"{ep.method} {ep.url}: {what}"))
+        self._more_connections(conn.ep.key)
 
     def _drop(self, conn: _Conn) -> None:
         if conn in self._opening:
@@ -412,7 +465,7 @@ class Deliverer:
         wait = 1.0
         for conn in list(self._opening):
             if now >= conn.connect_deadline:
-                self._fail(conn, "timed out")
+                self._fail(conn, "timed out (connecting)")
             else:
                 wait = min(wait, conn.connect_deadline - now)
         for conn in list(self._busy):
@@ -420,13 +473,12 @@ class Deliverer:
                 self._fail(conn, "timed out")
             else:
                 wait = min(wait, conn.deadline - now)
-        for key, waiting in self._waiting.items():
-            while waiting and now >= waiting[0][1]:
-                job, _ = waiting.popleft()
-                ep = next(e for e in self.endpoints if e.key == key)
+        for waiting in list(self._waiting.values()):  # a failover below may add a server
+            while waiting and now >= waiting[0][2]:
+                job, ep, _ = waiting.popleft()
                 self._answered(ep, job, Failed(f"{ep.method} {ep.url}: timed out (no connection)"))
             if waiting:
-                wait = min(wait, waiting[0][1] - now)
+                wait = min(wait, waiting[0][2] - now)
         return max(0.0, wait)
 
     def _answered(self, ep: Endpoint, job: _Job, error: Failed | None) -> None:

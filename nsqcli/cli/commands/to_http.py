@@ -81,6 +81,12 @@ def to_http(app, topic, channel, posts, gets, headers, content_type, mode, sampl
         if not sep or not key.strip():
             raise click.UsageError(f"--header {h!r} must be 'Key: value'")
         hdrs[key.strip()] = value.strip()
+    for text in [*headers, content_type]:
+        try:
+            text.encode("latin-1")
+        except UnicodeEncodeError:
+            raise click.UsageError(f"{text!r}: HTTP headers are latin-1; encode other text "
+                                   "(e.g. percent- or base64-encode it)") from None
     for name, value in (("--http-timeout", http_timeout), ("--http-connect-timeout", http_connect_timeout)):
         if value <= 0:
             raise click.BadParameter("must be more than 0", param_hint=f"'{name}'")
@@ -172,8 +178,10 @@ def to_http(app, topic, channel, posts, gets, headers, content_type, mode, sampl
         done.set()
         if view is not None:
             view.stop()
-        # every request in flight is answered (FIN or REQ) before the consumer closes; the ones
+        # no more messages (CLS; what still arrives goes back at once, not round and round),
+        # every request in flight is answered (FIN or REQ) before the consumer closes, the ones
         # not started go back at once
+        c.drain(timeout=5)
         for m in deliverer.close(timeout=http_timeout * len(endpoints) + 5):
             m.requeue(delay=0, backoff=False)
         c.stop(timeout=15)
