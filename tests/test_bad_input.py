@@ -143,6 +143,7 @@ CASES = [
     (["to-http", "-t", "t", "--post", "http://h/", "--sample", "0"], 2, r"'--sample': 0\.0 is not in the range"),
     (["to-http", "-t", "t", "--post", "http://h/", "--http-timeout", "0"], 2, r"'--http-timeout': must be more than 0"),
     (["to-http", "-t", "t", "--post", "http://h/", "--header", "X-Name: 日本"], 2, r"HTTP headers are latin-1"),
+    (["to-http", "-t", "t", "--post", "http://h/€"], 2, r"percent-encode what is not ASCII"),
     (["topic", "delete", "t", "--nsqd-http-address", DEAD], 2, r"delete is destructive: add --yes"),
     (["topic", "frob", "t"], 2, r"No such command 'frob'"),
     (["channel", "create", "t"], 2, r"missing CHANNEL \(nsqcli channel create TOPIC \[CHANNEL\], or -c CHANNEL\)"),

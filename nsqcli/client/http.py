@@ -214,8 +214,13 @@ class ResponseParser:
     def feed(self, data: bytes) -> bool:
         closed = not data
         self.buf += data
-        if self._frame is None and not self._head(closed):
-            return False
+        while self._frame is None:
+            if not self._head(closed):
+                return False
+            if 100 <= self.status < 200 and self.status != 101:  # 100 Continue & co: the answer follows
+                self._frame, self.headers = None, {}
+                if closed and not self.buf:
+                    raise ResponseError("the server closed the connection after an interim answer")
         if self._frame == "length":
             if len(self.buf) < self._need:
                 if closed:

@@ -38,6 +38,8 @@ class Endpoint:
         parts = urllib.parse.urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"invalid URL {url!r}: expected http(s)://HOST[:PORT]/PATH")
+        if not url.isascii():
+            raise ValueError(f"invalid URL {url!r}: percent-encode what is not ASCII")
         if method == "GET" and url.count("%s") != 1:
             raise ValueError(f"a --get URL needs exactly one %s (replaced by the query-escaped body): {url!r}")
         self.scheme, self.host = parts.scheme, parts.hostname
@@ -76,11 +78,10 @@ def _retry_after(value: str | None) -> float | None:
 
 
 class _Job:
-    __slots__ = ("body", "on_done", "on_start", "token", "first", "tried", "left", "errors", "resent")
+    __slots__ = ("body", "on_done", "on_start", "token", "first", "tried", "left", "errors")
 
     def __init__(self, body: bytes, on_done, on_start, token):
         self.body, self.on_done, self.on_start, self.token = body, on_done, on_start, token
-        self.resent = False  # sent again once after a kept-alive connection closed unanswered
         self.first = self.tried = self.left = 0
         self.errors: list[Failed] = []
 
@@ -165,13 +166,22 @@ class Deliverer:
             self._queue.clear()
         self._wake()
         self._thread.join(timeout)
+        if not self._thread.is_alive():
+            with self._lock:
+                if self._wake_w >= 0:
+                    os.close(self._wake_r)
+                    os.close(self._wake_w)
+                    self._wake_r = self._wake_w = -1
         return [j.token for j in left]
 
     def _wake(self) -> None:
-        try:
-            os.write(self._wake_w, b"x")
-        except OSError:  # full (it is awake anyway), or closed (the I/O thread is done)
-            pass
+        with self._lock:
+            if self._wake_w < 0:  # closed: the I/O thread is done
+                return
+            try:
+                os.write(self._wake_w, b"x")
+            except BlockingIOError:  # full: it is awake anyway
+                pass
 
     # -- the I/O thread -------------------------------------------------------------------------
     def _run(self) -> None:
@@ -202,9 +212,7 @@ class Deliverer:
                     c.sock.close()
             for c in list(self._busy) + list(self._opening):
                 c.sock.close()
-            sel.close()
-            os.close(self._wake_r)
-            os.close(self._wake_w)
+            sel.close()  # the wake pipe: close() closes it once this thread is gone
 
     def _start_jobs(self) -> None:
         while self._jobs < self.concurrency:
@@ -424,7 +432,9 @@ class Deliverer:
         if conn.parser is None:
             job = None  # no exchange under way (idle, or already answered)
         opening = conn in self._opening
-        resend = closed and conn.reused and job is not None and not job.resent
+        # (the resend goes on a new connection, whose first request is never resent: at most
+        # once per request - per endpoint of a fanout, not once per message)
+        resend = closed and conn.reused and job is not None
         self._drop(conn)
         if job is None and opening:
             if conn.reserved is not None:
@@ -435,7 +445,6 @@ class Deliverer:
                     job, ep, _ = waiting.popleft()
         if job is not None:
             if resend:  # on a connection of its own: an idle one may be just as stale
-                job.resent = True
                 try:
                     self._connect(ep, time.monotonic()).reserved = (job, ep, time.monotonic() + self.timeout)
                 except OSError as e:

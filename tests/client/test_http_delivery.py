@@ -178,6 +178,7 @@ ANSWERS = [
     (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2;x=1\r\nde\r\n0\r\nT: 1\r\n\r\n",
      200, b"abcde"),
     (b"HTTP/1.0 500 Oops\r\n\r\nuntil close", 500, b"until close"),
+    (b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\nok", 201, b"ok"),
 ]
 
 
@@ -278,21 +279,25 @@ def _http10(c):
     return False
 
 
+@pytest.mark.parametrize("mode", ["hostpool", "fanout"])
 @pytest.mark.parametrize("script", [_reset_after_answer, _close_after_answer, _http10])
-def test_servers_that_drop_kept_alive_connections_lose_nothing(script):
+def test_servers_that_drop_kept_alive_connections_lose_nothing(script, mode):
     """Each answer then a reset / a close without 'Connection: close' / HTTP/1.0: every job is
     answered (a reset after an answer once killed the I/O thread: to-http hung with 187
     messages in flight), delivered - a request that meets a connection closed while idle goes
-    once more on a new one - and close() returns."""
+    once more on a new one, each request of a fanout too (one resend per message left the
+    second endpoint failing) - and close() returns, twice."""
     srv = RawServer(script)
-    d = make([srv.url + "/x"], timeout=5, concurrency=20)
+    d = make([srv.url + "/a", srv.url + "/b"], mode, timeout=5, concurrency=20)
     try:
         errors = deliver_all(d, [b"%d" % i for i in range(200)], timeout=30)
     finally:
         assert d.close(10) == []
+        assert d.close(1) == []
         srv.close()
     assert d._thread.is_alive() is False
     assert errors.count(None) == 200, [str(e) for e in errors if e][:3]
+    assert srv.requests <= (400 if mode == "fanout" else 200) * 2  # at least once, at most twice
 
 
 def test_endpoints_on_one_server_each_get_their_own_requests(servers):
