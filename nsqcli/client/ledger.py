@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import collections
 
-from ..protocol import encode_mpub
-from ..protocol.commands import mpub_size
+from ..protocol.commands import encode_mpub_checked, mpub_size
 
 
 class Entry:
@@ -42,8 +41,8 @@ class Entry:
 
     def command(self) -> bytes:
         batch = self.batch
-        if type(batch) is list:
-            return encode_mpub(self.topic, batch)
+        if type(batch) is list:  # the producer's batching checked every body and the topic
+            return encode_mpub_checked(self.topic, batch, self.nbytes)
         return batch.command()
 
     def bodies(self) -> list[bytes]:

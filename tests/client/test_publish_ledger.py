@@ -24,6 +24,7 @@ from nsqcli import Config
 from nsqcli.client.ledger import Ledger, fit
 from nsqcli.client.producer import Producer
 from nsqcli.errors import PublishError, Timeout, TransportError
+from nsqcli.protocol import encode_mpub
 from nsqcli.protocol.commands import mpub_size
 
 BUDGET = settings(max_examples=80, deadline=None, derandomize=True, database=None,
@@ -92,6 +93,7 @@ class LedgerMachine(RuleBasedStateMachine):
             assert e.start == pos
             assert e.bodies() == self.taken[pos:pos + e.count]
             assert e.nbytes == mpub_size(e.bodies())
+            assert e.command() == encode_mpub("t", e.bodies())  # framed without a second check, same bytes
             pos += e.count
         assert pos == len(self.taken)
 
