@@ -50,11 +50,6 @@ class Message:
                            self.attempts, nsqd, topic, channel)
 
 
-def plain_message(msg_id: bytes, body: bytes, timestamp: int, attempts: int, responder=None) -> Message:
-    """The decoder's default message factory: plain data, the responder (if any) ignored."""
-    return Message(msg_id, body, timestamp, attempts)
-
-
 def decode_message(payload: bytes | memoryview) -> Message:
     """Decode a message frame payload; raises RemoteProtocolError when it is too short."""
     if len(payload) < MESSAGE_HEADER_SIZE:

@@ -165,3 +165,43 @@ def test_random_bytes_only_raise_protocol_error(data):
                     break
         except RemoteProtocolError:
             pass
+
+
+def test_client_message_decoded_like_constructed():
+    """decode_all makes messages without __init__ (hot path): every slot the client's Message
+    has must still be set, exactly as its constructor sets it."""
+    from nsqcli.client.message import Message as ClientMessage
+
+    handle = object()
+    dec = FrameDecoder()
+    dec.receive_data(MESSAGE + RESPONSE + frame(FRAME_MESSAGE, msg_payload(b"", attempts=65535)))
+    got = [x for x in dec.decode_all(handle, ClientMessage) if type(x) is ClientMessage]
+    want = [ClientMessage(MID, b"hello", 1_700_000_000_123_456_789, 1, handle),
+            ClientMessage(MID, b"", 1_700_000_000_123_456_789, 65535, handle)]
+    slots = [s for cls in ClientMessage.__mro__ for s in getattr(cls, "__slots__", ())]
+    assert len(slots) == 7
+    for g, w in zip(got, want, strict=True):
+        assert {s: getattr(g, s) for s in slots} == {s: getattr(w, s) for s in slots}
+    plain = FrameDecoder()
+    plain.receive_data(MESSAGE)
+    (m,) = plain.decode_all()
+    assert type(m) is Message and (m.id, m.body, m.attempts) == (MID, b"hello", 1)
+
+
+def test_big_frame_in_small_pieces_is_joined_once():
+    """A frame arriving in many recvs is not re-joined on every one (that was quadratic)."""
+    body = b"z" * 200_000
+    data = frame(FRAME_MESSAGE, msg_payload(body)) + RESPONSE
+    dec = FrameDecoder()
+    dec.receive_data(data[:100])
+    assert dec.decode_all() == []
+    pieces = 0
+    for i in range(100, len(data) - 1000, 1000):
+        dec.receive_data(data[i:i + 1000])
+        assert dec.decode_all() == []
+        pieces += 1
+    assert len(dec._chunks) == pieces + 1  # kept as received: the header said how much is needed
+    dec.receive_data(data[100 + pieces * 1000:])
+    out = dec.decode_all()
+    assert [type(x) for x in out] == [Message, Frame] and out[0].body == body
+    assert dec.buffered == 0
