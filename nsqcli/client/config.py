@@ -22,6 +22,12 @@ class TLSConfig(Record, frozen=True):
     server_hostname: str | None = None      # default: the host part of the nsqd address
 
 
+#: nsqd's default --max-output-buffer-size; asked for by consumers with enough in flight to fill it
+BIG_OUTPUT_BUFFER = 64 * 1024
+#: ~BIG_OUTPUT_BUFFER / (100-byte messages + 34 bytes of framing)
+BIG_BUFFER_RDY = 500
+
+
 class Config(Record, frozen=True):
     # -- connection (go-nsq: dial_timeout 1s, read_timeout 60s, write_timeout 1s) ---------------
     dial_timeout: float = 1.0
@@ -29,7 +35,13 @@ class Config(Record, frozen=True):
     read_timeout: float = 60.0
     write_timeout: float = 10.0             # go-nsq 1s; 10s tolerates a loaded loopback nsqd
     heartbeat_interval: float = 30.0        # go-nsq 30s; <= 0 disables
-    output_buffer_size: int | None = None   # go-nsq 16384; None = nsqd's default
+    # go-nsq 16384. None: nsqd's default (16 KiB), except for a consumer with max_in_flight >=
+    # BIG_BUFFER_RDY, which asks for 64 KiB (nsqd's default maximum; an nsqd started with a lower
+    # --max-output-buffer-size refuses it, and the connection retries with nsqd's default). nsqd
+    # then writes 4x fewer, bigger chunks: measured 8-10% less consumer CPU at 1M x 100 B, and
+    # fewer context switches on both sides. It adds nothing to latency: a partial buffer is sent
+    # after output_buffer_timeout whatever its size.
+    output_buffer_size: int | None = None
     # go-nsq 250ms. nsqd holds a partial output buffer up to this long before sending it: with
     # 250 ms a `tail` shows a lone message a quarter second late, and a consumer starting at
     # RDY 1 waits that long for its first message. At high rates the 16 KiB buffer fills first,
@@ -96,8 +108,11 @@ class Config(Record, frozen=True):
             "deflate_level": self.deflate_level,
             "sample_rate": self.sample_rate,
         }
-        if self.output_buffer_size is not None:
-            body["output_buffer_size"] = self.output_buffer_size
+        size = self.output_buffer_size
+        if size is None and self.max_in_flight >= BIG_BUFFER_RDY:
+            size = BIG_OUTPUT_BUFFER
+        if size is not None:
+            body["output_buffer_size"] = size
         if self.output_buffer_timeout is not None:
             body["output_buffer_timeout"] = ms(self.output_buffer_timeout)
         if self.msg_timeout is not None:

@@ -27,7 +27,7 @@ import threading
 import time
 
 from .config import Config
-from ..errors import (LocalProtocolError, NSQError, ReadError, RemoteProtocolError, Timeout,
+from ..errors import (LocalProtocolError, NSQError, ReadError, RemoteProtocolError, ServerError, Timeout,
                       TransportError)
 from ..protocol import NEED_DATA, FrameDecoder
 from ..protocol.commands import CLS
@@ -147,10 +147,22 @@ class Connection:
             end = min(end, deadline)
         if end <= now:
             raise Timeout("deadline passed before connecting", self.address)
+        self.session.subscribed = subscribe is not None
+        identify = cfg.identify()
         self._stream = self._dial(self.address, min(cfg.dial_timeout, end - now))
         try:
-            self.session.subscribed = subscribe is not None
-            self._handshake(Handshake(cfg.identify(), cfg.auth_secret, subscribe, self.address), end)
+            try:
+                self._handshake(Handshake(identify, cfg.auth_secret, subscribe, self.address), end)
+            except ServerError as e:
+                if cfg.output_buffer_size is not None or "output buffer size" not in str(e):
+                    raise
+                # the 64 KiB buffer Config asks for on its own (see Config.output_buffer_size) is
+                # above this nsqd's --max-output-buffer-size: again, with nsqd's default
+                self._stream.close()
+                del identify["output_buffer_size"]
+                self._decoder = FrameDecoder(cfg.max_frame_size)
+                self._stream = self._dial(self.address, min(cfg.dial_timeout, self._remaining(end, "IDENTIFY")))
+                self._handshake(Handshake(identify, cfg.auth_secret, subscribe, self.address), end)
         except RemoteProtocolError as e:
             self._stream.close()
             self.state = CLOSED

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from helpers import consume, http_get_json
 from nsq_fixtures import AuthServer, make_cert
 
 from nsqcli import Config, Consumer, Producer
 from nsqcli.client.config import TLSConfig
-from nsqcli.errors import AuthError, ConnectError, PublishError, TransportError
+from nsqcli.errors import AuthError, ConnectError, NSQError, PublishError, TransportError
 
 BODIES = [b"plain", b"with\nnewline", bytes(range(256)), b"\x00" * 10, "é✓".encode(), b"x" * 100_000]
 
@@ -97,3 +99,36 @@ def test_tls_client_certificate_required(nsqd_factory, certs, tmp_path, topic):
         assert client["tls"] and client["tls_version"] in ("TLS1.2", "TLS1.3")
     with pytest.raises(PublishError):
         Producer(server.tcp_address, Config(tls=TLSConfig(enabled=True, ca_file=cert))).publish(topic, b"x")
+
+
+@pytest.mark.parametrize("server_max, mif, want", [(None, 1000, 65536), (None, 10, 16384),
+                                                   (32768, 1000, 16384)])
+def test_output_buffer_chosen_for_the_consumer(nsqd_factory, topic, server_max, mif, want):
+    """A consumer with enough in flight asks nsqd for 64 KiB output buffers (fewer, bigger
+    writes); an nsqd whose --max-output-buffer-size is lower refuses that, and the connection
+    is made again with nsqd's default - the user sees messages, not E_BAD_BODY."""
+    server = nsqd_factory(extra_args=[f"--max-output-buffer-size={server_max}"] if server_max else [])
+    with Producer(server.tcp_address) as p:
+        p.multi_publish(topic, BODIES)
+    got = []
+    c = Consumer(topic, "c", got.append, nsqd_tcp_addresses=[server.tcp_address],
+                 config=Config(max_in_flight=mif))
+    c.start()
+    try:
+        deadline = time.monotonic() + 10
+        while len(got) < len(BODIES) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert sorted(m.body for m in got) == sorted(BODIES)
+        (handle,) = c._handles.values()
+        assert handle.conn.features["output_buffer_size"] == want
+    finally:
+        c.stop()
+
+
+def test_output_buffer_the_user_chose_is_not_second_guessed(nsqd_factory, topic):
+    server = nsqd_factory(extra_args=["--max-output-buffer-size=32768"])
+    c = Consumer(topic, "c", lambda m: None, nsqd_tcp_addresses=[server.tcp_address],
+                 config=Config(max_in_flight=1000, output_buffer_size=65536))
+    with pytest.raises(NSQError, match="output buffer size"):
+        c.start()
+    c.stop()
