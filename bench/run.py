@@ -241,11 +241,13 @@ def main() -> None:
                 results["cli_tail"] / results["go_nsq_tail"]))
             return
         # -- consumers: alternate the contenders, --repeat times each, report medians --------
-        runs: dict[str, list] = {"nsqcli_consumer": [], "nsqcli_consumer_each": [], "go_bench_reader": []}
+        runs: dict[str, list] = {"nsqcli_consumer": [], "nsqcli_consumer_each": [], "go_bench_reader": [],
+                                 "raw_reader": []}
         for i in range(args.repeat):
             for key, fn in (("nsqcli_consumer", lambda t: py_reader("nsqcli", sb, t, n)),
                             ("nsqcli_consumer_each", lambda t: py_reader("nsqcli-each", sb, t, n)),
-                            ("go_bench_reader", lambda t: go_reader(sb, t, n))):
+                            ("go_bench_reader", lambda t: go_reader(sb, t, n)),
+                            ("raw_reader", lambda t: py_reader("raw", sb, t, n))):
                 t = f"sub_{key}_{i}"
                 prepublish(addr, t, n, 100)
                 c0 = children_cpu()
@@ -254,7 +256,8 @@ def main() -> None:
                 delete_topic(sb, t)
         for key, label in (("nsqcli_consumer", "nsqcli Consumer, FIN (batch handler)"),
                            ("nsqcli_consumer_each", "nsqcli Consumer, FIN (per message)"),
-                           ("go_bench_reader", "Go bench_reader (receive all)")):
+                           ("go_bench_reader", "Go bench_reader (receive all)"),
+                           ("raw_reader", "reference: raw CPython reader")):
             report(results, key, label, n, runs[key])
         if not args.skip_pynsq:
             prepublish(addr, "sub_pynsq", n, 100)
@@ -288,6 +291,7 @@ def main() -> None:
             ratios["mpub_vs_pynsq_writer"] = r["cli_mpub"] / r["pynsq_writer_mpub"]
     ratios |= {"consumer_vs_bench_reader": r["nsqcli_consumer"] / r["go_bench_reader"],
                "per_message_consumer_vs_bench_reader": r["nsqcli_consumer_each"] / r["go_bench_reader"],
+               "raw_python_reader_vs_bench_reader": r["raw_reader"] / r["go_bench_reader"],
               "mpub_vs_bench_writer": r["nsqcli_mpub"] / r["go_bench_writer"],
               "pub_startup_vs_to_nsq": r["nsqcli_pub_s"] / r["to_nsq_s"]}
     if "pynsq_reader" in r:

@@ -1,5 +1,5 @@
 """Consumers run in their own process by bench/run.py, each draining N messages and printing
-'<count> <seconds>'. Usage: python -m bench.workers nsqcli|pynsq ADDRESS TOPIC N"""
+'<count> <seconds>'. Usage: python -m bench.workers nsqcli|nsqcli-each|raw|pynsq ADDRESS TOPIC N"""
 
 from __future__ import annotations
 
@@ -37,6 +37,50 @@ def nsqcli_consumer(address: str, topic: str, n: int, per_message: bool = False)
     elapsed = time.perf_counter() - start
     c.stop()
     return count[0], elapsed
+
+
+def raw_reader(address: str, topic: str, n: int) -> tuple[int, float]:
+    """A reference, not a client: the least a CPython reader can do - one thread, no message
+    objects, no handler, no flow control: recv, find each message id, one FIN write per recv
+    (as bench_reader, it asks for RDY 2500; like our consumer, for 64 KiB output buffers)."""
+    import json
+    import socket
+    import struct
+
+    host, port = address.rsplit(":", 1)
+    s = socket.create_connection((host, int(port)))
+    ident = json.dumps({"client_id": "raw", "hostname": "raw", "output_buffer_size": 65536}).encode()
+    s.sendall(b"  V2IDENTIFY\n" + struct.pack(">l", len(ident)) + ident
+              + f"SUB {topic} bench\nRDY 2500\n".encode())
+    header = struct.Struct(">lL").unpack_from
+    buf, got, start = b"", -2, time.perf_counter()  # -2: the OKs to IDENTIFY and SUB
+    while got < n:
+        data = s.recv(262144)
+        if not data:
+            break
+        buf += data
+        off, size_all, ids = 0, len(buf), []
+        while size_all - off >= 8:
+            size, ftype = header(buf, off)
+            end = off + 4 + size
+            if end > size_all:
+                break
+            if ftype == 2:
+                ids.append(buf[off + 18:off + 34])
+            elif ftype == 1:
+                raise SystemExit(f"raw reader: nsqd said {buf[off + 8:end]!r}")
+            elif buf[off + 8:end] == b"_heartbeat_":
+                s.sendall(b"NOP\n")
+            else:
+                got += 1  # an OK
+            off = end
+        buf = buf[off:]
+        if ids:
+            got += len(ids)
+            s.sendall(b"FIN " + b"\nFIN ".join(ids) + b"\n")
+    elapsed = time.perf_counter() - start
+    s.close()
+    return got, elapsed
 
 
 def pynsq_consumer(address: str, topic: str, n: int) -> tuple[int, float]:
@@ -111,6 +155,8 @@ if __name__ == "__main__":
     else:
         if kind.startswith("nsqcli"):
             got, secs = nsqcli_consumer(address, topic, int(arg), per_message=kind == "nsqcli-each")
+        elif kind == "raw":
+            got, secs = raw_reader(address, topic, int(arg))
         else:
             got, secs = pynsq_consumer(address, topic, int(arg))
     print(got, secs, flush=True)
