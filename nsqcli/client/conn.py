@@ -69,7 +69,7 @@ class ConnectionDelegate:
     """What a Connection tells its owner (go-nsq's delegates.go), always on the connection's
     I/O thread; none of these may block. The defaults do nothing."""
 
-    def on_messages(self, conn: "Connection", msgs: list) -> None:
+    def on_messages(self, conn: "Connection", msgs: list, nbytes: int) -> None:
         """Messages arrived (one recv's worth, in order)."""
 
     def on_response(self, conn: "Connection", data: bytes) -> None:
@@ -278,9 +278,9 @@ class Connection:
         try:
             # frames read with the handshake's reply came before anything queued was written:
             # they cannot answer it
-            items = decoder.decode_all(self.responder, Message)
-            if items:
-                self._dispatch(items, delegate)
+            msgs, frames, nbytes = decoder.decode(self.responder, Message)
+            if msgs or frames:
+                self._dispatch(msgs, frames, nbytes, delegate)
             if decoder.error is not None:
                 raise decoder.error
             while not self._closing or self._wbuf:
@@ -311,9 +311,9 @@ class Connection:
                         raise ReadError("connection closed by nsqd", self.address)
                     last_read = time.monotonic()
                     decoder.receive_data(data)
-                    items = decoder.decode_all(self.responder, Message)
-                    if items:
-                        self._dispatch(items, delegate)
+                    msgs, frames, nbytes = decoder.decode(self.responder, Message)
+                    if msgs or frames:
+                        self._dispatch(msgs, frames, nbytes, delegate)
                     if decoder.error is not None:  # garbage after good frames: fail now, not
                         raise decoder.error        # when (if ever) more data arrives
                 if time.monotonic() - last_read > stale_after:
@@ -328,9 +328,9 @@ class Connection:
         that explains the close. Read and dispatch it (a fatal error frame raises) so that no
         acknowledged publish is reported unknown and resent."""
         for _ in self._read_until_eof(sel):
-            items = self._decoder.decode_all(self.responder, Message)
-            if items:
-                self._dispatch(items, delegate)
+            msgs, frames, nbytes = self._decoder.decode(self.responder, Message)
+            if msgs or frames:
+                self._dispatch(msgs, frames, nbytes, delegate)
 
     def _linger(self, sel) -> None:
         """Close politely: half-close, then read until nsqd closes its side. Closing with unread
@@ -345,7 +345,8 @@ class Connection:
         for _ in self._read_until_eof(sel):
             try:
                 with self._wlock:
-                    msgs, events = self.session.receive(self._decoder.decode_all(None, Message))
+                    msgs, frames, _ = self._decoder.decode(None, Message)
+                    events = self.session.receive_frames(frames, bool(msgs))
             except RemoteProtocolError:
                 return
             self.late_messages += len(msgs)
@@ -370,11 +371,11 @@ class Connection:
             self._decoder.receive_data(data)
             yield
 
-    def _dispatch(self, items: list, delegate) -> None:
+    def _dispatch(self, msgs: list, frames: list, nbytes: int, delegate) -> None:
         """Frames through the session (under the write lock: publishes are matched in the
         order they were written), then messages to the delegate, then the events."""
         with self._wlock:
-            msgs, events = self.session.receive(items)
+            events = self.session.receive_frames(frames, bool(msgs))
             nops = self.session.data_to_send()
             if nops:
                 self._wbuf += nops
@@ -382,7 +383,7 @@ class Connection:
                 self._closing = True              # wakes on it must not reuse this connection
                 self.state = CLOSING
         if msgs:
-            self._deliver(msgs, delegate)
+            self._deliver(msgs, nbytes, delegate)
         fatal = None
         for event in events:
             if type(event) is Answered:
@@ -417,10 +418,10 @@ class Connection:
         err.not_processed = False
         return err
 
-    def _deliver(self, msgs: list, delegate) -> None:
+    def _deliver(self, msgs: list, nbytes: int, delegate) -> None:
         self.received += len(msgs)
         self.last_message = time.time()
-        delegate.on_messages(self, msgs)
+        delegate.on_messages(self, msgs, nbytes)
 
     def _flush(self) -> None:
         """Send everything queued (the I/O thread; on plain TCP also a writer, see send())."""

@@ -375,10 +375,10 @@ class Consumer(ConnectionDelegate):
         return wait
 
     # -- delegate callbacks (connection I/O threads) ----------------------------------------
-    def on_messages(self, conn: Connection, msgs: list) -> None:
+    def on_messages(self, conn: Connection, msgs: list, nbytes: int) -> None:
+        """``msgs`` from one read, ``nbytes`` the bytes of their bodies."""
         handle = conn.responder  # already attached to each message by the decoder
         with self._lock:
-            nbytes = sum([len(m.body) for m in msgs]) if self.flow.max_in_flight_bytes else 0
             changes = self.flow.received(conn, len(msgs), time.monotonic(), nbytes)
             if changes:
                 self._send_rdy(changes)

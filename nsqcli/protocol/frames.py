@@ -129,21 +129,39 @@ class FrameDecoder:
         return Frame(ftype, buf[8:4 + size])
 
     def decode_all(self, responder=None, message=Message) -> list:
-        """Every complete frame buffered: ``message`` instances for message frames, ``Frame``
-        for responses and errors, in order.
+        """Every complete frame buffered, in order: ``message`` instances for message frames
+        (see :meth:`decode`), ``Frame`` for responses and errors."""
+        out: list = []
+        self._decode(out, out, responder, message)
+        return out
 
-        ``message`` is the protocol Message or a subclass. Hot path: instances are made with
+    def decode(self, responder=None, message=Message) -> tuple[list, list, int]:
+        """The hot path: every complete frame buffered as ``(messages, other frames, bytes of
+        the messages' bodies)``, each list in order.
+
+        ``message`` is the protocol Message or a subclass. Instances are made with
         ``object.__new__`` and their slots set here, not through ``__init__`` (a class call
         running a Python ``__init__`` cost ~300 ns a message on CPython 3.11, the slot stores
         ~60). A subclass (the client's Message) also gets ``responder``, ``responded=False``
-        and ``auto_response=True``: the handle on the connection it came from, beside the data."""
+        and ``auto_response=True``: the handle on the connection it came from, beside the data.
+        The body bytes come from the frame sizes (summing len(body) over the list cost the
+        consumer ~4% of its CPU)."""
+        msgs: list = []
+        frames: list = []
+        nbytes = self._decode(msgs, frames, responder, message)
+        return msgs, frames, nbytes
+
+    def _decode(self, msgs: list, frames: list, responder, message) -> int:
+        """Append messages to ``msgs`` and other frames to ``frames`` (the same list for
+        decode_all); returns the bytes of the message bodies appended."""
         buf = self._first()
         if buf is None:
-            return []
+            return 0
         n = len(buf)
         off = 0
-        out = []
-        append = out.append
+        first = len(msgs)
+        nframes = framed = 0  # other frames appended, and their bytes on the wire
+        append = msgs.append
         unpack_header = _HEADER.unpack_from
         unpack_msg = _MSG.unpack_from
         max_size = self.max_frame_size
@@ -176,11 +194,14 @@ class FrameDecoder:
                 end = off + 4 + size
                 if end > n or ftype == FRAME_MESSAGE:  # (a whole message frame was taken above)
                     break
-                append(Frame(ftype, buf[off + 8:end]))
+                frames.append(Frame(ftype, buf[off + 8:end]))
+                nframes += 1
+                framed += end - off
                 off = end
         except RemoteProtocolError:
-            if not out:
+            if len(msgs) == first and not nframes:
                 raise  # otherwise hand over the good frames; the next call raises
         finally:
             self._keep(buf, off)
-        return out
+        nmsgs = len(msgs) - first - (nframes if msgs is frames else 0)
+        return off - framed - 34 * nmsgs

@@ -370,18 +370,23 @@ class Session:
     def receive(self, items: list) -> tuple[list, list]:
         """Decoded frames in (``FrameDecoder.decode_all``), ``(messages, events)`` out, in
         order within each list. Raises RemoteProtocolError for an answer nobody asked for."""
-        msgs, events = [], []
-        for item in items:
-            if type(item) is not Frame:
-                msgs.append(item)
-            elif item.type == FRAME_ERROR:
-                self._error(server_error(item.data, self.address), events)
-            else:
-                self._response(item.data, events)
-        if msgs and not self.subscribed:
+        msgs = [item for item in items if type(item) is not Frame]
+        return msgs, self.receive_frames([item for item in items if type(item) is Frame], bool(msgs))
+
+    def receive_frames(self, frames: list, messages: bool = False) -> list:
+        """The hot path (``FrameDecoder.decode`` keeps messages apart): responses and errors
+        in, events out, in order; ``messages``: messages came too (on a connection that did not
+        subscribe that is a protocol error, raised before any answer is taken)."""
+        if messages and not self.subscribed:
             where = f"{self.address}: " if self.address else ""
             raise RemoteProtocolError(f"{where}a message on a connection that did not subscribe")
-        return msgs, events
+        events: list = []
+        for frame in frames:
+            if frame.type == FRAME_ERROR:
+                self._error(server_error(frame.data, self.address), events)
+            else:
+                self._response(frame.data, events)
+        return events
 
     def _response(self, data: bytes, events: list) -> None:
         if data == HEARTBEAT:

@@ -205,3 +205,42 @@ def test_big_frame_in_small_pieces_is_joined_once():
     out = dec.decode_all()
     assert [type(x) for x in out] == [Message, Frame] and out[0].body == body
     assert dec.buffered == 0
+
+
+frames_or_messages = st.one_of(
+    messages.map(lambda m: (m, frame(FRAME_MESSAGE, m.encode()))),
+    st.binary(max_size=40).map(lambda d: (Frame(FRAME_RESPONSE, d), frame(FRAME_RESPONSE, d))),
+    st.binary(max_size=40).map(lambda d: (Frame(FRAME_ERROR, d), frame(FRAME_ERROR, d))))
+
+
+@settings(max_examples=200, deadline=None)
+@given(items=st.lists(frames_or_messages, max_size=20), cuts=st.lists(st.integers(1, 60), max_size=40))
+def test_decode_splits_like_decode_all_and_counts_body_bytes(items, cuts):
+    """decode() (the hot path) gives decode_all's items apart - messages, other frames - each
+    in order, and the exact bytes of the bodies, for any split of the stream."""
+    stream = b"".join(wire for _, wire in items)
+    dec = FrameDecoder()
+    msgs, frames, nbytes, pos = [], [], 0, 0
+    for c in cuts + [len(stream)]:
+        dec.receive_data(stream[pos:pos + c])
+        pos += c
+        m, f, b = dec.decode()
+        assert b == sum(len(x.body) for x in m)
+        msgs += m
+        frames += f
+        nbytes += b
+    want = [x for x, _ in items]
+    assert [(m.id, m.body, m.timestamp, m.attempts) for m in msgs] == \
+           [(m.id, m.body, m.timestamp, m.attempts) for m in want if type(m) is not Frame]
+    assert frames == [f for f in want if type(f) is Frame]
+    assert nbytes == sum(len(m.body) for m in want if type(m) is not Frame)
+    assert dec.buffered == 0
+
+
+def test_decode_hands_over_good_frames_before_garbage():
+    dec = FrameDecoder()
+    dec.receive_data(MESSAGE + RESPONSE + frame(9, b""))
+    msgs, frames, nbytes = dec.decode()
+    assert [m.body for m in msgs] == [b"hello"] and frames == [Frame(0, b"OK")] and nbytes == 5
+    with pytest.raises(RemoteProtocolError, match="unknown frame type 9"):
+        dec.decode()

@@ -162,6 +162,20 @@ def test_a_message_on_a_connection_that_did_not_subscribe_is_a_protocol_error():
     assert [m.body for m in msgs] == [b"body2"]
 
 
+def test_a_stray_message_fails_before_any_answer_is_taken():
+    """An OK read with the stray message is not matched to a publish: every publish written
+    stays unknown (nsqd may have published it), none is reported published or lost."""
+    s = Session("n:1")
+    s.send(b"PUB t\n\x00\x00\x00\x01x", "p1")
+    s.flushed()
+    d = FrameDecoder()
+    d.receive_data(wire(FRAME_RESPONSE, b"OK") + msg_frame(3))
+    msgs, frames, _ = d.decode()
+    with pytest.raises(RemoteProtocolError, match="did not subscribe"):
+        s.receive_frames(frames, bool(msgs))
+    assert [(e.token, e.reason) for e in s.connection_lost()] == [("p1", "unknown")]
+
+
 def test_connection_lost_tells_written_from_never_written_publishes():
     s = Session()
     s.send(b"PUB t\n\x00\x00\x00\x01x", "written")
