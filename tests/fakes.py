@@ -204,6 +204,8 @@ class MemoryStream:
         self._r, self._w = os.pipe()
         self._timeout: float | None = None
         self.closed = False
+        self.plain = True  # other threads may send_nowait (Connection._send_now)
+        self.room: int | None = None  # bytes one send_nowait takes (None: all of them)
 
     @classmethod
     def dialer(cls, streams: list["MemoryStream"]):
@@ -261,6 +263,15 @@ class MemoryStream:
         if self.closed:
             raise WriteError("closed", self.address)
         self.sent += data
+
+    def send_nowait(self, data: bytes) -> int:
+        from nsqcli.errors import WriteError
+
+        if self.closed:
+            raise WriteError("closed", self.address)
+        n = len(data) if self.room is None else min(self.room, len(data))
+        self.sent += data[:n]
+        return n
 
     def upgrade_tls(self, cfg, timeout: float) -> None:
         raise AssertionError("no TLS on a memory stream")

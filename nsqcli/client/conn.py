@@ -7,12 +7,13 @@ AUTH -> (SUB/PUB...) -> CLS -> CLOSE_WAIT -> close.
 Threading: after the handshake ONE I/O thread reads: it decodes frames and feeds them to the
 session (which queues the NOP for a heartbeat and matches each publish to its answer).
 ``write()`` / ``send()`` pass the command through the session and append its bytes to a buffer
-under one lock. Who sends that buffer: on TLS (one SSL object must not be read and written
-concurrently) and for publishes, the I/O thread, woken through a pipe, so every command written
-between two wake-ups goes out in one ``send``; on plain TCP a FIN/REQ/TOUCH/RDY goes out at
-once from the writer's own thread (a handler's batch of FINs is one ``send``). Either way the
-send lock makes "take the buffer, send it" one step: commands leave in the order they were
-queued.
+under one lock. Who sends that buffer: on TLS or compression, and for publishes, the I/O
+thread, woken through a pipe, so every command written between two wake-ups goes out in one
+``send``; on plain TCP a FIN/REQ/TOUCH/RDY goes out at once from the writer's own thread (a
+handler's batch of FINs is one ``send``) - but only what the socket takes without waiting: the
+rest, or everything when another thread is sending, is left at the head of the buffer for the
+I/O thread, so a writer never blocks (it may hold the consumer's lock). The send lock makes
+"take the buffer, send it" one step: commands leave in the order they were queued.
 
 A publish is sent with a token (a :class:`~nsqcli.client.producer.Future`): the connection
 that sent it resolves it - OK, nsqd's error, or a TransportError when the connection closed
@@ -123,7 +124,7 @@ class Connection:
         # whoever takes the queued bytes sends them before anyone takes more: commands go out in
         # the order they were queued, from the I/O thread or (plain TCP) the writer's own thread
         self._send_lock = threading.Lock()
-        self._direct = False     # set after the handshake: not on TLS (see send())
+        self._direct = False     # set after the handshake: plain TCP only (see _send_now())
         self._send_error: TransportError | None = None
         self._woken = False
         self._wake_r = self._wake_w = -1
@@ -202,9 +203,10 @@ class Connection:
         self.msg_timeout = n.msg_timeout
         self.auth_info = hs.auth_info
         self._stream.enter_io_mode(self.config.write_timeout)
-        # one SSL object must not read in one thread while writing in another; compression is
-        # fine (separate compressor and decompressor; sends are serialised by _send_lock)
-        self._direct = self._stream.tls_version is None
+        # other threads may send directly on a plain socket only: one SSL object must not read
+        # in one thread while writing in another, and a compressed stream cannot hand a
+        # half-sent compressed remainder back to the queue
+        self._direct = self._stream.plain
         if self.config.auth_secret and not n.auth_required and self.config.on_notice is not None:
             self.config.on_notice(f"nsqd {self.address} does not use AUTH: the --auth-secret was not sent "
                                   "(is this the cluster you meant?)")
@@ -424,17 +426,33 @@ class Connection:
         delegate.on_messages(self, msgs, nbytes)
 
     def _flush(self) -> None:
-        """Send everything queued (the I/O thread; on plain TCP also a writer, see send())."""
-        if not self._wbuf:
+        """The I/O thread sends everything queued (blocking, bounded by the write timeout)."""
+        if not self._wbuf and not self._woken:
             return
         with self._send_lock:
             with self._wlock:
+                # a wake-up is used up even when a writer's own send took the queue meanwhile:
+                # left set, no later write would wake this thread again
+                self._woken = False
                 if not self._wbuf or self.state == CLOSED:
                     return
                 buf, self._wbuf = self._wbuf, []
-                self._woken = False
                 self.session.flushed()  # their answers may come from now on
-            self._stream.sendall(buf[0] if len(buf) == 1 else b"".join(buf))
+            try:
+                self._stream.sendall(buf[0] if len(buf) == 1 else b"".join(buf))
+            except TransportError as e:
+                self._broken(e)
+                raise
+
+    def _broken(self, e: TransportError) -> None:
+        """A send failed, maybe half-way through a command: nothing more may be written on this
+        stream (it would be read as garbage - nsqd answered "invalid command TOUCHFIN" - while
+        the writer counted it sent). Writers get TransportError from now on; the I/O thread,
+        woken, closes the connection with this error."""
+        with self._wlock:
+            if self._send_error is None:
+                self._send_error = e
+            self._wake()
 
     def _shutdown(self, error: BaseException | None) -> None:
         with self._wlock:  # no writer can queue (or wake through a reused fd) from here on
@@ -471,6 +489,8 @@ class Connection:
         with self._wlock:
             if self.state == CLOSED:
                 raise TransportError("connection is closed", self.address)
+            if self._send_error is not None:
+                raise TransportError(f"connection failed: {self._send_error}", self.address)
             try:
                 data = self.session.send(command, token)
             except LocalProtocolError as e:
@@ -478,32 +498,59 @@ class Connection:
             self._wbuf.append(data)
             if self._wake_w < 0 or threading.get_ident() == self._io_ident:
                 return
-            # FIN/REQ/TOUCH/RDY on plain TCP: sent now, from this thread. Waking the I/O thread
-            # to send them cost a pipe write, a select wake-up and a read per batch, and kept
-            # nsqd waiting for FINs: 1M x 100 B per-message consumer 2.75-3.5 s -> 2.1-2.35 s.
-            # Publishes (a token) and the close wake-up still go through the I/O thread, which
-            # coalesces them.
-            direct = self._direct and token is None and data and not self._closing
-            if not direct:
-                if not self._woken:
-                    self._woken = True
-                    try:  # under the lock: _shutdown cannot close (and the OS reuse) this fd meanwhile
-                        os.write(self._wake_w, b"w")
-                    except OSError:
-                        pass
+            # FIN/REQ/TOUCH/RDY on plain TCP: sent now, from this thread (_send_now). Waking
+            # the I/O thread to send them cost a pipe write, a select wake-up and a read per
+            # batch, and kept nsqd waiting for FINs: 1M x 100 B per-message consumer 2.75-3.5 s
+            # -> 2.1-2.35 s. Publishes (a token) and the close wake-up still go through the I/O
+            # thread, which coalesces them.
+            if not (self._direct and token is None and data and not self._closing):
+                self._wake()
                 return
+        self._send_now()
+
+    def _wake(self) -> None:
+        """(under _wlock) Have the I/O thread send what is queued."""
+        if not self._woken and self._wake_w >= 0:
+            self._woken = True
+            try:  # under the lock: _shutdown cannot close (and the OS reuse) this fd meanwhile
+                os.write(self._wake_w, b"w")
+            except OSError:
+                pass
+
+    def _send_now(self) -> None:
+        """A writer's thread sends what is queued - without ever blocking: the consumer calls
+        this holding its lock, and a stalled nsqd must not stall every other connection. When
+        another thread is sending, or the socket takes only part of it, the rest goes back to
+        the head of the queue for the I/O thread (blocking sends, write timeout) and nothing
+        jumps ahead of it."""
+        if not self._send_lock.acquire(blocking=False):
+            with self._wlock:  # whoever sends now took the queue before ours was in it
+                self._wake()
+            return
         try:
-            self._flush()
-        except TransportError as e:
-            with self._wlock:  # the I/O thread closes the connection and says why
-                if self._send_error is None:
-                    self._send_error = e
-                if self._wake_w >= 0:
-                    try:
-                        os.write(self._wake_w, b"w")
-                    except OSError:
-                        pass
-            raise
+            with self._wlock:
+                # ours may have been taken by a send that failed, or be left in a closed queue:
+                # then it was not written, and the writer must hear so (its FINs count as lost)
+                if self._send_error is not None:
+                    raise TransportError(f"connection failed: {self._send_error}", self.address)
+                if self.state == CLOSED:
+                    raise TransportError("connection is closed", self.address)
+                if not self._wbuf:
+                    return
+                buf, self._wbuf = self._wbuf, []
+                self.session.flushed()  # their answers may come from now on
+            data = buf[0] if len(buf) == 1 else b"".join(buf)
+            try:
+                sent = self._stream.send_nowait(data)
+            except TransportError as e:
+                self._broken(e)
+                raise
+            if sent < len(data):
+                with self._wlock:
+                    self._wbuf.insert(0, data[sent:])
+                    self._wake()
+        finally:
+            self._send_lock.release()
 
     def waiting_tokens(self) -> list:
         """The publishes sent on this connection and not answered yet, oldest first."""

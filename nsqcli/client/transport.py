@@ -190,6 +190,21 @@ class Stream:
         except OSError as e:
             raise WriteError(f"write failed: {e.strerror or e}", self.address) from e
 
+    @property
+    def plain(self) -> bool:
+        """No TLS, no compression: bytes go to the socket as they are (send_nowait is safe)."""
+        return self.tls_version is None and self._codec is None
+
+    def send_nowait(self, data: bytes) -> int:
+        """Send what the socket takes now, without waiting (plain TCP, no compression); returns
+        the bytes sent (0 when its buffer is full)."""
+        try:
+            return self.sock.send(data, socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return 0
+        except OSError as e:
+            raise WriteError(f"write failed: {e.strerror or e}", self.address) from e
+
     def upgrade_tls(self, cfg: TLSConfig, timeout: float) -> None:
         import ssl
 

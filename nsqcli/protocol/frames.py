@@ -45,18 +45,21 @@ class FrameDecoder:
     (a recv that holds only whole frames is decoded in place, without a copy; a big frame
     arriving in pieces is joined once, when it is complete)."""
 
-    __slots__ = ("_chunks", "_size", "_need", "max_frame_size", "_error")
+    __slots__ = ("_chunks", "_pos", "_size", "_need", "max_frame_size", "_error")
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE):
         self._chunks: list[bytes] = []
-        self._size = 0    # bytes in _chunks
+        self._pos = 0     # bytes of _chunks[0] already returned
+        self._size = 0    # bytes in _chunks not returned yet
         self._need = 8    # no whole frame before this many bytes
         self.max_frame_size = max_frame_size
         self._error: RemoteProtocolError | None = None
 
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
         if data:
-            self._chunks.append(data if type(data) is bytes else bytes(data))
+            if type(data) is not bytes:
+                data = bytes(data)  # (a memoryview's len counts items, not bytes)
+            self._chunks.append(data)
             self._size += len(data)
 
     @property
@@ -70,24 +73,36 @@ class FrameDecoder:
         the caller raises this after dispatching them, without waiting for more data)."""
         return self._error
 
-    def _joined(self) -> bytes:
-        chunks = self._chunks
+    def _joined(self) -> tuple[bytes, int]:
+        """(one buffer holding everything not returned, where that starts in it)."""
+        chunks, pos = self._chunks, self._pos
         if len(chunks) > 1:
-            chunks[:] = [b"".join(chunks)]
-        return chunks[0] if chunks else b""
+            first = memoryview(chunks[0])[pos:] if pos else chunks[0]
+            chunks[:] = [b"".join([first, *chunks[1:]])]
+            self._pos = pos = 0
+        return (chunks[0], pos) if chunks else (b"", 0)
 
     def _keep(self, buf: bytes, off: int) -> None:
-        """Everything before ``off`` was returned."""
-        self._chunks = [buf[off:]] if off < len(buf) else []
-        self._size = len(buf) - off
+        """Everything in ``buf`` before ``off`` was returned. The rest is kept in place (no
+        copy) while it is the larger part, copied once it is the smaller: a buffer of many
+        frames taken one next_frame() at a time is not copied again for every frame, and a
+        small partial frame does not keep a big read alive."""
+        left = len(buf) - off
+        if left <= 0:
+            self._chunks, self._pos = [], 0
+        elif left < off:
+            self._chunks, self._pos = [buf[off:]], 0
+        else:
+            self._chunks, self._pos = [buf], off
+        self._size = max(0, left)
         self._need = 8
 
     def take_buffered(self) -> bytes:
         """Remove and return the undecoded bytes (used when a compression upgrade starts:
         bytes after the last frame belong to the compressed stream)."""
-        data = self._joined()
+        buf, pos = self._joined()
         self._keep(b"", 0)
-        return data
+        return buf[pos:] if pos else buf
 
     def _check(self, size: int, ftype: int, buf: bytes, off: int = 0) -> None:
         if size < 4 or size > self.max_frame_size:
@@ -104,29 +119,31 @@ class FrameDecoder:
         if self._error is not None:
             raise self._error
 
-    def _first(self) -> bytes | None:
-        """The buffer, joined, when it may hold a whole frame; None when it cannot (its
-        header says more bytes are needed: nothing is joined or copied until they are)."""
+    def _first(self) -> tuple[bytes, int] | None:
+        """(the buffer, joined, and where the unreturned bytes start) when it may hold a whole
+        frame; None when it cannot (its header says more bytes are needed: nothing is joined or
+        copied until they are)."""
         if self._error is not None:
             raise self._error
         if self._size < self._need:
             return None
-        buf = self._joined()
-        size, ftype = _HEADER.unpack_from(buf)
-        self._check(size, ftype, buf)
-        if len(buf) < 4 + size:
+        buf, pos = self._joined()
+        size, ftype = _HEADER.unpack_from(buf, pos)
+        self._check(size, ftype, buf, pos)
+        if len(buf) - pos < 4 + size:
             self._need = 4 + size
             return None
-        return buf
+        return buf, pos
 
     def next_frame(self) -> Frame | _NeedData:
         """The next complete frame, or NEED_DATA. Raises RemoteProtocolError on garbage."""
-        buf = self._first()
-        if buf is None:
+        first = self._first()
+        if first is None:
             return NEED_DATA
-        size, ftype = _HEADER.unpack_from(buf)
-        self._keep(buf, 4 + size)
-        return Frame(ftype, buf[8:4 + size])
+        buf, pos = first
+        size, ftype = _HEADER.unpack_from(buf, pos)
+        self._keep(buf, pos + 4 + size)
+        return Frame(ftype, buf[pos + 8:pos + 4 + size])
 
     def decode_all(self, responder=None, message=Message) -> list:
         """Every complete frame buffered, in order: ``message`` instances for message frames
@@ -139,11 +156,12 @@ class FrameDecoder:
         """The hot path: every complete frame buffered as ``(messages, other frames, bytes of
         the messages' bodies)``, each list in order.
 
-        ``message`` is the protocol Message or a subclass. Instances are made with
-        ``object.__new__`` and their slots set here, not through ``__init__`` (a class call
-        running a Python ``__init__`` cost ~300 ns a message on CPython 3.11, the slot stores
-        ~60). A subclass (the client's Message) also gets ``responder``, ``responded=False``
-        and ``auto_response=True``: the handle on the connection it came from, beside the data.
+        ``message`` is a class: the protocol Message or a subclass (not a factory function).
+        Instances are made with ``object.__new__`` and their slots set here, not through
+        ``__init__`` (a class call running a Python ``__init__`` cost ~300 ns a message on
+        CPython 3.11, the slot stores ~60). A class with a ``responder`` attribute (the
+        client's Message) also gets ``responder``, ``responded=False`` and
+        ``auto_response=True``: the handle on the connection it came from, beside the data.
         The body bytes come from the frame sizes (summing len(body) over the list cost the
         consumer ~4% of its CPU)."""
         msgs: list = []
@@ -154,11 +172,12 @@ class FrameDecoder:
     def _decode(self, msgs: list, frames: list, responder, message) -> int:
         """Append messages to ``msgs`` and other frames to ``frames`` (the same list for
         decode_all); returns the bytes of the message bodies appended."""
-        buf = self._first()
-        if buf is None:
+        got = self._first()
+        if got is None:
             return 0
+        buf, off = got
+        start = off
         n = len(buf)
-        off = 0
         first = len(msgs)
         nframes = framed = 0  # other frames appended, and their bytes on the wire
         append = msgs.append
@@ -167,7 +186,7 @@ class FrameDecoder:
         max_size = self.max_frame_size
         min_size = MESSAGE_HEADER_SIZE + 4
         new = object.__new__
-        attach = message is not Message
+        attach = getattr(message, "responder", None) is not None  # a slot: the client's Message
         try:
             while True:
                 while n - off >= 34:  # whole message frames: one unpack gives the header
@@ -204,4 +223,4 @@ class FrameDecoder:
         finally:
             self._keep(buf, off)
         nmsgs = len(msgs) - first - (nframes if msgs is frames else 0)
-        return off - framed - 34 * nmsgs
+        return off - start - framed - 34 * nmsgs

@@ -238,3 +238,130 @@ def test_backoff_never_waits_on_an_nsqd_that_has_nothing_to_give(nsqd_factory, t
     finally:
         c.stop(5)
     assert sorted(handler.got + failed) == sorted(b"m%d" % i for i in range(30))
+
+
+def test_commands_sent_in_part_keep_their_order():
+    """Through a memory stream whose socket takes 7 bytes per non-blocking send: FINs and
+    REQs from four threads go out partly from their own threads, the rest through the I/O
+    thread - every command arrives whole, each thread's in its order, nothing twice."""
+    from fakes import FRAME_RESPONSE, MemoryStream, frame, message
+
+    ids = [b"%016d" % i for i in range(200)]
+    stream = MemoryStream()
+    stream.room = 7
+    c = Consumer("t", "c", pull=True, nsqd_tcp_addresses=["memory:1"], dial=MemoryStream.dialer([stream]),
+                 config=Config(max_in_flight=500, heartbeat_interval=0, read_timeout=30))
+    stream.feed(frame(FRAME_RESPONSE, b"OK"))  # IDENTIFY
+    stream.feed(frame(FRAME_RESPONSE, b"OK") + b"".join(message(b"m", i) for i in ids))
+    c.start()
+    try:
+        got = wait_for(lambda: c.held == len(ids) and c.poll(len(ids), timeout=0.5), what="held messages")
+        assert len(got) == len(ids)
+        parts = [got[i::4] for i in range(4)]
+        answer = [lambda ms: [c.finish_many([m]) for m in ms], lambda ms: [c.requeue_many([m]) for m in ms]]
+        threads = [threading.Thread(target=answer[i % 2], args=(p,)) for i, p in enumerate(parts)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)
+        c.set_max_in_flight(4)  # a last command: once it is out, so is everything before it
+        stream.wait_sent(b"RDY 4\n")
+        lines = bytes(stream.sent).split(b"\n")
+        answered = [ln for ln in lines if ln.startswith((b"FIN ", b"REQ "))]
+        assert sorted(ln.split()[1] for ln in answered) == sorted(ids)  # each once, each whole
+        for i, p in enumerate(parts):
+            verb = b"FIN " if i % 2 == 0 else b"REQ "
+            mine = [ln.split()[1] for ln in answered if ln.startswith(verb) and ln.split()[1] in {m.id for m in p}]
+            assert mine == [m.id for m in p]
+        assert c.lost_responses == 0
+    finally:
+        stream.feed(None)
+        c.stop(timeout=2)
+
+
+def test_an_nsqd_that_stops_reading_does_not_stall_the_others(nsqd, topic):
+    """A scripted nsqd sends message after message but never reads: the FINs for it fill both
+    socket buffers. The handler writing them must not block (it holds the consumer's lock), or
+    every other connection - here a real nsqd - stalls until the write timeout."""
+    import socket as socket_module
+
+    from fakes import FakeNsqd, message
+
+    from nsqcli import Producer
+
+    stop = threading.Event()
+
+    def never_reads(peer):
+        peer.sock.setsockopt(socket_module.SOL_SOCKET, socket_module.SO_RCVBUF, 4096)
+        peer.handshake()          # SUB
+        peer.respond(b"OK")
+        _line = peer.command()    # RDY
+        i = 0
+        while not stop.is_set() and i < 400_000:  # ~8 MB of FINs come back, and are not read
+            peer.send(b"".join(message(b"x", b"%016d" % (i + k)) for k in range(500)))
+            i += 500
+        stop.wait(30)
+
+    with FakeNsqd(never_reads) as fake:
+        got = Bodies()
+        c = Consumer(topic, "c", got, nsqd_tcp_addresses=[fake.address, nsqd.tcp_address],
+                     config=Config(max_in_flight=5000, write_timeout=30, max_attempts=0))
+        c.start()
+        try:
+            seen = []
+
+            def stalled():  # no more of its messages for a second: its FINs fill the buffers
+                seen.append(len(got.got))
+                return len(seen) > 20 and seen[-1] == seen[-21] > 1000
+
+            wait_for(stalled, timeout=60, what="the scripted nsqd's connection stalled")
+            with Producer(nsqd.tcp_address) as p:
+                p.multi_publish(topic, [b"real %d" % i for i in range(100)])
+            t0 = time.monotonic()
+            wait_for(lambda: sum(1 for b in got.got if b.startswith(b"real")) == 100, timeout=20,
+                     what="the real nsqd's messages handled while the other one stalls")
+            assert time.monotonic() - t0 < 10  # not after the 30 s write timeout
+        finally:
+            stop.set()
+            c.stop(timeout=5)
+
+
+def test_nothing_is_written_after_a_send_failed_half_way():
+    """A send that fails half-way leaves half a command on the wire: whatever followed it would
+    be read as garbage (nsqd answered "invalid command TOUCHFIN") while the writer counted it
+    sent. After it, every FIN is refused and counted as lost, and no byte more goes out."""
+    from fakes import FRAME_RESPONSE, MemoryStream, frame, message
+
+    from nsqcli.errors import WriteError
+
+    ids = [b"%016d" % i for i in range(4)]
+    stream = MemoryStream()
+    stream.room = 0  # the socket takes nothing without waiting: the I/O thread sends
+    torn = []
+
+    def sendall_half(data):
+        if not torn and data.startswith(b"FIN "):
+            torn.append(data)
+            stream.sent += data[: len(data) // 2]
+            raise WriteError("write timed out", stream.address)
+        stream.sent += data
+
+    stream.sendall = sendall_half
+    c = Consumer("t", "c", pull=True, nsqd_tcp_addresses=["memory:1"], dial=MemoryStream.dialer([stream]),
+                 config=Config(max_in_flight=5, heartbeat_interval=0, read_timeout=30), on_error=lambda e: None)
+    stream.feed(frame(FRAME_RESPONSE, b"OK"))  # IDENTIFY
+    stream.feed(frame(FRAME_RESPONSE, b"OK") + b"".join(message(b"m", i) for i in ids))
+    c.start()
+    try:
+        got = wait_for(lambda: c.held == 4 and c.poll(4, timeout=0.5), what="held messages")
+        assert c.finish_many(got[:1]) == []  # queued for the I/O thread: its send tears
+        wait_for(lambda: torn, what="the torn send")
+        after = len(stream.sent)
+        lost = c.finish_many(got[1:])
+        assert [m.id for m in lost] == ids[1:]
+        assert c.lost_responses == 3
+        time.sleep(0.2)
+        assert len(stream.sent) == after  # not a byte after the torn command
+    finally:
+        stream.feed(None)
+        c.stop(timeout=2)
