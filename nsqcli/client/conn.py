@@ -280,9 +280,7 @@ class Connection:
         try:
             # frames read with the handshake's reply came before anything queued was written:
             # they cannot answer it
-            msgs, frames, nbytes = decoder.decode(self.responder, Message)
-            if msgs or frames:
-                self._dispatch(msgs, frames, nbytes, delegate)
+            self._dispatch_buffered(delegate)
             if decoder.error is not None:
                 raise decoder.error
             while not self._closing or self._wbuf:
@@ -313,9 +311,7 @@ class Connection:
                         raise ReadError("connection closed by nsqd", self.address)
                     last_read = time.monotonic()
                     decoder.receive_data(data)
-                    msgs, frames, nbytes = decoder.decode(self.responder, Message)
-                    if msgs or frames:
-                        self._dispatch(msgs, frames, nbytes, delegate)
+                    self._dispatch_buffered(delegate)
                     if decoder.error is not None:  # garbage after good frames: fail now, not
                         raise decoder.error        # when (if ever) more data arrives
                 if time.monotonic() - last_read > stale_after:
@@ -330,9 +326,7 @@ class Connection:
         that explains the close. Read and dispatch it (a fatal error frame raises) so that no
         acknowledged publish is reported unknown and resent."""
         for _ in self._read_until_eof(sel):
-            msgs, frames, nbytes = self._decoder.decode(self.responder, Message)
-            if msgs or frames:
-                self._dispatch(msgs, frames, nbytes, delegate)
+            self._dispatch_buffered(delegate)
 
     def _linger(self, sel) -> None:
         """Close politely: half-close, then read until nsqd closes its side. Closing with unread
@@ -372,6 +366,12 @@ class Connection:
                 return
             self._decoder.receive_data(data)
             yield
+
+    def _dispatch_buffered(self, delegate) -> None:
+        """Decode every whole frame received and dispatch them."""
+        msgs, frames, nbytes = self._decoder.decode(self.responder, Message)
+        if msgs or frames:
+            self._dispatch(msgs, frames, nbytes, delegate)
 
     def _dispatch(self, msgs: list, frames: list, nbytes: int, delegate) -> None:
         """Frames through the session (under the write lock: publishes are matched in the
@@ -478,7 +478,8 @@ class Connection:
     # -- API for any thread ------------------------------------------------------------------
     def write(self, data: bytes) -> None:
         """Send a command that gets no answer (FIN, RDY, REQ, TOUCH, CLS...): on plain TCP from
-        this thread, at once (with whatever else is queued); on TLS through the I/O thread.
+        this thread, at once (with whatever else is queued); on TLS or a compressed stream
+        through the I/O thread.
         Raises TransportError when the connection is closed or the send failed."""
         self.send(data)
 
