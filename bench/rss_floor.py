@@ -4,10 +4,12 @@
 
 Each line is the RSS (VmRSS) of a fresh process of a regular install (as pip installs it for
 users: bytecode compiled, no editable finder) after importing one more layer: the interpreter,
-click (the CLI framework every command stands on), the standard library a connected archiving
-consumer needs, nsqcli's own to-file modules, then `nsqcli to-file` itself connected to a real
-nsqd and idle. The last line is nsq_to_file idle on the same nsqd. Peak RSS under load is what
-bench.to_file reports; this script shows how much of it is there before the first message.
+the standard library a connected archiving consumer needs, the modules the handed-off to-file
+image loads (nsqcli.cli.handoff: no click), then `nsqcli to-file` itself connected to a real nsqd
+and idle. For reference, what click adds to a process, and what the to-file process held
+before the hand-off (click and the command's modules). The first line is nsq_to_file idle on
+the same nsqd. Peak RSS under load is what bench.to_file reports; this script shows how much
+of it is there before the first message.
 """
 
 from __future__ import annotations
@@ -22,9 +24,13 @@ from nsqcli.sandbox import Sandbox, find_binary
 
 from .startup import regular_install
 
-STDLIB = ("socket, selectors, threading, logging, json, gzip, zlib, dataclasses, pathlib, re, signal, "
+STDLIB = ("socket, selectors, threading, logging, json, gzip, zlib, pathlib, re, signal, "
           "struct, random, collections, queue, errno, time, os")
-NSQCLI = "nsqcli.cli, nsqcli.cli.app, nsqcli.cli.commands.to_file, nsqcli.archive.archiver, nsqcli.records"
+#: what the handed-off image imports (nsqcli.entry -> nsqcli.cli.handoff -> nsqcli.cli.archiving)
+NSQCLI = ("nsqcli.entry, nsqcli.cli.handoff, nsqcli.cli.archiving, nsqcli.cli.signals, nsqcli.archive.archiver, "
+          "nsqcli.records, nsqcli.client.consumer")
+#: what the first image holds when it hands off
+CLICK = "click, nsqcli.cli.root, nsqcli.cli.commands.to_file"
 RSS = "print([l for l in open('/proc/self/status') if l.startswith('VmRSS')][0].split()[1])"
 
 
@@ -61,9 +67,8 @@ def main() -> None:
                    f"--output-dir={tmp}/go", "--gzip"])
         layers = [
             ("python -c pass", imported(py, "")),
-            ("+ click", imported(py, "click")),
-            ("+ the stdlib a consumer needs", imported(py, f"click, {STDLIB}")),
-            ("+ nsqcli's to-file modules", imported(py, f"click, {STDLIB}, {NSQCLI}")),
+            ("+ the stdlib a consumer needs", imported(py, STDLIB)),
+            ("+ the handed-off image's modules", imported(py, f"{STDLIB}, {NSQCLI}")),
             ("nsqcli to-file, connected, idle", idle([str(exe), "to-file", "-t", "rss", "-c", "c2",
                                                       "--nsqd-tcp-address", addr, "--output-dir", f"{tmp}/ours",
                                                       "--gzip", "--no-live"])),
@@ -71,6 +76,9 @@ def main() -> None:
         print(f"{'nsq_to_file, connected, idle':34s} {go / 1024:6.1f} MB")
         for label, kb in layers:
             print(f"{label:34s} {kb / 1024:6.1f} MB  {kb / go:4.2f}x nsq_to_file")
+        base = imported(py, "")
+        print(f"(click alone adds {(imported(py, 'click') - base) / 1024:.1f} MB; the first image, with click "
+              f"and the command, holds {imported(py, f'{STDLIB}, {NSQCLI}, {CLICK}') / 1024:.1f} MB)")
         print(f"nsq_to_file x 1.5 = {go * 1.5 / 1024:.1f} MB", flush=True)
 
 

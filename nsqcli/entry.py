@@ -44,12 +44,18 @@ def main() -> None:
     from .stdio import repair_closed_streams
 
     repair_closed_streams()  # `<&-`, `>&-`, `2>&-`: the same on the fast path as through click
+    if "NSQCLI_HANDOFF" in os.environ:  # this image was exec()ed by a command handing itself off
+        from .cli.handoff import resume
+
+        resume()
     if os.environ.get("NSQCLI_NO_FAST_PATH", "") in ("", "0"):
         plan = fast_pub_plan(sys.argv[1:])
         if plan is not None:
             sys.exit(_guarded(plan))
+    from .cli import handoff
     from .cli import main as cli_main
 
+    handoff.enable()  # a daemon may continue in a fresh image without click (nsqcli.cli.handoff)
     cli_main()
 
 
@@ -57,7 +63,7 @@ def main() -> None:
 
 #: NSQCLI_* variables the fast path honours, or that no option of pub reads (set by `nsqcli
 #: sandbox` or for other commands); any other one set sends the run to click, which knows them all
-_ENV_KNOWN = {"NSQCLI_NSQD_TCP_ADDRESS", "NSQCLI_DEBUG", "NSQCLI_CONFIG_DIR", "NSQCLI_NO_FAST_PATH",
+_ENV_KNOWN = {"NSQCLI_NSQD_TCP_ADDRESS", "NSQCLI_DEBUG", "NSQCLI_CONFIG_DIR", "NSQCLI_NO_FAST_PATH", "NSQCLI_NO_HANDOFF",
               "NSQCLI_NSQD_HTTP_ADDRESS", "NSQCLI_SANDBOX_PID", "NSQCLI_NSQ_BIN", "NSQCLI_SPARK_MASTER",
               "NSQCLI_SPARK_REMOTE", "NSQCLI_DESTINATION_AUTH_SECRET"}
 _VALUED = {"-t": "topic", "--topic": "topic", "--nsqd-tcp-address": "nsqd", "--timeout": "timeout",

@@ -4,8 +4,8 @@ the NDJSON envelope, and templates of the documented fields (checked at start-up
 from __future__ import annotations
 
 import base64
-import datetime as _dt
 import json
+import time
 
 
 def split_records(chunks, delimiter: bytes = b"\n"):
@@ -22,8 +22,7 @@ def split_records(chunks, delimiter: bytes = b"\n"):
 
 def rfc3339(ns: int) -> str:
     secs, frac = divmod(ns, 1_000_000_000)
-    t = _dt.datetime.fromtimestamp(secs, _dt.timezone.utc)
-    return t.strftime("%Y-%m-%dT%H:%M:%S") + f".{frac:09d}Z"
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs)) + f".{frac:09d}Z"
 
 
 def envelope(m) -> dict:

@@ -26,17 +26,16 @@ import os
 import re
 import socket
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
+from ..client.record import Record
 from .files import fsync_dir, move_into
 
 DEFAULT_FILENAME_FORMAT = "<TOPIC>.<HOST><REV>.<DATETIME>.log"
 DEFAULT_DATETIME_FORMAT = "%Y-%m-%d_%H"
 
 
-@dataclass(frozen=True)
-class FileOptions:
+class FileOptions(Record, frozen=True):
     output_dir: str = "/tmp"
     work_dir: str | None = None
     filename_format: str = DEFAULT_FILENAME_FORMAT

@@ -12,8 +12,6 @@ import sys
 import threading
 import time
 
-import click
-
 from ..errors import NSQError
 
 EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, EXIT_DEADLINE = 0, 1, 2, 3
@@ -255,36 +253,50 @@ def _quiet_broken_pipe() -> None:
     sys.exit(EXIT_OK)
 
 
-def run(command: click.Command, args: list[str] | None = None) -> None:
+def run(command, args: list[str] | None = None) -> None:
     """Run the click command; map every outcome to an exit code at this one place."""
+    import click
+
     from ..stdio import repair_closed_streams
 
     repair_closed_streams()
-    try:
-        rc = command.main(args=args, prog_name="nsqcli", standalone_mode=False)
-    except click.exceptions.Exit as e:
-        sys.exit(e.exit_code)
-    except SystemExit as e:
-        if e.code == 1 and type(sys.stdout).__name__.endswith("PacifyFlushWrapper"):
-            _quiet_broken_pipe()  # click's own output (--help, -V) met a closed stdout: its exit 1 is ours 0
-        raise
-    except click.exceptions.NoArgsIsHelpError as e:  # `nsqcli topic`: its help, as bare `nsqcli` does
+
+    def main():
         try:
-            write_stdout(e.ctx.get_help() + "\n")
-        except (BrokenPipeError, StdoutClosed):
-            _quiet_broken_pipe()
-        rc = EXIT_OK
-    except click.UsageError as e:  # one line, naming the problem and where help is
-        cmd = e.ctx.command_path if e.ctx else "nsqcli"
-        message = " ".join(e.format_message().split())  # one line, even for click's "Choose from:" lists
-        write_stderr(f"nsqcli: error: {message} (see '{cmd} --help')")
-        sys.exit(EXIT_USAGE)
-    except click.ClickException as e:
-        write_stderr(f"nsqcli: error: {e.format_message()}")
-        sys.exit(e.exit_code)
-    except click.exceptions.Abort:
-        write_stderr("nsqcli: aborted")
-        sys.exit(130)
+            return command.main(args=args, prog_name="nsqcli", standalone_mode=False)
+        except click.exceptions.Exit as e:
+            sys.exit(e.exit_code)
+        except SystemExit as e:
+            if e.code == 1 and type(sys.stdout).__name__.endswith("PacifyFlushWrapper"):
+                _quiet_broken_pipe()  # click's own output (--help, -V) met a closed stdout: its exit 1 is ours 0
+            raise
+        except click.exceptions.NoArgsIsHelpError as e:  # `nsqcli topic`: its help, as bare `nsqcli` does
+            try:
+                write_stdout(e.ctx.get_help() + "\n")
+            except (BrokenPipeError, StdoutClosed):
+                _quiet_broken_pipe()
+            return EXIT_OK
+        except click.UsageError as e:  # one line, naming the problem and where help is
+            cmd = e.ctx.command_path if e.ctx else "nsqcli"
+            message = " ".join(e.format_message().split())  # one line, even for click's "Choose from:" lists
+            write_stderr(f"nsqcli: error: {message} (see '{cmd} --help')")
+            sys.exit(EXIT_USAGE)
+        except click.ClickException as e:
+            write_stderr(f"nsqcli: error: {e.format_message()}")
+            sys.exit(e.exit_code)
+        except click.exceptions.Abort:
+            write_stderr("nsqcli: aborted")
+            sys.exit(130)
+
+    run_guarded(main)
+
+
+def run_guarded(main) -> None:
+    """Call ``main()`` and exit with its code; the outcomes every run shares (click's own are
+    mapped by :func:`run`) become one line and their exit code. Click-free: a handed-off
+    process (nsqcli.cli.handoff) exits through here too."""
+    try:
+        rc = main()
     except Interrupted as e:
         import signal
 

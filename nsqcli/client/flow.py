@@ -33,7 +33,6 @@ the test connection is lost, another one (or the next to connect) takes over at 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
 
 STARVED_RATIO = 0.85
 #: weight of each smaller message in the average message size (bigger ones count at once)
@@ -42,15 +41,18 @@ SIZE_DECAY = 0.1
 LIMIT_GROWTH = 1.25
 
 
-@dataclass
 class ConnFlow:
-    key: object
-    max_rdy: int
-    rdy: int = 0
-    in_flight: int = 0
-    last_message: float = 0.0
-    rdy_since: float = 0.0
-    established: bool = False
+    """One connection's flow state (slots: set on every message, read on every RDY decision)."""
+
+    __slots__ = ("key", "max_rdy", "rdy", "in_flight", "last_message", "rdy_since", "established")
+
+    def __init__(self, key: object, max_rdy: int, rdy: int = 0, in_flight: int = 0, last_message: float = 0.0,
+                 rdy_since: float = 0.0, established: bool = False):
+        self.key, self.max_rdy, self.rdy, self.in_flight = key, max_rdy, rdy, in_flight
+        self.last_message, self.rdy_since, self.established = last_message, rdy_since, established
+
+    def __repr__(self) -> str:
+        return f"ConnFlow({', '.join(f'{k}={getattr(self, k)!r}' for k in self.__slots__)})"
 
 
 class Flow:

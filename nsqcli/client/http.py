@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import json
 import urllib.parse
-from dataclasses import dataclass
 
 from ..errors import LookupdError
+from .record import Record
 
 ACCEPT = "application/vnd.nsq; version=1.0"
 
@@ -337,8 +337,7 @@ def _error_message(status: int, raw: bytes) -> str:
     return f"HTTP {status} {msg}".rstrip()
 
 
-@dataclass(frozen=True)
-class Producer:
+class Producer(Record, frozen=True):
     """An nsqd as nsqlookupd reports it."""
 
     broadcast_address: str
@@ -398,8 +397,7 @@ def lookup_all(addresses: list[str], topic: str, timeout: float = 5.0
 
 
 # -- the cluster as every nsqlookupd sees it (nsqcli lookup) --------------------------------------
-@dataclass
-class Node:
+class Node(Record):
     """An nsqd node registered with nsqlookupd, with the topics it carries."""
 
     broadcast_address: str
@@ -426,8 +424,7 @@ class Node:
                 "lookupds": self.lookupds}
 
 
-@dataclass
-class ClusterView:
+class ClusterView(Record):
     """The union of what every reachable nsqlookupd said."""
 
     nodes: dict[str, Node]            # tcp address -> node

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import logging
 import re
-import signal
-import sys
-import time
 
 import click
 
@@ -66,10 +62,6 @@ def to_file(app, topics, topic_pattern, topic_refresh, channel, max_in_flight, o
     current files; SIGINT/SIGTERM drain, sync, FIN, close and exit 0. A write or fsync error
     (disk full) requeues what is not durable and exits 1.
     """
-    from ...archive.archiver import Archiver
-    from ...records import Formatter
-    from ...archive.writer import FileOptions
-
     conn = pop_connection(kwargs)
     if not topics and not topic_pattern:
         raise click.UsageError("give --topic or --topic-pattern")
@@ -91,11 +83,14 @@ def to_file(app, topics, topic_pattern, topic_refresh, channel, max_in_flight, o
             re.compile(topic_pattern)
         except re.error as e:
             raise click.UsageError(f"invalid --topic-pattern {topic_pattern!r}: {e}") from None
-    opts = FileOptions(output_dir=output_dir, work_dir=work_dir, filename_format=filename_format,
-                       datetime_format=datetime_format, host_identifier=host_identifier,
-                       local_time=local_time, gzip=use_gzip, gzip_level=gzip_level,
-                       rotate_size=rotate_size, rotate_interval=rotate_interval,
-                       skip_empty_files=skip_empty_files)
+    file_options = dict(output_dir=output_dir, work_dir=work_dir, filename_format=filename_format,
+                        datetime_format=datetime_format, host_identifier=host_identifier,
+                        local_time=local_time, gzip=use_gzip, gzip_level=gzip_level,
+                        rotate_size=rotate_size, rotate_interval=rotate_interval,
+                        skip_empty_files=skip_empty_files)
+    from ...archive.writer import FileOptions
+
+    opts = FileOptions(**file_options)
     try:
         opts.validate()
     except ValueError as e:
@@ -106,67 +101,18 @@ def to_file(app, topics, topic_pattern, topic_refresh, channel, max_in_flight, o
     cfg = build_config(conn, max_in_flight=max_in_flight, max_attempts=0)
     if cfg.msg_timeout is not None and sync_interval >= cfg.msg_timeout:
         app.warn("--sync-interval should stay below --msg-timeout, or messages time out before they are FINed")
-    _setup_logging(log_level)
-    formatter = Formatter(fmt)
-    sep = b"\n"
-    from types import SimpleNamespace
+    from .. import archiving, handoff
 
-    from ..app import Outages, source_error, sources_recovered
-
-    logger = logging.getLogger("nsqcli")  # said when it starts, counted, then "recovered"
-    outages = Outages(SimpleNamespace(warn=logger.warning, info=logger.info))
-    show_live = live or (live is None and app.stderr_is_tty)
-    archiver = Archiver(topics=list(topics), topic_pattern=topic_pattern, topic_refresh=topic_refresh,
-                        channel=channel, opts=opts, formatter=lambda msgs: sep.join(formatter.many(msgs)) + sep, config=cfg,
-                        nsqd=nsqd_addresses(conn) if not lookupd or conn.get("nsqd_tcp_addresses") else [],
-                        lookupd=lookupd, sync_interval=sync_interval,
-                        on_error=lambda e: source_error(outages, e),
-                        status_interval=0.0 if show_live else status_interval)
-    from ..signals import GracefulStop
-
-    stopper = GracefulStop(archiver.stop_event).install()
-    signal.signal(signal.SIGHUP, lambda *_: archiver.hup_event.set())
-    with stopper.blocking():  # a signal while connecting ends it at once (130)
-        archiver.start()
-    if topic_pattern and not archiver.topics:  # said once; "archiving topic X" when one comes
-        logger.info("waiting for a topic matching %r: nsqlookupd %s knows none with a producer yet "
-                    "(asked every %gs)", topic_pattern, ", ".join(lookupd), topic_refresh)
-    view = None
-    if show_live:
-        from ..views import LiveArchive
-
-        view = LiveArchive(app.console, archiver).start()
-    try:
-        while not archiver.stop_event.wait(0.2):
-            sources_recovered(outages, [a.consumer for a in list(archiver.topics.values())])
-    finally:
-        if view is not None:
-            view.stop()
-        archiver.stop()
-    if archiver.fatal is not None:
-        from ...errors import NSQError
-
-        e = archiver.fatal
-        raise NSQError(f"stopped: cannot write the archive ({getattr(e, 'strerror', None) or e}"
-                       f"{': ' + str(e.filename) if getattr(e, 'filename', None) else ''}); "
-                       "messages not on disk were requeued")
-    if as_json:
-        _json_summary(archiver.status())
-    sys.stderr.flush()
-    return 0
-
-
-def _json_summary(rows: list[dict]) -> None:
-    """The end-of-run summary, one JSON line: per topic and in total."""
-    import json
-
-    from ..app import write_stdout
-
-    keys = ("received", "finished", "closed", "syncs", "timed_out", "lost_responses", "late_messages")
-    topics = [{"topic": r["topic"], **{k: r[k] for k in keys}} for r in rows]
-    doc = {"received": sum(r["received"] for r in rows), "finished": sum(r["finished"] for r in rows),
-           "files_closed": sum(r["closed"] for r in rows), "topics": topics}
-    write_stdout(json.dumps(doc) + "\n")
+    show_live = bool(live or (live is None and app.stderr_is_tty))
+    spec = dict(version=archiving.SPEC_VERSION, topics=list(topics), topic_pattern=topic_pattern,
+                topic_refresh=topic_refresh, channel=channel, file_options=file_options,
+                config=archiving.config_spec(cfg), lookupd=lookupd,
+                nsqd=nsqd_addresses(conn) if not lookupd or conn.get("nsqd_tcp_addresses") else [],
+                sync_interval=sync_interval, status_interval=status_interval, live=show_live,
+                log_level=log_level, format=fmt, json=as_json, verbosity=app.verbosity)
+    if not show_live:  # a daemon: the rest runs in a fresh image without click (nsqcli.cli.handoff)
+        handoff.hand_off("to-file", spec)
+    return archiving.run(app, spec)
 
 
 def _existing(path: str) -> str:
@@ -219,26 +165,3 @@ def _check_same_filesystem(output_dir: str, work_dir: str | None) -> None:
         raise click.UsageError(f"--work-dir {work_dir} and --output-dir {output_dir} are on different file "
                                "systems: closed files are moved by rename, which cannot cross them; "
                                "put --work-dir on the same file system (e.g. OUTPUT_DIR/.work)")
-
-
-class _StderrLines(logging.Handler):
-    """Log records as whole lines through the app's one stderr lock (never glued to a warning
-    another thread is writing)."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        from ..app import write_stderr
-
-        try:
-            write_stderr(self.format(record))
-        except Exception:
-            self.handleError(record)
-
-
-def _setup_logging(level: str) -> None:
-    handler = _StderrLines()
-    handler.setFormatter(logging.Formatter("%(asctime)s nsqcli to-file %(levelname)s: %(message)s",
-                                           "%Y-%m-%dT%H:%M:%S"))
-    handler.formatter.converter = time.gmtime
-    root = logging.getLogger("nsqcli")
-    root.handlers[:] = [handler]
-    root.setLevel({"warn": logging.WARNING}.get(level, getattr(logging, level.upper())))

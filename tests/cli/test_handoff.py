@@ -1,0 +1,145 @@
+"""`nsqcli to-file` hands itself off to a fresh image without click (nsqcli.cli.handoff): same
+pid, same command line, same behaviour, signals at any moment of the exec still exit cleanly."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from helpers import NSQCLI, clean_env, one_error_line, run_nsqcli, wait_for
+from test_to_file import StderrLog, drained, numbered, publish, read_records, start, stop
+
+from nsqcli.cli import archiving
+from nsqcli.client.config import Config, TLSConfig
+
+
+def environ_of(pid: int) -> dict[str, str]:
+    raw = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+    return dict(e.decode(errors="replace").split("=", 1) for e in raw if b"=" in e)
+
+
+def test_to_file_continues_in_the_same_process_with_the_same_command_line(nsqd, topic, tmp_path):
+    out = tmp_path / "out"
+    args = ["-t", topic, "--nsqd-tcp-address", nsqd.tcp_address, "--output-dir", str(out), "--gzip",
+            "--sync-interval", "0.2s", "--json"]
+    p = start(args)
+    log = StderrLog(p)
+    try:
+        wait_for(lambda: b"archiving topic" in log.text, what="subscribed")
+        # the image was replaced (exec): its initial environment names the pipe the spec came through
+        assert "NSQCLI_HANDOFF" in environ_of(p.pid)
+        assert open(f"/proc/{p.pid}/cmdline", "rb").read().split(b"\0")[:-1] == \
+            [a.encode() for a in NSQCLI + ["to-file", *args]]  # what `ps` / `pgrep -f` see is unchanged
+        publish(nsqd, topic, numbered(50))
+        wait_for(lambda: drained(nsqd, topic, total=50), what="drained")
+        p.send_signal(signal.SIGHUP)  # the handler of the new image
+        wait_for(lambda: len(list(out.iterdir())) == 1, what="file closed on SIGHUP")
+    finally:
+        rc, stdout, _ = stop(p)
+    assert rc == 0, log.text
+    assert read_records(out) == numbered(50)
+    summary = json.loads(stdout)
+    assert summary["received"] == summary["finished"] == 50 and summary["files_closed"] == 1
+    assert b"Traceback" not in log.text
+
+
+def test_no_handoff_runs_in_the_first_process(nsqd, topic, tmp_path):
+    p = start(["-t", topic, "--nsqd-tcp-address", nsqd.tcp_address, "--output-dir", str(tmp_path),
+               "--sync-interval", "0.2s"], env={"NSQCLI_NO_HANDOFF": "1"})
+    log = StderrLog(p)
+    try:
+        wait_for(lambda: b"archiving topic" in log.text, what="subscribed")
+        assert "NSQCLI_HANDOFF" not in environ_of(p.pid)
+        publish(nsqd, topic, numbered(5))
+        wait_for(lambda: drained(nsqd, topic, total=5), what="drained")
+    finally:
+        rc, _, _ = stop(p)
+    assert rc == 0 and read_records(tmp_path) == numbered(5)
+
+
+def catches_sigterm(pid: int) -> bool:
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
+    return False
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.7])
+def test_a_signal_at_any_moment_of_the_handoff_exits_with_its_code(nsqd, topic, tmp_path, delay):
+    """SIGTERM before, during and after the exec: 143 (or 0 once the clean stop is installed),
+    never a death by signal, a traceback, or a process that keeps running."""
+    p = start(["-t", topic, "--nsqd-tcp-address", nsqd.tcp_address, "--output-dir", str(tmp_path)])
+    wait_for(lambda: catches_sigterm(p.pid), what="the first image's signal handlers")  # before: any Python dies
+    time.sleep(delay)
+    rc, out, err = stop(p)
+    assert rc in (0, 143), (rc, err)
+    assert b"Traceback" not in err and out == b""
+
+
+def test_a_stray_handoff_variable_is_one_error_line(tmp_path):
+    r = run_nsqcli(["version"], env_addr={"NSQCLI_HANDOFF": "0"}, stdin=subprocess.DEVNULL)
+    one_error_line(r, 1, "NSQCLI_HANDOFF is nsqcli's own")
+
+
+def test_the_handed_off_image_imports_no_click():
+    """What the new image loads to archive: no click, and none of the modules only click and
+    dataclasses pull in (inspect, ast, typing) - the memory the hand-off exists to save."""
+    code = ("import sys, nsqcli.entry, nsqcli.cli.handoff, nsqcli.cli.archiving, nsqcli.archive.archiver, "
+            "nsqcli.archive.writer, nsqcli.records, nsqcli.client.consumer, nsqcli.client.http, nsqcli.cli.signals; "
+            "print(sorted(m for m in ('click', 'inspect', 'ast', 'typing', 'dataclasses', 'rich') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=clean_env(), check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_config_goes_through_the_spec_unchanged():
+    cfg = Config(max_in_flight=2500, max_attempts=0, auth_secret="s3cret", snappy=True, msg_timeout=30.0,
+                 tls=TLSConfig(enabled=True, ca_file="/ca.pem", min_version="1.2", insecure_skip_verify=True),
+                 on_notice=print, client_id="box")
+    said = []
+    back = archiving.config_from_spec(json.loads(json.dumps(archiving.config_spec(cfg))),
+                                      type("App", (), {"warn": staticmethod(said.append)})())
+    assert back == cfg
+    back.on_notice("a")
+    back.on_notice("a")
+    assert said == ["a"]  # said once per run, as before the hand-off
+    plain = archiving.config_from_spec(json.loads(json.dumps(archiving.config_spec(Config()))), None)
+    assert plain == Config() and plain.on_notice is None
+
+
+def test_handoff_keeps_open_descriptors(nsqd, topic, tmp_path):
+    """stdout given as a pipe stays the same pipe across the exec: the --json summary reaches it."""
+    r, w = os.pipe()
+    p = subprocess.Popen(NSQCLI + ["to-file", "-t", topic, "--nsqd-tcp-address", nsqd.tcp_address,
+                                   "--output-dir", str(tmp_path), "--json", "--sync-interval", "0.2s"],
+                         stdout=w, stderr=subprocess.PIPE, env=clean_env())
+    os.close(w)
+    try:
+        log = StderrLog(p)
+        wait_for(lambda: b"archiving topic" in log.text, what="subscribed")
+        publish(nsqd, topic, numbered(3))
+        wait_for(lambda: drained(nsqd, topic, total=3), what="drained")
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.wait(30)
+    with os.fdopen(r, "rb") as f:
+        assert json.loads(f.read())["finished"] == 3
+    assert p.returncode == 0
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_right_after_the_exec_waits_for_the_new_images_handlers(nsqd, topic, tmp_path, sig, code):
+    """Sent the moment the new image exists (its environment has the hand-off), before it has
+    imported anything: held blocked across the exec, then it ends the run with its exit code."""
+    p = start(["-t", topic, "--nsqd-tcp-address", nsqd.tcp_address, "--output-dir", str(tmp_path)])
+    deadline = time.monotonic() + 20
+    while "NSQCLI_HANDOFF" not in environ_of(p.pid):
+        assert time.monotonic() < deadline and p.poll() is None, "no hand-off"
+    p.send_signal(sig)
+    rc, out, err = stop(p, sig=0)
+    assert rc == code, (rc, err)
+    assert err.decode().splitlines()[-1].startswith("nsqcli: interrupted"), err
