@@ -3,7 +3,9 @@ files, same nsqd, same --max-in-flight and --sync-interval, fsync before FIN in 
 
     .venv/bin/python -m bench.to_file --messages 500000 --max-in-flight 2500 --rounds 3
 
-Reports messages/s (until nsqd shows the channel drained), peak RSS (VmHWM) and syncs/s. nsqcli
+Reports messages/s (until nsqd shows the channel drained), peak RSS while archiving (VmHWM of the
+running image: for nsqcli, the one it handed off to - nsqcli.cli.handoff; the first image, which
+parses the command line for ~0.2 s, is measured by bench.rss_floor) and syncs/s. nsqcli
 runs from a regular install in a scratch venv (bench.startup.regular_install), as users run it;
 --nsqcli PATH runs another executable (e.g. .venv/bin/nsqcli, the editable one).
 """
@@ -71,9 +73,9 @@ def run_one(name, cmd, sb, topic, ch, n, out: Path, mif: int):
     m = re.search(rb"in (\d+) syncs", err)
     syncs = int(m.group(1)) if m else None
     print(f"{name:14s} {n / elapsed:>10,.0f} msg/s  {elapsed:6.2f}s  {cpu / n * 1e6:4.2f} CPU-s/M  peak RSS {rss:6.1f} MB  "
-          + (f"{syncs / elapsed:,.0f} syncs/s" if syncs else "syncs/s n/a") + f"  records on disk {records:,}",
-          flush=True)
-    return n / elapsed
+          + (f"{syncs / elapsed:,.0f} syncs/s" if syncs else "syncs/s n/a")
+          + f"  records on disk {records:,}", flush=True)
+    return n / elapsed, rss
 
 
 def main() -> None:
@@ -94,22 +96,25 @@ def main() -> None:
         exe = a.nsqcli or str(regular_install(Path(tmp) / "venv"))
         print(f"{n:,} x 100 B, --max-in-flight {a.max_in_flight}, --sync-interval {a.sync_interval}, gzip")
         common = [f"--max-in-flight={a.max_in_flight}", f"--sync-interval={a.sync_interval}", "--gzip"]
-        ratios = []
+        ratios, rss_ratios = [], []
         for r in range(a.rounds):
             prepublish(addr, f"tf_go{r}", n, 100)
-            go = run_one("nsq_to_file", [find_binary("nsq_to_file"), f"--topic=tf_go{r}", "--channel=c",
+            go, go_rss = run_one("nsq_to_file", [find_binary("nsq_to_file"), f"--topic=tf_go{r}", "--channel=c",
                                          f"--nsqd-tcp-address={addr}", f"--output-dir={tmp}/go{r}", *common],
                          sb, f"tf_go{r}", "c", n, Path(tmp) / f"go{r}", a.max_in_flight)
             prepublish(addr, f"tf_ours{r}", n, 100)
-            ours = run_one("nsqcli to-file", [exe, "to-file", "-t", f"tf_ours{r}", "-c", "c",
+            ours, our_rss = run_one("nsqcli to-file", [exe, "to-file", "-t", f"tf_ours{r}", "-c", "c",
                                               "--nsqd-tcp-address", addr, "--output-dir", f"{tmp}/ours{r}",
                                               "--no-live", *common],
                            sb, f"tf_ours{r}", "c", n, Path(tmp) / f"ours{r}", a.max_in_flight)
             ratios.append(ours / go)
+            rss_ratios.append(our_rss / go_rss)
             for t in (f"tf_go{r}", f"tf_ours{r}"):
                 http_json(sb.nsqd.http_address, "/topic/delete", {"topic": t}, method="POST", timeout=120)
         print("ratio nsqcli/nsq_to_file: " + ", ".join(f"{x:.2f}x" for x in ratios)
               + f" (median {statistics.median(ratios):.2f}x)")
+        print("peak RSS nsqcli/nsq_to_file: " + ", ".join(f"{x:.2f}x" for x in rss_ratios)
+              + f" (median {statistics.median(rss_ratios):.2f}x)")
 
 
 if __name__ == "__main__":

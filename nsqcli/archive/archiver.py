@@ -72,6 +72,8 @@ class TopicArchiver:
                     m.requeue(delay=0, backoff=False)
                 return
             self.file.add(self.format(msgs), len(msgs))
+            for m in msgs:  # its record is in the file's buffer; FIN or REQ needs only the id
+                m.body = None
             self.pending += msgs
             self.received += len(msgs)
             if len(self.pending) >= self.max_batch or self.consumer.is_starved():

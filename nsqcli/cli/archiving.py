@@ -67,13 +67,19 @@ def run(app, spec: dict) -> int:
     setup_logging(spec["log_level"])
     formatter = Formatter(spec["format"])
     sep = b"\n"
+
+    def records(msgs: list) -> bytes:  # each record with its separator, in one join (no `+ sep` copy)
+        out = formatter.many(msgs)
+        out.append(b"")
+        return sep.join(out)
+
     logger = logging.getLogger("nsqcli")  # said when it starts, counted, then "recovered"
     outages = Outages(_LogSays(logger))
     show_live = spec["live"]
     topic_pattern, lookupd = spec["topic_pattern"], spec["lookupd"]
     archiver = Archiver(topics=list(spec["topics"]), topic_pattern=topic_pattern,
                         topic_refresh=spec["topic_refresh"], channel=spec["channel"], opts=opts,
-                        formatter=lambda msgs: sep.join(formatter.many(msgs)) + sep, config=cfg,
+                        formatter=records, config=cfg,
                         nsqd=spec["nsqd"], lookupd=lookupd, sync_interval=spec["sync_interval"],
                         on_error=lambda e: source_error(outages, e),
                         status_interval=0.0 if show_live else spec["status_interval"])
