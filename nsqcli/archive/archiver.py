@@ -73,7 +73,7 @@ class TopicArchiver:
                 return
             self.file.add(self.format(msgs), len(msgs))
             for m in msgs:  # its record is in the file's buffer; FIN or REQ needs only the id
-                m.body = None
+                m.body = b""
             self.pending += msgs
             self.received += len(msgs)
             if len(self.pending) >= self.max_batch or self.consumer.is_starved():
