@@ -9,7 +9,8 @@ from __future__ import annotations
 
 
 #: what .root defines that ``nsqcli.cli.X`` names (a submodule is imported as usual)
-_ROOT = {"cli", "main", "COMMANDS", "LazyGroup", "CONTEXT", "help_command"}
+_ROOT = {"cli", "main", "COMMANDS", "LazyGroup", "CONTEXT", "help_command", "Command", "Group", "did_you_mean"}
+__all__ = sorted(_ROOT)
 
 
 def __getattr__(name: str):

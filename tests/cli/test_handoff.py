@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from helpers import NSQCLI, clean_env, one_error_line, run_nsqcli, wait_for
@@ -81,9 +82,66 @@ def test_a_signal_at_any_moment_of_the_handoff_exits_with_its_code(nsqd, topic, 
     assert b"Traceback" not in err and out == b""
 
 
-def test_a_stray_handoff_variable_is_one_error_line(tmp_path):
-    r = run_nsqcli(["version"], env_addr={"NSQCLI_HANDOFF": "0"}, stdin=subprocess.DEVNULL)
+@pytest.mark.parametrize("value", ["0", "1", "2", "7", "3:1", "x", ""])
+def test_a_stray_handoff_variable_is_one_error_line(value):
+    """Naming stdin, stdout (both pipes here), stderr, a closed fd, a pipe with another inode,
+    or nothing: refused, never read from or closed."""
+    r = subprocess.run(NSQCLI + ["version"], env=clean_env({"NSQCLI_HANDOFF": value}), capture_output=True,
+                       input=b'{"kind": "to-file", "spec": {}}', timeout=30)
     one_error_line(r, 1, "NSQCLI_HANDOFF is nsqcli's own")
+    assert r.stdout == b""
+
+
+def test_the_process_name_stays_the_console_scripts(nsqd, topic, tmp_path):
+    """`pgrep nsqcli`, `killall -HUP nsqcli`, `ps -C nsqcli` match /proc/PID/comm, which an exec
+    of the interpreter would rename to python3."""
+    script = Path(sys.executable).parent / "nsqcli"
+    p = subprocess.Popen([str(script), "to-file", "-t", topic, "--nsqd-tcp-address", nsqd.tcp_address,
+                          "--output-dir", str(tmp_path)], stderr=subprocess.PIPE, env=clean_env())
+    log = StderrLog(p)
+    try:
+        wait_for(lambda: b"archiving topic" in log.text, what="subscribed")
+        assert "NSQCLI_HANDOFF" in environ_of(p.pid)
+        assert open(f"/proc/{p.pid}/comm").read().strip() == "nsqcli"
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.wait(30)
+    assert p.returncode == 0, log.text
+
+
+def test_a_program_read_from_stdin_is_not_run_again(nsqd, topic, tmp_path):
+    """`python -` reads its program once: the exec would run an empty one. It stays here."""
+    p = subprocess.Popen([sys.executable, "-", "to-file", "-t", topic, "--nsqd-tcp-address", nsqd.tcp_address,
+                          "--output-dir", str(tmp_path), "--sync-interval", "0.2s"], stdin=subprocess.PIPE,
+                         stderr=subprocess.PIPE, env=clean_env())
+    p.stdin.write(b"from nsqcli.entry import main\nmain()\n")
+    p.stdin.close()
+    log = StderrLog(p)
+    try:
+        wait_for(lambda: b"archiving topic" in log.text, what="subscribed")
+        assert "NSQCLI_HANDOFF" not in environ_of(p.pid)
+        publish(nsqd, topic, numbered(3))
+        wait_for(lambda: drained(nsqd, topic, total=3), what="drained")
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.wait(30)
+    assert p.returncode == 0 and read_records(tmp_path) == numbered(3)
+
+
+def test_a_spec_bigger_than_the_pipe_runs_in_the_first_image(tmp_path):
+    """The spec is written before the exec, with no reader yet: one that does not fit the pipe
+    at once must not block for ever (a pipe may hold only 8 KiB for a user over
+    pipe-user-pages-soft; here the spec is bigger than a default 64 KiB pipe)."""
+    prog = tmp_path / "prog.py"
+    prog.write_text("import sys\n"
+                    "from nsqcli.entry import main\n"
+                    "from nsqcli.cli import handoff\n"
+                    "handoff.enable()\n"
+                    "handoff.hand_off('to-file', {'topics': ['t' * 64] * 4000})\n"  # ~270 KB > a 64 KiB pipe
+                    "print('ran here', sorted(__import__('os').listdir('/proc/self/fd')))\n")
+    out = subprocess.run([sys.executable, str(prog)], capture_output=True, text=True, timeout=30, env=clean_env())
+    assert out.returncode == 0 and out.stdout.startswith("ran here"), out.stderr
+    assert out.stdout.split(" ", 2)[2].strip() == "['0', '1', '2', '3']"  # no pipe end left open (3: listdir's own)
 
 
 def test_the_handed_off_image_imports_no_click():

@@ -61,6 +61,10 @@ def to_file(app, topics, topic_pattern, topic_refresh, channel, max_in_flight, o
     written in --work-dir and moved into --output-dir when closed. SIGHUP closes and moves the
     current files; SIGINT/SIGTERM drain, sync, FIN, close and exit 0. A write or fsync error
     (disk full) requeues what is not durable and exits 1.
+
+    Without the live table, once its options are checked to-file continues in a fresh image of
+    itself that never loads the CLI framework (~4 MB less for a daemon): same pid, same command
+    line, same open files. NSQCLI_NO_HANDOFF=1 keeps it in the first image.
     """
     conn = pop_connection(kwargs)
     if not topics and not topic_pattern:
