@@ -55,7 +55,7 @@ def main() -> None:
     from .cli import handoff
     from .cli import main as cli_main
 
-    handoff.enable()  # a daemon may continue in a fresh image without click (nsqcli.cli.handoff)
+    handoff.enable(main)  # a daemon may continue in a fresh image without click (nsqcli.cli.handoff)
     cli_main()
 
 

@@ -34,15 +34,17 @@ from ..errors import NSQError
 
 ENV = "NSQCLI_HANDOFF"
 _enabled = False
+_entry = None
 
 #: signals held blocked across the exec (a handler of the first image is gone in the second)
 _HELD = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 
 
-def enable() -> None:
-    """Called by the console script's entry: a command may hand off from this process."""
-    global _enabled
-    _enabled = True
+def enable(entry) -> None:
+    """Called by the console script's entry, ``entry`` (nsqcli.entry.main): a command may hand
+    off from this process."""
+    global _enabled, _entry
+    _enabled, _entry = True, entry
 
 
 def _reruns_nsqcli() -> bool:
@@ -50,11 +52,9 @@ def _reruns_nsqcli() -> bool:
     (the console script, or nsqcli/__main__.py under ``-m``) whose ``main`` is the entry's.
     Not ``python -`` or ``python < file`` (stdin is read once), not ``-c CODE``, not a REPL or
     another program calling the entry in-process (its own code would run again)."""
-    from ..entry import main
-
     path = sys.argv[0] if sys.argv else ""
     return (path not in ("", "-", "-c") and os.path.isfile(path)
-            and getattr(sys.modules.get("__main__"), "main", None) is main)
+            and getattr(sys.modules.get("__main__"), "main", None) is _entry)
 
 
 def hand_off(kind: str, spec: dict) -> None:

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import NSQCLI, clean_env, one_error_line, run_nsqcli, wait_for
+from helpers import NSQCLI, clean_env, one_error_line, wait_for
 from test_to_file import StderrLog, drained, numbered, publish, read_records, start, stop
 
 from nsqcli.cli import archiving
@@ -136,7 +136,7 @@ def test_a_spec_bigger_than_the_pipe_runs_in_the_first_image(tmp_path):
     prog.write_text("import sys\n"
                     "from nsqcli.entry import main\n"
                     "from nsqcli.cli import handoff\n"
-                    "handoff.enable()\n"
+                    "handoff.enable(main)\n"
                     "handoff.hand_off('to-file', {'topics': ['t' * 64] * 4000})\n"  # ~270 KB > a 64 KiB pipe
                     "print('ran here', sorted(__import__('os').listdir('/proc/self/fd')))\n")
     out = subprocess.run([sys.executable, str(prog)], capture_output=True, text=True, timeout=30, env=clean_env())
