@@ -158,6 +158,22 @@ class Outages:
         return time.strftime("%H:%M:%S", time.localtime(t))
 
 
+def once_each(say):
+    """``say`` wrapped to say each sentence once per run, however many threads and connections
+    repeat it (a Config.on_notice)."""
+    said: set[str] = set()
+    lock = threading.Lock()
+
+    def notice(text: str) -> None:
+        with lock:
+            if text in said:
+                return
+            said.add(text)
+        say(text)
+
+    return notice
+
+
 def source_error(outages: Outages, err) -> None:
     """A consumer's error (its nsqd lost or refusing, a lookupd failing): said when it starts,
     counted while it lasts; :func:`sources_recovered` says when the nsqd is back."""

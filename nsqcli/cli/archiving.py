@@ -12,10 +12,10 @@ from __future__ import annotations
 import logging
 import signal
 import sys
-import threading
 import time
 
 from ..client.config import Config, TLSConfig
+from .app import once_each
 
 #: bump when a field of the spec changes meaning: a handed-off process refuses another version
 SPEC_VERSION = 1
@@ -33,23 +33,8 @@ def config_from_spec(spec: dict, app) -> Config:
     fields = dict(spec)
     tls = TLSConfig(**fields.pop("tls"))
     if fields.pop("notice"):
-        fields["on_notice"] = once_to(app.warn)
+        fields["on_notice"] = once_each(app.warn)
     return Config(tls=tls, **fields)
-
-
-def once_to(say):
-    """A Config.on_notice: each sentence said once per run, however many connections."""
-    said: set[str] = set()
-    lock = threading.Lock()
-
-    def notice(text: str) -> None:
-        with lock:
-            if text in said:
-                return
-            said.add(text)
-        say(text)
-
-    return notice
 
 
 def run(app, spec: dict) -> int:

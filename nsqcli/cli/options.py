@@ -193,22 +193,11 @@ def _hint_once(text: str) -> None:
 
 def _once_to_stderr():
     """A warning on stderr, once per sentence, silenced by -q (the command's App)."""
-    import threading
+    from .app import once_each
 
     ctx = click.get_current_context(silent=True)
     app = ctx.obj if ctx is not None else None
-    said: set[str] = set()
-    lock = threading.Lock()
-
-    def notice(text: str) -> None:
-        with lock:
-            if text in said:
-                return
-            said.add(text)
-        if app is not None:
-            app.warn(text)
-
-    return notice
+    return once_each(app.warn if app is not None else lambda text: None)
 
 
 def nsqd_addresses(conn: dict) -> list[str]:

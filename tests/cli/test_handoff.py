@@ -49,18 +49,25 @@ def test_to_file_continues_in_the_same_process_with_the_same_command_line(nsqd, 
     assert b"Traceback" not in log.text
 
 
-def test_no_handoff_runs_in_the_first_process(nsqd, topic, tmp_path):
-    p = start(["-t", topic, "--nsqd-tcp-address", nsqd.tcp_address, "--output-dir", str(tmp_path),
-               "--sync-interval", "0.2s"], env={"NSQCLI_NO_HANDOFF": "1"})
+def archives_in_the_first_image(p, nsqd, topic, n: int) -> int:
+    """``p`` (a to-file that must not hand off) archives ``n`` messages; its exit code after SIGTERM."""
     log = StderrLog(p)
     try:
         wait_for(lambda: b"archiving topic" in log.text, what="subscribed")
         assert "NSQCLI_HANDOFF" not in environ_of(p.pid)
-        publish(nsqd, topic, numbered(5))
-        wait_for(lambda: drained(nsqd, topic, total=5), what="drained")
+        publish(nsqd, topic, numbered(n))
+        wait_for(lambda: drained(nsqd, topic, total=n), what="drained")
     finally:
-        rc, _, _ = stop(p)
-    assert rc == 0 and read_records(tmp_path) == numbered(5)
+        p.send_signal(signal.SIGTERM)
+        p.wait(30)
+    return p.returncode
+
+
+def test_no_handoff_runs_in_the_first_process(nsqd, topic, tmp_path):
+    p = start(["-t", topic, "--nsqd-tcp-address", nsqd.tcp_address, "--output-dir", str(tmp_path),
+               "--sync-interval", "0.2s"], env={"NSQCLI_NO_HANDOFF": "1"})
+    assert archives_in_the_first_image(p, nsqd, topic, 5) == 0
+    assert read_records(tmp_path) == numbered(5)
 
 
 def catches_sigterm(pid: int) -> bool:
@@ -116,16 +123,8 @@ def test_a_program_read_from_stdin_is_not_run_again(nsqd, topic, tmp_path):
                          stderr=subprocess.PIPE, env=clean_env())
     p.stdin.write(b"from nsqcli.entry import main\nmain()\n")
     p.stdin.close()
-    log = StderrLog(p)
-    try:
-        wait_for(lambda: b"archiving topic" in log.text, what="subscribed")
-        assert "NSQCLI_HANDOFF" not in environ_of(p.pid)
-        publish(nsqd, topic, numbered(3))
-        wait_for(lambda: drained(nsqd, topic, total=3), what="drained")
-    finally:
-        p.send_signal(signal.SIGTERM)
-        p.wait(30)
-    assert p.returncode == 0 and read_records(tmp_path) == numbered(3)
+    assert archives_in_the_first_image(p, nsqd, topic, 3) == 0
+    assert read_records(tmp_path) == numbered(3)
 
 
 def test_a_spec_bigger_than_the_pipe_runs_in_the_first_image(tmp_path):
