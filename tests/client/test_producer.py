@@ -9,7 +9,7 @@ import pytest
 from helpers import channel_stats, consume, http_get_json, topic_stats
 
 from nsqcli import Config, Producer
-from nsqcli.errors import BadTopicError, PublishError, ServerError
+from nsqcli.errors import BadTopicError, PublishError, ServerError, TransportError
 
 BODIES = [b"plain", b"with\nnewline", bytes(range(256)), b"\x00" * 10, "é✓".encode(), b"x" * 100_000]
 
@@ -88,3 +88,41 @@ def test_failover_and_fanout(nsqd, extra_nsqd, topic):
         assert p.publish(topic, b"both") == [nsqd.tcp_address, other.tcp_address]
     assert http_get_json(nsqd.http_address, "/stats", format="json", topic=topic)["topics"][0]["message_count"] == 1
     assert http_get_json(other.http_address, "/stats", format="json", topic=topic)["topics"][0]["message_count"] == 2
+
+
+def test_future_first_settle_wins_and_wakes_every_waiter():
+    """The publish path's Future: many threads wait, two settle at once (the I/O thread's
+    answer and a close's TransportError), exactly one outcome is seen by all, and a wait
+    with a timeout on an unsettled future returns in about that time."""
+    from nsqcli.client.producer import Future
+
+    lonely = Future()
+    t0 = time.monotonic()
+    assert lonely.wait(0.05) is False and not lonely.done()
+    assert 0.04 <= time.monotonic() - t0 < 2.0
+    with pytest.raises(TimeoutError):
+        lonely.result(0)
+
+    for _ in range(200):
+        fut = Future()
+        seen, go = [], threading.Barrier(3)
+
+        def waiter():
+            try:
+                seen.append(fut.result(5))
+            except Exception as e:  # noqa: BLE001 - the other outcome
+                seen.append(type(e))
+
+        waiters = [threading.Thread(target=waiter) for _ in range(4)]
+        for t in waiters:
+            t.start()
+        setters = [threading.Thread(target=lambda: (go.wait(), fut.set_result(b"OK"))),
+                   threading.Thread(target=lambda: (go.wait(), fut.set_exception(TransportError("lost"))))]
+        for t in setters:
+            t.start()
+        go.wait()
+        for t in setters + waiters:
+            t.join(5)
+        assert fut.done() and len(seen) == 4 and len(set(seen)) == 1, seen
+        assert seen[0] in (b"OK", TransportError)
+        assert fut.wait(0) is True  # settled stays settled for later waiters
