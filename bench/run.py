@@ -36,16 +36,6 @@ def prepublish(address: str, topic: str, n: int, size: int) -> None:
             left -= k
 
 
-def depth(sb: Sandbox, topic: str) -> int:
-    from nsqcli.client.http import http_json
-
-    stats = http_json(sb.nsqd.http_address, "/stats", {"format": "json", "topic": topic})
-    for t in stats.get("topics") or []:
-        for c in t.get("channels") or []:
-            return c["depth"]
-    return -1
-
-
 def go_bench(program: str, sb: Sandbox, topic: str, runfor: float, *extra: str) -> float:
     """Run Go bench_reader/bench_writer for ``runfor`` seconds; returns its ops/s."""
     out = subprocess.run([find_binary(program), f"--nsqd-tcp-address={sb.nsqd.tcp_address}",
@@ -117,6 +107,20 @@ def startup(cmd: list[str], stdin: bytes | None, runs: int) -> float:
         subprocess.run(cmd, input=stdin, check=True, capture_output=True)
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+def process_cpu(pid: int) -> float:
+    """User + system CPU seconds of a running process (nsqd), from /proc."""
+    import os
+
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def message_count(sb: Sandbox, topic: str) -> int:
+    """Messages a topic holds (no channel: everything published is still there)."""
+    stats = http_json(sb.nsqd.http_address, "/stats", {"format": "json", "topic": topic})
+    return sum(t["message_count"] for t in stats.get("topics") or [] if t["topic_name"] == topic)
 
 
 def children_cpu() -> float:
@@ -224,7 +228,9 @@ def main() -> None:
     args = ap.parse_args()
     n = args.messages
     results: dict = {"messages": n, "size": 100}
-    opts = NsqdOptions(mem_queue_size=n + 10, max_rdy_count=2500)
+    # room for what a timed writer (bench_writer runs for a time, not a count) publishes beyond
+    # n: a message past the memory queue goes to disk, and would time the disk queue instead
+    opts = NsqdOptions(mem_queue_size=4 * n + 10, max_rdy_count=2500)
     with Sandbox(opts, with_lookupd=False) as sb:
         addr = sb.nsqd.tcp_address
         print(f"nsqd {addr}; {n:,} messages of 100 bytes per contender", flush=True)
@@ -264,16 +270,33 @@ def main() -> None:
             results["pynsq_reader"] = py_reader("pynsq", sb, "sub_pynsq", n)
             print(f"pynsq Reader:                {results['pynsq_reader']:>12,.0f} msg/s", flush=True)
 
-        # -- producers ------------------------------------------------------------------
-        wr: dict[str, list[float]] = {"nsqcli_mpub": [], "go_bench_writer": []}
+        # -- producers: alternated; nsqd's own CPU per message alongside each ---------------
+        # bench_writer publishes on GOMAXPROCS connections (2 here), each waiting for its OK;
+        # the Producer pipelines on one. The raw writer (no work per message) is the ceiling
+        # of one connection: nsqd reads, parses and stores a connection's commands in one
+        # goroutine.
+        wr: dict[str, list[float]] = {"nsqcli_mpub": [], "go_bench_writer": [], "raw_writer": []}
+        nsqd_cpu: dict[str, list[float]] = {k: [] for k in wr}
         for i in range(args.repeat):
-            wr["nsqcli_mpub"].append(py_writer(sb, f"pub_nsqcli_{i}", n))
-            delete_topic(sb, f"pub_nsqcli_{i}")
-            wr["go_bench_writer"].append(go_writer(sb, f"pub_go_{i}", max(1.0, min(10.0, n / wr["nsqcli_mpub"][-1]))))
-            delete_topic(sb, f"pub_go_{i}")
-        for key, label in (("nsqcli_mpub", "nsqcli Producer MPUB (200)"), ("go_bench_writer", "Go bench_writer (200)")):
+            for key in wr:
+                t, c0 = f"pub_{key}_{i}", process_cpu(sb.nsqd.pid)
+                if key == "nsqcli_mpub":
+                    rate, sent = py_writer(sb, t, n), n
+                elif key == "raw_writer":
+                    rate, sent = py_reader("raw-writer", sb, t, n), n
+                else:
+                    runfor = max(1.0, min(10.0, n / wr["nsqcli_mpub"][-1]))
+                    rate = go_writer(sb, t, runfor)
+                    sent = message_count(sb, t)
+                wr[key].append(rate)
+                nsqd_cpu[key].append((process_cpu(sb.nsqd.pid) - c0) / sent * 1e6)
+                delete_topic(sb, t)
+        for key, label in (("nsqcli_mpub", "nsqcli Producer MPUB (200)"), ("go_bench_writer", "Go bench_writer (200)"),
+                           ("raw_writer", "reference: raw CPython writer (200)")):
             results[key], results[key + "_runs"] = statistics.median(wr[key]), wr[key]
-            print(f"{label:40s} {results[key]:>10,.0f} msg/s  ({spread(wr[key])})", flush=True)
+            results[key + "_nsqd_cpu_s_per_m"] = statistics.median(nsqd_cpu[key])
+            print(f"{label:40s} {results[key]:>10,.0f} msg/s  nsqd {results[key + '_nsqd_cpu_s_per_m']:4.2f} "
+                  f"CPU-s/M  ({spread(wr[key])})", flush=True)
 
         # -- start-up -------------------------------------------------------------------
         results["nsqcli_pub_s"] = startup([str(ROOT / ".venv/bin/nsqcli"), "pub", "-t", "startup",
@@ -293,6 +316,7 @@ def main() -> None:
                "per_message_consumer_vs_bench_reader": r["nsqcli_consumer_each"] / r["go_bench_reader"],
                "raw_python_reader_vs_bench_reader": r["raw_reader"] / r["go_bench_reader"],
               "mpub_vs_bench_writer": r["nsqcli_mpub"] / r["go_bench_writer"],
+              "raw_python_writer_vs_bench_writer": r["raw_writer"] / r["go_bench_writer"],
               "pub_startup_vs_to_nsq": r["nsqcli_pub_s"] / r["to_nsq_s"]}
     if "pynsq_reader" in r:
         ratios["consumer_vs_pynsq"] = r["nsqcli_consumer"] / r["pynsq_reader"]

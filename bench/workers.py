@@ -1,5 +1,5 @@
 """Consumers run in their own process by bench/run.py, each draining N messages and printing
-'<count> <seconds>'. Usage: python -m bench.workers nsqcli|nsqcli-each|raw|pynsq ADDRESS TOPIC N"""
+'<count> <seconds>'. Usage: python -m bench.workers nsqcli|nsqcli-each|raw|pynsq|raw-writer ADDRESS TOPIC N"""
 
 from __future__ import annotations
 
@@ -83,6 +83,41 @@ def raw_reader(address: str, topic: str, n: int) -> tuple[int, float]:
     return got, elapsed
 
 
+def raw_writer(address: str, topic: str, n: int, batch: int = 200, window: int = 16) -> tuple[int, float]:
+    """A reference, not a client: the least a CPython publisher can do - one thread, one
+    connection, the same MPUB of ``batch`` x 100 B built once and sent ``n / batch`` times,
+    ``window`` batches in flight, each OK counted (no framing, ledger, futures or threads).
+    What it reaches is the ceiling of any one-connection publisher on this nsqd and machine."""
+    import socket
+    import struct
+
+    host, port = address.rsplit(":", 1)
+    s = socket.create_connection((host, int(port)))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    s.sendall(b"  V2")
+    pack = struct.Struct(">L").pack
+    payload = pack(batch) + b"".join(pack(100) + b"x" * 100 for _ in range(batch))
+    mpub = b"MPUB %s\n" % topic.encode() + pack(len(payload)) + payload
+    ok = b"\x00\x00\x00\x06\x00\x00\x00\x00OK"
+    batches, sent, acked, buf = n // batch, 0, 0, b""
+    start = time.perf_counter()
+    while acked < batches:
+        while sent < batches and sent - acked < window:
+            s.sendall(mpub)
+            sent += 1
+        data = s.recv(65536)
+        if not data:
+            raise SystemExit("raw writer: nsqd closed the connection")
+        buf += data
+        k = len(buf) // len(ok)
+        if buf[:k * len(ok)] != ok * k:
+            raise SystemExit(f"raw writer: nsqd said {buf[:200]!r}")
+        acked, buf = acked + k, buf[k * len(ok):]
+    elapsed = time.perf_counter() - start
+    s.close()
+    return acked * batch, elapsed
+
+
 def pynsq_consumer(address: str, topic: str, n: int) -> tuple[int, float]:
     import nsq
     import tornado.ioloop
@@ -152,6 +187,8 @@ if __name__ == "__main__":
     kind, address, topic, arg = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
     if kind == "pynsq-writer":
         got, secs = pynsq_writer(address, topic, arg)
+    elif kind == "raw-writer":
+        got, secs = raw_writer(address, topic, int(arg))
     else:
         if kind.startswith("nsqcli"):
             got, secs = nsqcli_consumer(address, topic, int(arg), per_message=kind == "nsqcli-each")
