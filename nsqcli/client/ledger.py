@@ -28,9 +28,9 @@ class Entry:
     """One batch: ``count`` messages from message number ``start`` (0-based, in source
     order) of ``topic``. ``batch`` is a list of bodies or a producer.Framed."""
 
-    __slots__ = ("start", "count", "nbytes", "batch", "topic", "future", "address")
+    __slots__ = ("start", "count", "nbytes", "batch", "topic", "future", "address", "lens")
 
-    def __init__(self, start: int, count: int, nbytes: int, batch, topic: str):
+    def __init__(self, start: int, count: int, nbytes: int, batch, topic: str, lens=None):
         self.start = start
         self.count = count
         self.nbytes = nbytes      # the MPUB body size: 4 + sum(4 + len(body))
@@ -38,11 +38,12 @@ class Entry:
         self.topic = topic
         self.future = None        # set when sent; None while waiting to be (re)sent
         self.address: str | None = None
+        self.lens = lens          # len() of each body when the batching measured them
 
     def command(self) -> bytes:
         batch = self.batch
         if type(batch) is list:  # the producer's batching checked every body and the topic
-            return encode_mpub_checked(self.topic, batch, self.nbytes)
+            return encode_mpub_checked(self.topic, batch, self.nbytes, self.lens)
         return batch.command()
 
     def bodies(self) -> list[bytes]:
@@ -70,8 +71,8 @@ class Ledger:
         """Messages taken and not acknowledged."""
         return self.taken - self.acked
 
-    def take(self, batch, count: int, nbytes: int, topic: str) -> Entry:
-        entry = Entry(self.taken, count, nbytes, batch, topic)
+    def take(self, batch, count: int, nbytes: int, topic: str, lens=None) -> Entry:
+        entry = Entry(self.taken, count, nbytes, batch, topic, lens)
         self.entries.append(entry)
         self.taken += count
         return entry

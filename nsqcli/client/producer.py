@@ -321,11 +321,12 @@ class Producer(ConnectionDelegate):
                 self._sync_fanout(encode_mpub(topic, b), len(b), timeout)
             return PublishResult(len(bodies), len(batches), list(self.addresses))
         max_msg = self.config.max_msg_size
-        if max(map(len, bodies)) > max_msg:
+        lens = measure(bodies, max_msg)  # the batching takes these lengths: no second look
+        if lens is None and max(map(len, bodies)) > max_msg:
             i, body = next((i, b) for i, b in enumerate(bodies) if len(b) > max_msg)
             raise LocalProtocolError(f"message {i + 1} is {len(body)} bytes, over the "
                                      f"{max_msg}-byte max message size")
-        return self.publish_iter(topic, [bodies], batch_size=batch_size, timeout=timeout, window=window)
+        return _IterPublish(self, topic, batch_size, window, timeout, None, None).run([bodies], lens)
 
     def publish_iter(self, topic: str, bodies: Iterable[bytes], *, batch_size: int = 0,
                      window: int = 8, timeout: float = 30.0, rate: float | None = None,
@@ -433,6 +434,17 @@ def _answered(entry: Entry) -> bool:
     return entry.future is not None and entry.future.done()
 
 
+def measure(bodies: list, max_msg: int) -> list[int] | None:
+    """The lengths of ``bodies`` when every one is non-empty ``bytes`` of at most ``max_msg``
+    bytes (C-level passes: a set of types, a list of lengths, min and max), else None."""
+    if set(map(type, bodies)) != {bytes}:
+        return None
+    lens = list(map(len, bodies))
+    if not min(lens) or max(lens) > max_msg:
+        return None
+    return lens
+
+
 class _IterPublish:
     """The state of one publish_iter / publish_framed call: a :class:`Ledger` of the batches
     taken from the source, driven through a window of futures (see Producer.publish_iter)."""
@@ -462,63 +474,59 @@ class _IterPublish:
         self._sent = 0  # entries of the ledger (from the head) that are sent, all on _conn
         self._conn: Connection | None = None
 
-    def run(self, bodies: Iterable[bytes]) -> PublishResult:
-        return self._drive(self._batches(bodies))
+    def run(self, bodies: Iterable[bytes], first_lens: list[int] | None = None) -> PublishResult:
+        """``first_lens``: the lengths of the first item, a list already :func:`measure`d."""
+        return self._drive(self._batches(bodies, first_lens))
 
     def run_framed(self, frames: Iterable[Framed]) -> PublishResult:
         return self._drive(self._counted(frames))
 
     # -- the source -----------------------------------------------------------------------------
-    def _batches(self, bodies: Iterable[bytes]):
-        """(batch, count, nbytes, topic) of the caller's bodies, under the body limit. An error
-        of the iterable (or a bad body) ends the batches, keeping what came before (the last
-        partial batch still goes out).
+    def _batches(self, bodies: Iterable[bytes], first_lens: list[int] | None = None):
+        """(batch, count, nbytes, topic, lengths) of the caller's bodies, under the body limit.
+        An error of the iterable (or a bad body) ends the batches, keeping what came before
+        (the last partial batch still goes out).
 
         The source may yield a ``list`` of bodies for several at once (mpub yields each chunk
-        it reads that way): a list of ``bytes`` that fits the batch is checked and taken with
-        C-level passes, not body by body."""
+        it reads that way): a list of good ``bytes`` is measured once (:func:`measure`, C-level
+        passes) and cut into batches by slicing, and the lengths go with each batch to its
+        framing; a list holding a bad, big or odd body goes body by body."""
         max_msg, batch_size = self.p.config.max_msg_size, self.batch_size or (1 << 62)
         topic = self.topic
         cur: list[bytes] = []
-        append = cur.append
+        lens: list[int] = []
         size = 4
         taken = 0
         try:
             for item in bodies:  # hot loop: locals only
                 if type(item) is list:
+                    item_lens, first_lens = first_lens or measure(item, max_msg), None
                     i, end = 0, len(item)
-                    while i < end:  # whole slices of the list while they fit and check out
+                    while item_lens is not None and i < end:  # whole slices while they fit
                         if len(cur) >= batch_size:  # filled one by one before
-                            yield cur, len(cur), size, topic
-                            cur = []
-                            append = cur.append
-                            size = 4
+                            yield cur, len(cur), size, topic, lens
+                            cur, lens, size = [], [], 4
                         k = min(end - i, batch_size - len(cur))
-                        head = item[i:i + k] if i or k < end else item
-                        if set(map(type, head)) != {bytes}:
+                        whole = not i and k == end
+                        head_lens = item_lens if whole else item_lens[i:i + k]
+                        nb = 4 * k + sum(head_lens)
+                        if size + nb > self.body_limit:
                             break
-                        lens = list(map(len, head))
-                        nb = 4 * k + sum(lens)
-                        if not min(lens) or max(lens) > max_msg or size + nb > self.body_limit:
-                            break
-                        cur += head
+                        cur += item if whole else item[i:i + k]
+                        lens += head_lens
                         size += nb
                         taken += k
                         i += k
                         if len(cur) >= batch_size:  # full: out now, not when the next item comes
-                            yield cur, len(cur), size, topic
-                            cur = []
-                            append = cur.append
-                            size = 4
+                            yield cur, len(cur), size, topic, lens
+                            cur, lens, size = [], [], 4
                     if i == end:
                         continue
                     item = item[i:]
                 elif item is FLUSH:  # the source has nothing more for now: send what there is
                     if cur:
-                        yield cur, len(cur), size, topic
-                        cur = []
-                        append = cur.append
-                        size = 4
+                        yield cur, len(cur), size, topic, lens
+                        cur, lens, size = [], [], 4
                     continue
                 else:
                     item = (item,)
@@ -531,11 +539,10 @@ class _IterPublish:
                         raise LocalProtocolError(f"message {taken + 1} {why}")
                     if size + 4 + n > self.body_limit or len(cur) >= batch_size:
                         if cur:
-                            yield cur, len(cur), size, topic
-                        cur = []
-                        append = cur.append
-                        size = 4
-                    append(body)
+                            yield cur, len(cur), size, topic, lens
+                        cur, lens, size = [], [], 4
+                    cur.append(body)
+                    lens.append(n)
                     size += 4 + n
                     taken += 1
         except GeneratorExit:  # closed by _drive after a send failed
@@ -543,12 +550,12 @@ class _IterPublish:
         except BaseException as e:  # the iterable failed (or a signal): what came before still goes out
             self.source_error = e
         if cur:
-            yield cur, len(cur), size, topic
+            yield cur, len(cur), size, topic, lens
 
     def _counted(self, frames: Iterable[Framed]):
         try:
             for frame in frames:
-                yield frame, frame.count, len(frame.payload) + 4, frame.topic
+                yield frame, frame.count, len(frame.payload) + 4, frame.topic, None
         except GeneratorExit:
             raise
         except BaseException as e:  # building the frames failed: what came before still goes out
@@ -560,11 +567,11 @@ class _IterPublish:
         PublishError with the exact acknowledged count."""
         stop = self.stop
         try:
-            for batch, count, nbytes, topic in batches:
+            for batch, count, nbytes, topic, lens in batches:
                 if self.pacer is not None:
                     self.pacer.wait(count)
                 ledger = self.ledger
-                ledger.take(batch, count, nbytes, topic)
+                ledger.take(batch, count, nbytes, topic, lens)
                 self._fill()
                 while ledger.entries and (len(ledger) >= self.window or _answered(ledger.entries[0])):
                     self._settle_head()  # answered ones at once: progress is not held back

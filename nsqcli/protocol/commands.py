@@ -102,11 +102,11 @@ class _SizePrefixes(dict):
 _size_prefix = _SizePrefixes().__getitem__
 
 
-def _framed(head: bytes, bodies: list[bytes]) -> bytes:
+def _framed(head: bytes, bodies: list[bytes], lens: list[int] | None = None) -> bytes:
     """``head`` then ``[size][body]`` for each body, in one join (C-level passes only: no
-    Python code runs per body)."""
+    Python code runs per body); ``lens``: the bodies' lengths, when already known."""
     parts = [head] * (2 * len(bodies) + 1)
-    parts[1::2] = map(_size_prefix, map(len, bodies))
+    parts[1::2] = map(_size_prefix, map(len, bodies) if lens is None else lens)
     parts[2::2] = bodies
     return b"".join(parts)
 
@@ -132,11 +132,12 @@ def mpub_body(bodies: Iterable[bytes]) -> bytes:
     return b"".join(parts)
 
 
-def encode_mpub_checked(topic: str, bodies: list[bytes], nbytes: int) -> bytes:
+def encode_mpub_checked(topic: str, bodies: list[bytes], nbytes: int, lens: list[int] | None = None) -> bytes:
     """MPUB of bodies the caller has already checked - a valid topic, at least one body, each
-    non-empty ``bytes`` - with ``nbytes`` = 4 + sum(4 + len(body)) (the publisher's batches:
-    its batching looked at every body once; this does not look again)."""
-    return _framed(b"MPUB %s\n" % topic.encode() + _pack_u32(nbytes) + _pack_u32(len(bodies)), bodies)
+    non-empty ``bytes`` - with ``nbytes`` = 4 + sum(4 + len(body)) and ``lens`` their
+    lengths if known (the publisher's batches: its batching looked at every body once; this
+    does not look again)."""
+    return _framed(b"MPUB %s\n" % topic.encode() + _pack_u32(nbytes) + _pack_u32(len(bodies)), bodies, lens)
 
 
 def encode_mpub(topic: str, bodies: Iterable[bytes]) -> bytes:

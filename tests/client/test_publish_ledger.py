@@ -42,11 +42,12 @@ class LedgerMachine(RuleBasedStateMachine):
         self.acked = 0
         self.n = 0
 
-    @rule(sizes=st.lists(st.integers(1, 30), min_size=1, max_size=8))
-    def take(self, sizes):
+    @rule(sizes=st.lists(st.integers(1, 30), min_size=1, max_size=8), measured=st.booleans())
+    def take(self, sizes, measured):
         bodies = [b"%03d" % (self.n + i) + b"x" * s for i, s in enumerate(sizes)]
         self.n += len(bodies)
-        self.ledger.take(bodies, len(bodies), mpub_size(bodies), "t")
+        # the producer's batching hands over the lengths it measured; framing uses them
+        self.ledger.take(bodies, len(bodies), mpub_size(bodies), "t", list(map(len, bodies)) if measured else None)
         self.taken += bodies
 
     @precondition(lambda self: len(self.ledger))
