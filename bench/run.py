@@ -272,9 +272,9 @@ def main() -> None:
 
         # -- producers: alternated; nsqd's own CPU per message alongside each ---------------
         # bench_writer publishes on GOMAXPROCS connections (2 here), each waiting for its OK;
-        # the Producer pipelines on one. The raw writer (no work per message) is the ceiling
-        # of one connection: nsqd reads, parses and stores a connection's commands in one
-        # goroutine.
+        # the Producer pipelines on one. The raw writer (no work per message, 256 batches in
+        # flight) shows what one connection can take: nsqd reads, parses and stores a
+        # connection's commands in one goroutine.
         wr: dict[str, list[float]] = {"nsqcli_mpub": [], "go_bench_writer": [], "raw_writer": []}
         nsqd_cpu: dict[str, list[float]] = {k: [] for k in wr}
         for i in range(args.repeat):
