@@ -56,18 +56,25 @@ class Future:
             if self._done:
                 return
             self._result, self._error, self._done = data, err, True
-        self._lock.release()
+        _release(self._lock)
 
     def done(self) -> bool:
         return self._done
 
     def wait(self, timeout: float | None = None) -> bool:
         """True once settled; False if ``timeout`` seconds passed first."""
-        if not self._done:
-            if not self._lock.acquire(True, -1 if timeout is None else max(0.0, timeout)):
-                return False
-            self._lock.release()  # for any other waiter: settled once, never locked again
-        return True
+        if self._done:
+            return True
+        lock = self._lock
+        try:
+            if lock.acquire(True, -1 if timeout is None else max(0.0, timeout)):
+                _release(lock)  # for any other waiter: once settled, the lock stays free
+        finally:
+            # a signal handler that raised (Ctrl-C) right after the acquire left the lock held:
+            # every other waiter would wait for ever on a settled future
+            if self._done and lock.locked():
+                _release(lock)
+        return self._done
 
     def result(self, timeout: float | None = None) -> bytes:
         if not self.wait(timeout):
@@ -79,6 +86,15 @@ class Future:
 
 _SETTLE = threading.Lock()
 _allocate_lock = threading.Lock
+
+
+def _release(lock) -> None:
+    """Free a settled future's lock; someone else may just have done so (a waiter passing it
+    on, or one freeing what an interrupted waiter kept)."""
+    try:
+        lock.release()
+    except RuntimeError:
+        pass
 
 
 class PublishResult(Record):

@@ -126,3 +126,49 @@ def test_future_first_settle_wins_and_wakes_every_waiter():
         assert fut.done() and len(seen) == 4 and len(set(seen)) == 1, seen
         assert seen[0] in (b"OK", TransportError)
         assert fut.wait(0) is True  # settled stays settled for later waiters
+
+
+class _Interrupted(Exception):
+    pass
+
+
+def test_a_waiter_interrupted_by_a_signal_does_not_keep_the_others_waiting():
+    """Ctrl-C lands in the main thread just as its future is settled (between taking and
+    passing on the future's lock): another thread waiting on the same future still gets the
+    answer at once, and later waits see it settled."""
+    import signal
+
+    from nsqcli.client.producer import Future
+
+    handled = []
+
+    def interrupt(*_):
+        handled.append(1)
+        raise _Interrupted()
+
+    previous = signal.signal(signal.SIGUSR1, interrupt)
+    try:
+        for _ in range(20):
+            fut, main, got = Future(), threading.get_ident(), []
+            other = threading.Thread(target=lambda: got.append(fut.result(10)), daemon=True)
+            handled.clear()
+
+            def answer():
+                other.start()
+                time.sleep(0.05)
+                fut.set_result(b"OK")
+                signal.pthread_kill(main, signal.SIGUSR1)
+
+            threading.Thread(target=answer, daemon=True).start()
+            deadline = time.monotonic() + 10
+            try:
+                fut.result(10)
+                while not handled and time.monotonic() < deadline:  # a late signal lands here
+                    time.sleep(0.01)
+            except _Interrupted:
+                pass
+            assert handled
+            other.join(10)
+            assert got == [b"OK"] and fut.wait(0) and not fut._lock.locked()
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
