@@ -331,17 +331,20 @@ class Producer(ConnectionDelegate):
         bodies = list(bodies)
         if not bodies:
             raise LocalProtocolError("MPUB needs at least one message")
+        max_msg = self.config.max_msg_size
+        lens = measure(bodies, max_msg)  # the batching takes these lengths: no second look
+        if lens is None:  # not all plain bytes, or one empty or too big: refused before any is sent
+            bodies = [_as_body(body, i + 1) for i, body in enumerate(bodies)]
+            for i, body in enumerate(bodies):
+                if not body or len(body) > max_msg:
+                    why = "is empty" if not body else f"is {len(body)} bytes, over the {max_msg}-byte max message size"
+                    raise LocalProtocolError(f"message {i + 1} {why}")
+            lens = list(map(len, bodies))
         if self.fanout:
             batches = self.batches(bodies, batch_size)
             for b in batches:
                 self._sync_fanout(encode_mpub(topic, b), len(b), timeout)
             return PublishResult(len(bodies), len(batches), list(self.addresses))
-        max_msg = self.config.max_msg_size
-        lens = measure(bodies, max_msg)  # the batching takes these lengths: no second look
-        if lens is None and max(map(len, bodies)) > max_msg:
-            i, body = next((i, b) for i, b in enumerate(bodies) if len(b) > max_msg)
-            raise LocalProtocolError(f"message {i + 1} is {len(body)} bytes, over the "
-                                     f"{max_msg}-byte max message size")
         return _IterPublish(self, topic, batch_size, window, timeout, None, None).run([bodies], lens)
 
     def publish_iter(self, topic: str, bodies: Iterable[bytes], *, batch_size: int = 0,
@@ -450,6 +453,16 @@ def _answered(entry: Entry) -> bool:
     return entry.future is not None and entry.future.done()
 
 
+def _as_body(body, number: int) -> bytes:
+    """Message ``number`` as the bytes nsqd gets: a str as UTF-8, bytes-like as bytes; anything
+    else is refused (bytes(5) would be five zero bytes)."""
+    if isinstance(body, str):
+        return body.encode("utf-8")
+    if isinstance(body, (bytes, bytearray, memoryview)):
+        return bytes(body)
+    raise LocalProtocolError(f"message {number} must be bytes or str, got {type(body).__name__}")
+
+
 def measure(bodies: list, max_msg: int) -> list[int] | None:
     """The lengths of ``bodies`` when every one is non-empty ``bytes`` of at most ``max_msg``
     bytes (C-level passes: a set of types, a list of lengths, min and max), else None."""
@@ -548,7 +561,7 @@ class _IterPublish:
                     item = (item,)
                 for body in item:  # one by one (the rest of a list holding a bad, big or odd body)
                     if type(body) is not bytes:
-                        body = body.encode("utf-8") if isinstance(body, str) else bytes(body)
+                        body = _as_body(body, taken + 1)
                     n = len(body)
                     if n == 0 or n > max_msg:
                         why = "is empty" if n == 0 else f"is {n} bytes, over the {max_msg}-byte max message size"

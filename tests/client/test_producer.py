@@ -80,6 +80,30 @@ def test_publish_errors_are_typed(nsqd, topic):
         Producer("127.0.0.1:1").publish(topic, b"x")
 
 
+def test_bodies_are_checked_as_sent_before_anything_is_published(nsqd, topic):
+    """multi_publish refuses a bad body before sending any: sizes are counted as sent (a str
+    as UTF-8, a memoryview by its bytes), and a body that is not bytes or str is refused, not
+    turned into zero bytes; publish_iter publishes what came before and names the bad one."""
+    from nsqcli.errors import LocalProtocolError
+
+    wide = memoryview(bytes(800)).cast("I")  # len() 200, 800 bytes on the wire
+    with Producer(nsqd.tcp_address, Config(max_msg_size=600)) as p:
+        for bad, why in (("é" * 400, "message 2 is 800 bytes, over the 600-byte max message size"),
+                         (wide, "message 2 is 800 bytes, over the 600-byte max message size"),
+                         (5, "message 2 must be bytes or str, got int"),
+                         ("", "message 2 is empty")):
+            with pytest.raises(LocalProtocolError, match=why):
+                p.multi_publish(topic, [b"first", bad, b"third"], batch_size=1)
+        assert topic_stats(nsqd, topic) is None  # nothing reached nsqd
+        assert p.multi_publish(topic, [b"first", "é" * 10, bytearray(b"third")]).published == 3
+        with pytest.raises(PublishError, match="published 1 of 1 messages.*message 2 must be bytes or str") as e:
+            p.publish_iter(topic + "_it", iter([b"ok", 7, b"never"]), batch_size=1)
+        assert e.value.published == 1
+    col = consume(topic, 3, [nsqd.tcp_address])
+    assert sorted(col.bodies) == sorted([b"first", ("é" * 10).encode(), b"third"])
+    assert topic_stats(nsqd, topic + "_it")["message_count"] == 1
+
+
 def test_failover_and_fanout(nsqd, extra_nsqd, topic):
     other = extra_nsqd()
     with Producer(["127.0.0.1:1", other.tcp_address]) as p:
