@@ -39,7 +39,7 @@ class Future:
     __slots__ = ("_lock", "_done", "_result", "_error")
 
     def __init__(self):
-        self._lock = _allocate_lock()
+        self._lock = threading.Lock()
         self._lock.acquire()
         self._done = False
         self._result: bytes | None = None
@@ -85,7 +85,6 @@ class Future:
 
 
 _SETTLE = threading.Lock()
-_allocate_lock = threading.Lock
 
 
 def _release(lock) -> None:
@@ -311,8 +310,7 @@ class Producer(ConnectionDelegate):
         for i, body in enumerate(bodies):
             n = len(body)
             if n > max_msg:
-                raise LocalProtocolError(f"message {i + 1} is {n} bytes, over the {max_msg}-byte "
-                                         "max message size")
+                raise _refusal(i + 1, n, max_msg)
             if cur and (size + 4 + n > limit or (batch_size and len(cur) >= batch_size)):
                 out.append(cur)
                 cur, size = [], 4
@@ -337,8 +335,7 @@ class Producer(ConnectionDelegate):
             bodies = [_as_body(body, i + 1) for i, body in enumerate(bodies)]
             for i, body in enumerate(bodies):
                 if not body or len(body) > max_msg:
-                    why = "is empty" if not body else f"is {len(body)} bytes, over the {max_msg}-byte max message size"
-                    raise LocalProtocolError(f"message {i + 1} {why}")
+                    raise _refusal(i + 1, len(body), max_msg)
             lens = list(map(len, bodies))
         if self.fanout:
             batches = self.batches(bodies, batch_size)
@@ -463,6 +460,12 @@ def _as_body(body, number: int) -> bytes:
     raise LocalProtocolError(f"message {number} must be bytes or str, got {type(body).__name__}")
 
 
+def _refusal(number: int, size: int, max_msg: int) -> LocalProtocolError:
+    """Why message ``number``, of ``size`` bytes (empty or over ``max_msg``), is not sent."""
+    why = "is empty" if not size else f"is {size} bytes, over the {max_msg}-byte max message size"
+    return LocalProtocolError(f"message {number} {why}")
+
+
 def measure(bodies: list, max_msg: int) -> list[int] | None:
     """The lengths of ``bodies`` when every one is non-empty ``bytes`` of at most ``max_msg``
     bytes (C-level passes: a set of types, a list of lengths, min and max), else None."""
@@ -564,8 +567,7 @@ class _IterPublish:
                         body = _as_body(body, taken + 1)
                     n = len(body)
                     if n == 0 or n > max_msg:
-                        why = "is empty" if n == 0 else f"is {n} bytes, over the {max_msg}-byte max message size"
-                        raise LocalProtocolError(f"message {taken + 1} {why}")
+                        raise _refusal(taken + 1, n, max_msg)
                     if size + 4 + n > self.body_limit or len(cur) >= batch_size:
                         if cur:
                             yield cur, len(cur), size, topic, lens
