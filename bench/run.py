@@ -155,6 +155,16 @@ def spread(xs: list[float]) -> str:
     return f"min {min(xs):,.0f} / median {statistics.median(xs):,.0f} / max {max(xs):,.0f}"
 
 
+def paired(results: dict, label: str, key: str, ours: list[float], peer: list[float]) -> None:
+    """Ratios of runs made side by side (round i of ours / round i of the peer): this machine's
+    speed drifts up to 2x between minutes, which a ratio of medians taken minutes apart
+    mixes into the figure."""
+    ratios = [a / b for a, b in zip(ours, peer)]
+    results.setdefault("paired", {})[key] = ratios
+    print(f"  {label:38s} per round {' '.join(f'{r:.2f}x' for r in ratios)}  "
+          f"(min {min(ratios):.2f} / median {statistics.median(ratios):.2f} / max {max(ratios):.2f})", flush=True)
+
+
 def report(results: dict, key: str, label: str, n: int, runs: list[tuple[float, float]]) -> None:
     """Median msg/s (and the spread) and CPU-s per million messages of ``runs`` (wall, cpu)."""
     rates = [n / wall for wall, _ in runs]
@@ -265,6 +275,11 @@ def main() -> None:
                            ("go_bench_reader", "Go bench_reader (receive all)"),
                            ("raw_reader", "reference: raw CPython reader")):
             report(results, key, label, n, runs[key])
+        go_rates = results["go_bench_reader_runs"]
+        paired(results, "Consumer (batch) / bench_reader", "consumer_vs_bench_reader",
+               results["nsqcli_consumer_runs"], go_rates)
+        paired(results, "Consumer (per message) / bench_reader", "per_message_consumer_vs_bench_reader",
+               results["nsqcli_consumer_each_runs"], go_rates)
         if not args.skip_pynsq:
             prepublish(addr, "sub_pynsq", n, 100)
             results["pynsq_reader"] = py_reader("pynsq", sb, "sub_pynsq", n)
@@ -297,6 +312,9 @@ def main() -> None:
             results[key + "_nsqd_cpu_s_per_m"] = statistics.median(nsqd_cpu[key])
             print(f"{label:40s} {results[key]:>10,.0f} msg/s  nsqd {results[key + '_nsqd_cpu_s_per_m']:4.2f} "
                   f"CPU-s/M  ({spread(wr[key])})", flush=True)
+        paired(results, "Producer / bench_writer", "mpub_vs_bench_writer", wr["nsqcli_mpub"], wr["go_bench_writer"])
+        paired(results, "raw writer / bench_writer", "raw_python_writer_vs_bench_writer", wr["raw_writer"],
+               wr["go_bench_writer"])
 
         # -- start-up -------------------------------------------------------------------
         results["nsqcli_pub_s"] = startup([str(ROOT / ".venv/bin/nsqcli"), "pub", "-t", "startup",
