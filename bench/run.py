@@ -123,6 +123,15 @@ def message_count(sb: Sandbox, topic: str) -> int:
     return sum(t["message_count"] for t in stats.get("topics") or [] if t["topic_name"] == topic)
 
 
+def own_cpu() -> float:
+    """CPU seconds of this process and of its waited-for children (a writer run in-process or
+    as a subprocess; nsqd, still running, is not in it)."""
+    import resource
+
+    return sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
+                                                 resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+
 def children_cpu() -> float:
     import resource
 
@@ -292,9 +301,10 @@ def main() -> None:
         # connection's commands in one goroutine.
         wr: dict[str, list[float]] = {"nsqcli_mpub": [], "go_bench_writer": [], "raw_writer": []}
         nsqd_cpu: dict[str, list[float]] = {k: [] for k in wr}
+        writer_cpu: dict[str, list[float]] = {k: [] for k in wr}  # the raw writer's: Python start-up too
         for i in range(args.repeat):
             for key in wr:
-                t, c0 = f"pub_{key}_{i}", process_cpu(sb.nsqd.pid)
+                t, c0, w0 = f"pub_{key}_{i}", process_cpu(sb.nsqd.pid), own_cpu()
                 if key == "nsqcli_mpub":
                     rate, sent = py_writer(sb, t, n), n
                 elif key == "raw_writer":
@@ -305,13 +315,17 @@ def main() -> None:
                     sent = message_count(sb, t)
                 wr[key].append(rate)
                 nsqd_cpu[key].append((process_cpu(sb.nsqd.pid) - c0) / sent * 1e6)
+                writer_cpu[key].append((own_cpu() - w0) / sent * 1e6)
                 delete_topic(sb, t)
         for key, label in (("nsqcli_mpub", "nsqcli Producer MPUB (200)"), ("go_bench_writer", "Go bench_writer (200)"),
                            ("raw_writer", "reference: raw CPython writer (200)")):
             results[key], results[key + "_runs"] = statistics.median(wr[key]), wr[key]
-            results[key + "_nsqd_cpu_s_per_m"] = statistics.median(nsqd_cpu[key])
-            print(f"{label:40s} {results[key]:>10,.0f} msg/s  nsqd {results[key + '_nsqd_cpu_s_per_m']:4.2f} "
-                  f"CPU-s/M  ({spread(wr[key])})", flush=True)
+            results[key + "_nsqd_cpu_s_per_m"] = nsqd = statistics.median(nsqd_cpu[key])
+            results[key + "_cpu_s_per_m"] = own = statistics.median(writer_cpu[key])
+            # on 2 cores the writer and nsqd share the machine: CPU per message x rate = cores busy
+            cores = statistics.median(r * (a + b) / 1e6 for r, a, b in zip(wr[key], nsqd_cpu[key], writer_cpu[key]))
+            print(f"{label:40s} {results[key]:>10,.0f} msg/s  writer {own:4.2f} + nsqd {nsqd:4.2f} CPU-s/M "
+                  f"= {cores:3.1f} cores busy  ({spread(wr[key])})", flush=True)
         paired(results, "Producer / bench_writer", "mpub_vs_bench_writer", wr["nsqcli_mpub"], wr["go_bench_writer"])
         paired(results, "raw writer / bench_writer", "raw_python_writer_vs_bench_writer", wr["raw_writer"],
                wr["go_bench_writer"])
