@@ -123,20 +123,13 @@ def message_count(sb: Sandbox, topic: str) -> int:
     return sum(t["message_count"] for t in stats.get("topics") or [] if t["topic_name"] == topic)
 
 
-def own_cpu() -> float:
-    """CPU seconds of this process and of its waited-for children (a writer run in-process or
-    as a subprocess; nsqd, still running, is not in it)."""
+def children_cpu(self_too: bool = False) -> float:
+    """User + system CPU seconds of the waited-for children (nsqd, still running, is not in
+    it); ``self_too``: and of this process (a writer run in-process or as a subprocess)."""
     import resource
 
-    return sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
-                                                 resource.getrusage(resource.RUSAGE_CHILDREN)))
-
-
-def children_cpu() -> float:
-    import resource
-
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
+    whos = (resource.RUSAGE_CHILDREN, resource.RUSAGE_SELF) if self_too else (resource.RUSAGE_CHILDREN,)
+    return sum(r.ru_utime + r.ru_stime for r in map(resource.getrusage, whos))
 
 
 def timed(cmd: list[str], stdin_path: str | None = None) -> tuple[float, float]:
@@ -304,7 +297,7 @@ def main() -> None:
         writer_cpu: dict[str, list[float]] = {k: [] for k in wr}  # the raw writer's: Python start-up too
         for i in range(args.repeat):
             for key in wr:
-                t, c0, w0 = f"pub_{key}_{i}", process_cpu(sb.nsqd.pid), own_cpu()
+                t, c0, w0 = f"pub_{key}_{i}", process_cpu(sb.nsqd.pid), children_cpu(self_too=True)
                 if key == "nsqcli_mpub":
                     rate, sent = py_writer(sb, t, n), n
                 elif key == "raw_writer":
@@ -315,7 +308,7 @@ def main() -> None:
                     sent = message_count(sb, t)
                 wr[key].append(rate)
                 nsqd_cpu[key].append((process_cpu(sb.nsqd.pid) - c0) / sent * 1e6)
-                writer_cpu[key].append((own_cpu() - w0) / sent * 1e6)
+                writer_cpu[key].append((children_cpu(self_too=True) - w0) / sent * 1e6)
                 delete_topic(sb, t)
         for key, label in (("nsqcli_mpub", "nsqcli Producer MPUB (200)"), ("go_bench_writer", "Go bench_writer (200)"),
                            ("raw_writer", "reference: raw CPython writer (200)")):
