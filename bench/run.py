@@ -88,16 +88,11 @@ def go_writer(sb: Sandbox, topic: str, runfor: float) -> float:
 
 
 def py_writer(sb: Sandbox, topic: str, n: int) -> float:
-    body = b"x" * 100
-    with Producer(sb.nsqd.tcp_address) as p:
-        p.publish(topic, body)
-        t0 = time.perf_counter()
-        left = n
-        while left:
-            k = min(left, 100_000)
-            p.multi_publish(topic, [body] * k, batch_size=200)
-            left -= k
-        return n / (time.perf_counter() - t0)
+    """The Producer, in this process (its CPU counted by getrusage(RUSAGE_SELF))."""
+    from bench.workers import producer
+
+    sent, secs = producer(sb.nsqd.tcp_address, topic, n)
+    return sent / secs
 
 
 def startup(cmd: list[str], stdin: bytes | None, runs: int) -> float:

@@ -1,5 +1,6 @@
-"""Consumers run in their own process by bench/run.py, each draining N messages and printing
-'<count> <seconds>'. Usage: python -m bench.workers nsqcli|nsqcli-each|raw|pynsq|raw-writer ADDRESS TOPIC N"""
+"""Consumers and writers run in their own process by bench/run.py and bench/nsqd_profile.py, each
+draining or publishing N messages and printing '<count> <seconds>'.
+Usage: python -m bench.workers nsqcli|nsqcli-each|raw|pynsq|raw-writer|framing-writer|producer ADDRESS TOPIC N"""
 
 from __future__ import annotations
 
@@ -81,6 +82,65 @@ def raw_reader(address: str, topic: str, n: int) -> tuple[int, float]:
     elapsed = time.perf_counter() - start
     s.close()
     return got, elapsed
+
+
+def producer(address: str, topic: str, n: int, size: int = 100) -> tuple[int, float]:
+    """nsqcli's Producer: ``multi_publish`` of N x ``size`` B in MPUBs of 200 (its default
+    window, 16 in flight), 100,000 bodies per call; timed after the connection is made."""
+    from nsqcli import Producer
+
+    body = b"x" * size
+    with Producer(address) as p:
+        p.publish(topic, body)
+        t0 = time.perf_counter()
+        left = n
+        while left:
+            k = min(left, 100_000)
+            p.multi_publish(topic, [body] * k, batch_size=200)
+            left -= k
+        return n, time.perf_counter() - t0
+
+
+def framing_writer(address: str, topic: str, n: int, batch: int = 200, window: int = 16) -> tuple[int, float]:
+    """A reference: the raw writer's one-thread socket loop (no I/O thread, futures or ledger)
+    around the Producer's own per-message work - each list of 100,000 bodies measured once
+    (``measure``), cut into batches of ``batch``, each framed with ``encode_mpub_checked``.
+    What it reaches is what framing the bodies costs, whatever the threading."""
+    import socket
+
+    from nsqcli.client.producer import measure
+    from nsqcli.protocol.commands import encode_mpub_checked
+    from nsqcli.protocol.frames import FrameDecoder
+
+    host, port = address.rsplit(":", 1)
+    s = socket.create_connection((host, int(port)))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    s.sendall(b"  V2")
+    decoder, body, left = FrameDecoder(), b"x" * 100, n
+    start = time.perf_counter()
+    while left:
+        k = min(left, 100_000)
+        bodies = [body] * k
+        lens = measure(bodies, 1 << 20)
+        batches = [(bodies[i:i + batch], lens[i:i + batch]) for i in range(0, k, batch)]
+        sent = acked = 0
+        while acked < len(batches):
+            while sent < len(batches) and sent - acked < window:
+                b, sizes = batches[sent]
+                s.sendall(encode_mpub_checked(topic, b, 4 + 4 * len(b) + sum(sizes), sizes))
+                sent += 1
+            data = s.recv(65536)
+            if not data:
+                raise SystemExit("framing writer: nsqd closed the connection")
+            decoder.receive_data(data)
+            for frame in decoder.decode_all():
+                if frame.data != b"OK":
+                    raise SystemExit(f"framing writer: nsqd said {frame!r}")
+                acked += 1
+        left -= k
+    elapsed = time.perf_counter() - start
+    s.close()
+    return n, elapsed
 
 
 def raw_writer(address: str, topic: str, n: int, batch: int = 200, window: int = 256) -> tuple[int, float]:
@@ -190,6 +250,10 @@ if __name__ == "__main__":
         got, secs = pynsq_writer(address, topic, arg)
     elif kind == "raw-writer":
         got, secs = raw_writer(address, topic, int(arg))
+    elif kind == "framing-writer":
+        got, secs = framing_writer(address, topic, int(arg))
+    elif kind == "producer":
+        got, secs = producer(address, topic, int(arg))
     else:
         if kind.startswith("nsqcli"):
             got, secs = nsqcli_consumer(address, topic, int(arg), per_message=kind == "nsqcli-each")
