@@ -1,6 +1,7 @@
 """Consumers and writers run in their own process by bench/run.py and bench/nsqd_profile.py, each
 draining or publishing N messages and printing '<count> <seconds>'.
-Usage: python -m bench.workers nsqcli|nsqcli-each|raw|pynsq|raw-writer|framing-writer|producer ADDRESS TOPIC N"""
+Usage: python -m bench.workers nsqcli|nsqcli-each|raw|pynsq|raw-writer|framing-writer|producer ADDRESS TOPIC N
+[WINDOW: batches in flight, raw-writer and framing-writer]"""
 
 from __future__ import annotations
 
@@ -134,9 +135,12 @@ def framing_writer(address: str, topic: str, n: int, batch: int = 200, window: i
                 raise SystemExit("framing writer: nsqd closed the connection")
             decoder.receive_data(data)
             for frame in decoder.decode_all():
-                if frame.data != b"OK":
+                if frame.data == b"_heartbeat_":  # every 30 s: answered, not an OK
+                    s.sendall(b"NOP\n")
+                elif frame.data != b"OK":
                     raise SystemExit(f"framing writer: nsqd said {frame!r}")
-                acked += 1
+                else:
+                    acked += 1
         left -= k
     elapsed = time.perf_counter() - start
     s.close()
@@ -246,12 +250,13 @@ def pynsq_writer(address: str, topic: str, path: str, batch: int = 500, window: 
 
 if __name__ == "__main__":
     kind, address, topic, arg = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+    window = {"window": int(sys.argv[5])} if len(sys.argv) > 5 else {}  # batches in flight (writers)
     if kind == "pynsq-writer":
         got, secs = pynsq_writer(address, topic, arg)
     elif kind == "raw-writer":
-        got, secs = raw_writer(address, topic, int(arg))
+        got, secs = raw_writer(address, topic, int(arg), **window)
     elif kind == "framing-writer":
-        got, secs = framing_writer(address, topic, int(arg))
+        got, secs = framing_writer(address, topic, int(arg), **window)
     elif kind == "producer":
         got, secs = producer(address, topic, int(arg))
     else:
