@@ -43,7 +43,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from bench.run import ROOT, children_cpu, delete_topic, prepublish
+from bench.run import ROOT, children_cpu, delete_topic, message_count, prepublish, ratio_line
 from nsqcli.client.http import http_json
 from nsqcli.sandbox import NsqdOptions, Sandbox, find_binary
 
@@ -103,15 +103,11 @@ def cores(profile: Path, go: str) -> dict[str, float]:
 
 def counted(sb: Sandbox, topic: str, reader: bool) -> int:
     """Messages the topic has taken (a writer), or FINs its channel's clients sent (a reader)."""
-    stats = http_json(sb.nsqd.http_address, "/stats", {"format": "json", "topic": topic,
-                                                       "include_clients": str(reader).lower()})
-    for t in stats.get("topics") or []:
-        if t["topic_name"] == topic:
-            if not reader:
-                return t["message_count"]
-            return sum(c.get("finish_count", 0) for ch in t.get("channels") or [] if ch["channel_name"] == CHANNEL
-                       for c in ch.get("clients") or [])
-    return 0
+    if not reader:
+        return message_count(sb, topic)
+    stats = http_json(sb.nsqd.http_address, "/stats", {"format": "json", "topic": topic, "channel": CHANNEL})
+    return sum(c.get("finish_count", 0) for t in stats.get("topics") or [] if t["topic_name"] == topic
+               for ch in t.get("channels") or [] if ch["channel_name"] == CHANNEL for c in ch.get("clients") or [])
 
 
 def profiled(sb: Sandbox, cmds: list[list[str]], topic: str, reader: bool, args, go: str,
@@ -171,10 +167,6 @@ def command(label: str, sb: Sandbox, topic: str, args, runfor: float) -> list[li
             for _ in range(conns)]
 
 
-def spread(qs: list[float]) -> str:
-    return f"{' '.join(f'{q:.2f}x' for q in qs)}  ({min(qs):.2f} / {statistics.median(qs):.2f} / {max(qs):.2f})"
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--messages", type=int, default=10_000_000, help="per writer (enough to outlast the window)")
@@ -225,14 +217,14 @@ def main() -> None:
         print(f"{label:48s} {med(xs, 'rate'):>11,.0f} {med(xs, 'nsqd'):6.2f} {med(xs, 'IOLoop'):7.2f} "
               f"{med(xs, 'IOLoop') / conns:8.2f} {med(xs, 'messagePump'):8.2f} {med(xs, 'client'):7.2f}{short}",
               flush=True)
-    print("\nper round, against the others in the same round (min / median / max):")
+    print("\nper round, against the others in the same round:")
     ratios = {}
     pairs = [(ours, peer) for ours, peers in OURS.items() for peer in peers]
     for ours, peer in pairs + list(REFERENCES.items()):
         if ours in rows and peer in rows:
             qs = [x["rate"] / p["rate"] for x, p in zip(rows[ours], rows[peer], strict=True)]
             ratios[f"{ours} / {peer}"] = qs
-            print(f"  {ours} / {peer}\n      {spread(qs)}")
+            print(f"  {ours} / {peer}\n      {ratio_line(qs)}")
     out = ROOT / "bench" / "results" / f"nsqd_profile{'_pinned' if args.pin else ''}.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps({"window_s": args.window, "pinned": args.pin, "rounds": rows, "ratios": ratios},

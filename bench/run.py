@@ -152,14 +152,19 @@ def spread(xs: list[float]) -> str:
     return f"min {min(xs):,.0f} / median {statistics.median(xs):,.0f} / max {max(xs):,.0f}"
 
 
+def ratio_line(ratios: list[float]) -> str:
+    """Each round's ratio, then min / median / max."""
+    return (f"{' '.join(f'{r:.2f}x' for r in ratios)}  "
+            f"(min {min(ratios):.2f} / median {statistics.median(ratios):.2f} / max {max(ratios):.2f})")
+
+
 def paired(results: dict, label: str, key: str, ours: list[float], peer: list[float]) -> None:
     """Ratios of runs made side by side (round i of ours / round i of the peer): this machine's
     speed drifts up to 2x between minutes, which a ratio of medians taken minutes apart
     mixes into the figure."""
     ratios = [a / b for a, b in zip(ours, peer)]
     results.setdefault("paired", {})[key] = ratios
-    print(f"  {label:38s} per round {' '.join(f'{r:.2f}x' for r in ratios)}  "
-          f"(min {min(ratios):.2f} / median {statistics.median(ratios):.2f} / max {max(ratios):.2f})", flush=True)
+    print(f"  {label:38s} per round {ratio_line(ratios)}", flush=True)
 
 
 def report(results: dict, key: str, label: str, n: int, runs: list[tuple[float, float]]) -> None:

@@ -9,6 +9,17 @@ import sys
 import time
 
 
+def v2_socket(address: str):
+    """A TCP connection to nsqd that has sent the protocol magic (TCP_NODELAY: no batching)."""
+    import socket
+
+    host, port = address.rsplit(":", 1)
+    s = socket.create_connection((host, int(port)))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    s.sendall(b"  V2")
+    return s
+
+
 def nsqcli_consumer(address: str, topic: str, n: int, per_message: bool = False) -> tuple[int, float]:
     import threading
 
@@ -107,16 +118,11 @@ def framing_writer(address: str, topic: str, n: int, batch: int = 200, window: i
     around the Producer's own per-message work - each list of 100,000 bodies measured once
     (``measure``), cut into batches of ``batch``, each framed with ``encode_mpub_checked``.
     What it reaches is what framing the bodies costs, whatever the threading."""
-    import socket
-
     from nsqcli.client.producer import measure
     from nsqcli.protocol.commands import encode_mpub_checked
     from nsqcli.protocol.frames import FrameDecoder
 
-    host, port = address.rsplit(":", 1)
-    s = socket.create_connection((host, int(port)))
-    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    s.sendall(b"  V2")
+    s = v2_socket(address)
     decoder, body, left = FrameDecoder(), b"x" * 100, n
     start = time.perf_counter()
     while left:
@@ -151,15 +157,11 @@ def raw_writer(address: str, topic: str, n: int, batch: int = 200, window: int =
     """A reference, not a client: the least a CPython publisher can do - one thread, one
     connection, the same MPUB of ``batch`` x 100 B built once and sent ``n / batch`` times,
     ``window`` batches in flight, each OK counted (no framing, ledger, futures or threads).
-    What it reaches is about what one connection to this nsqd takes on this machine (with 16
-    in flight it reached ~15% less: nsqd's reader then waits for the writer)."""
-    import socket
+    What it reaches is about what one connection to this nsqd takes on this machine (16 in
+    flight did as well or better than 256 in bench.nsqd_profile; ~15% less in an earlier run)."""
     import struct
 
-    host, port = address.rsplit(":", 1)
-    s = socket.create_connection((host, int(port)))
-    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    s.sendall(b"  V2")
+    s = v2_socket(address)
     pack = struct.Struct(">L").pack
     payload = pack(batch) + b"".join(pack(100) + b"x" * 100 for _ in range(batch))
     mpub = b"MPUB %s\n" % topic.encode() + pack(len(payload)) + payload

@@ -68,12 +68,12 @@ def test_500s_requeue_until_delivered(nsqd, topic, endpoint):
 
 
 def test_retry_after_sets_when_the_message_comes_back(nsqd_factory, topic, endpoint):
-    # An nsqd of its own: nsqd looks at a channel's deferred messages only (1) once its queue
-    # scan's list of channels holds it - refreshed every 5 s from nsqd's start
-    # (QueueScanRefreshInterval, no flag) - and (2) when its 100 ms scan picks it among 20 drawn
-    # at random from all channels: on the session's nsqd, with a hundred tests' channels, the
-    # message came back seconds late. Here the channel is the only one, made right after nsqd
-    # started, and the message is due >= 2.5 + 3 s later, after the first refresh.
+    # An nsqd of its own: nsqd looks at a channel's deferred messages only once its queue
+    # scan's list of channels holds it, refreshed every 5 s from nsqd's start
+    # (QueueScanRefreshInterval, no flag); on the session's nsqd a channel made now may wait up
+    # to 5 s. Here the channel is made right after nsqd started, and the message is due
+    # >= 2.5 + 3 s later, after the first refresh. (The random 20-channel draw of each scan is
+    # dealt with for every test in conftest's sandbox.)
     nsqd = nsqd_factory()
     http_post(nsqd.http_address, "/topic/create", topic=topic)
     http_post(nsqd.http_address, "/channel/create", topic=topic, channel="nsq_to_http")
