@@ -384,16 +384,31 @@ def lookup_topic(address: str, topic: str, timeout: float = 5.0) -> list[Produce
 
 def lookup_all(addresses: list[str], topic: str, timeout: float = 5.0
                ) -> tuple[list[Producer], list[LookupdError]]:
-    """Ask EVERY lookupd; union the producers by tcp address. Returns (producers, errors)."""
+    """Ask EVERY lookupd at once (one ``timeout`` for them all); union the producers by tcp
+    address, in the order of ``addresses``. Returns (producers, errors)."""
     seen: dict[str, Producer] = {}
     errors: list[LookupdError] = []
-    for address in addresses:
-        try:
-            for p in lookup_topic(address, topic, timeout):
-                seen.setdefault(p.tcp_address, p)
-        except LookupdError as e:
-            errors.append(e)
+    for a in ask_http(addresses, lambda address: lookup_topic(address, topic, timeout), timeout):
+        if a.error is not None:
+            errors.append(a.error)
+            continue
+        for p in a.value:
+            seen.setdefault(p.tcp_address, p)
     return list(seen.values()), errors
+
+
+def ask_http(addresses: list[str], fn, timeout: float) -> list:
+    """``fn(address)`` for every nsqlookupd or nsqd HTTP address at once, in one round of
+    ``timeout`` (nsqcli.client.fanout.ask_all): one Answer per address, in order. Each failure -
+    a LookupdError from ``fn``, or no answer by the round's end - is a LookupdError naming the
+    address; any other exception is raised."""
+    from .fanout import ask_all  # here, not at the top: `nsqcli pub` imports this module
+
+    answers = ask_all(addresses, fn, timeout, catch=LookupdError, name=base_url)
+    for a in answers:
+        if a.error is not None and not isinstance(a.error, LookupdError):  # the round's Timeout
+            a.error = LookupdError(a.error.reason, a.error.address)
+    return answers
 
 
 # -- the cluster as every nsqlookupd sees it (nsqcli lookup) --------------------------------------
@@ -437,10 +452,18 @@ class ClusterView(Record):
 
 
 def _lookupd_view(address: str, topic: str | None, timeout: float) -> tuple[list, dict[str, list[str]]]:
-    """One lookupd's nodes [(Producer, [(topic, tombstoned)])] and channels {topic: [channel]}.
-    An answer of the wrong shape is a LookupdError, like an unreachable lookupd."""
+    """One lookupd's nodes [(Producer, [(topic, tombstoned)])] and channels {topic: [channel]},
+    its requests all within ``timeout``. An answer of the wrong shape is a LookupdError, like
+    an unreachable lookupd."""
+    import time
+
+    end = time.monotonic() + timeout
+
     def get(path, params=None):
-        data = http_json(address, path, params, timeout)
+        left = end - time.monotonic()
+        if left <= 0:
+            raise LookupdError(f"no complete answer within {timeout:g}s (slow to answer)", base_url(address))
+        data = http_json(address, path, params, left)
         if data is not None and not isinstance(data, dict):
             raise TypeError(f"{path} answered {str(data)[:60]!r}, not a JSON object")
         return data or {}
@@ -466,14 +489,15 @@ def _lookupd_view(address: str, topic: str | None, timeout: float) -> tuple[list
 
 
 def cluster_view(addresses: list[str], topic: str | None = None, timeout: float = 5.0) -> ClusterView:
-    """Ask every lookupd for /nodes and /topics (or just ``topic``) and the channels; union."""
+    """Ask every lookupd at once (one ``timeout`` for them all) for /nodes and /topics (or just
+    ``topic``) and the channels; union, in the order of ``addresses``."""
     view = ClusterView({}, {}, [], [])
-    for address in addresses:
-        try:
-            nodes, channels = _lookupd_view(address, topic, timeout)
-        except LookupdError as e:
-            view.errors.append(e)
+    answers = ask_http(addresses, lambda address: _lookupd_view(address, topic, timeout), timeout)
+    for address, a in zip(addresses, answers):
+        if a.error is not None:
+            view.errors.append(a.error)
             continue
+        nodes, channels = a.value
         view.answered.append(address)
         for t, chans in channels.items():
             view.topics.setdefault(t, set()).update(chans)
