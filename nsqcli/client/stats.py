@@ -1,5 +1,5 @@
 """nsqd /stats over time: rows per topic/channel (or per node) with rates computed from measured
-elapsed time. Pure: samples in, rows out (polling lives in poll_nodes).
+elapsed time. Pure: samples in, rows out (polling lives in poll_nodes and Poller).
 
 Fixes against nsq_stat: egress is the sum of the consumers' finish_count deltas (never
 negative, unlike Δmessages − Δdepth); rates divide by the time actually measured between two
@@ -9,11 +9,12 @@ goes on.
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 
 from ..errors import LookupdError
-from .http import http_json
+from .http import ask_http, http_json
 
 SPARK = "▁▂▃▄▅▆▇█"
 
@@ -29,19 +30,70 @@ class Sample:
 
 def poll_nodes(nodes: list[str], topic: str | None, channel: str | None, clients: bool = True,
                timeout: float = 5.0, clock=time.monotonic) -> Sample:
-    s = Sample({}, {}, {})
-    params = {"format": "json", "include_clients": "true" if clients else "false", "include_mem": "false"}
-    if topic:
-        params["topic"] = topic
-    if channel:
-        params["channel"] = channel
-    for node in nodes:
+    """/stats of every node at once, in one round of ``timeout``: a node that does not answer
+    by then is down (its error names it), the others are in the sample."""
+    return Poller(topic, channel, clients, clock).poll(nodes, timeout)
+
+
+class Poller:
+    """poll_nodes round after round (``nsqcli stat``). Every node is asked at once; a node
+    that let a round's deadline pass (hung, not refusing) then stops holding the rounds: it is
+    asked again in the background, one request at a time, and its answer - or its error -
+    joins the first round after it came. So hung nodes cost the round they hang in one
+    deadline, and the rounds after it the healthy nodes' answer time."""
+
+    def __init__(self, topic: str | None, channel: str | None, clients: bool = True, clock=time.monotonic):
+        self.params = {"format": "json", "include_clients": "true" if clients else "false", "include_mem": "false"}
+        if topic:
+            self.params["topic"] = topic
+        if channel:
+            self.params["channel"] = channel
+        self.clock = clock
+        self.slow: dict[str, str] = {}        # node -> its error, while it is asked in the background
+        self.asking: dict[str, list] = {}     # node -> [its answer (value, error, hung) once in]
+
+    def poll(self, nodes: list[str], timeout: float = 5.0) -> Sample:
+        s = Sample({}, {}, {})
+        nodes = list(dict.fromkeys(nodes))
+        now = [n for n in nodes if n not in self.slow]
+        for node, a in zip(now, ask_http(now, lambda n: self._ask(n, timeout), timeout)):
+            self._take(s, node, a.value if a.ok else (None, a.error, True))
+        for node in nodes:
+            if node in s.stats or node in s.down:
+                continue
+            box = self.asking.get(node)
+            if box:  # its background answer came since the last round
+                del self.asking[node]
+                self._take(s, node, box[0])
+            else:
+                s.down[node] = self.slow[node]
+        for node in nodes:
+            if node in self.slow and node not in self.asking:  # hung: asked again, in the background
+                self.asking[node] = box = []
+                threading.Thread(target=lambda n=node, b=box: b.append(self._ask(n, timeout)),
+                                 name="nsqcli-stat-slow", daemon=True).start()
+        return s
+
+    def _ask(self, node: str, timeout: float) -> tuple:
+        """(stats, None, False) or (None, error, whether it waited out its deadline)."""
+        t0 = time.monotonic()
         try:
-            s.stats[node] = http_json(node, "/stats", params, timeout) or {}
-            s.taken[node] = clock()
+            stats = http_json(node, "/stats", self.params, timeout) or {}
         except LookupdError as e:
-            s.down[node] = str(e)
-    return s
+            return None, e, time.monotonic() - t0 >= 0.9 * timeout
+        return (stats, self.clock()), None, False  # when this node answered: its rates use its own interval
+
+    def _take(self, s: Sample, node: str, answer: tuple) -> None:
+        value, error, hung = answer
+        if error is None:
+            s.stats[node], s.taken[node] = value
+            self.slow.pop(node, None)
+            return
+        s.down[node] = str(error)
+        if hung:
+            self.slow[node] = str(error)
+        else:
+            self.slow.pop(node, None)
 
 
 @dataclass

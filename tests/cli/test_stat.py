@@ -9,6 +9,7 @@ import time
 
 from helpers import NSQCLI, http_post, lookup_producers, run_nsqcli, wait_for
 from helpers import run_nsqcli as run
+from hung import cluster, stopped  # noqa: F401 - cluster: the fixture
 
 from nsqcli import Config, Consumer
 
@@ -157,3 +158,53 @@ def test_stat_plain_lines_like_nsq_stat(nsqd, topic):
     assert lines[0].startswith("------rate------+") and lines[1].startswith("ingress  egress |")
     # the message published before the channel existed waits in it: depth 1, 1 message
     assert len(lines) == 4 and lines[2].split("|")[1].split()[0] == "1" and lines[3].split()[-2] == "1"
+
+
+def test_stat_hung_nodes_cost_one_deadline_and_are_named(cluster, topic):
+    """Two of three nsqd hang (SIGSTOP): every node is asked at once, so the first report comes
+    one deadline after the start (not one per hung node and round), the hung ones are named as
+    down, and the reports after it keep the --interval."""
+    healthy, *hung = cluster.nsqds
+    for node in cluster.nsqds:
+        http_post(node.http_address, "/pub", b"x", topic=topic)
+    wait_for(lambda: len(lookup_producers(cluster.lookupd, topic)) == 3, what="three nodes registered")
+    deadline, interval = 2.0, 0.5
+    with stopped(*hung):
+        t0 = time.monotonic()
+        r = run(["stat", "-t", topic, "--json", "-n", "2", "--interval", f"{interval}s",
+                 "--http-client-request-timeout", f"{deadline}s",
+                 "--lookupd-http-address", cluster.lookupd.http_address], timeout=60)
+        took = time.monotonic() - t0
+    assert r.returncode == 0, r.stderr
+    snaps = snapshots(r.stdout)
+    # baseline (one deadline) + 2 intervals; one by one it would be 3 rounds x 2 deadlines
+    assert took < 2 * deadline + 2 * interval + 1.5, took
+    assert snaps[1]["time"] - snaps[0]["time"] < interval + deadline / 2  # the hung nodes hold no refresh
+    for snap in snaps:
+        assert snap["nodes_up"] == [healthy.http_address]
+        assert sorted(snap["nodes_down"]) == sorted(n.http_address for n in hung)
+        assert snap["rows"][0]["nodes"] == 1
+    err = r.stderr.decode()
+    for node in hung:
+        assert f"nsqcli: warning: nsqd {node.http_address} is down: " in err
+        assert f"no complete answer within {deadline:g}s" in snaps[0]["nodes_down"][node.http_address]
+    assert len(err.splitlines()) == 2 and "Traceback" not in err  # one line per hung node, said once
+
+
+def test_stat_reports_a_hung_node_again_once_it_answers(cluster, topic):
+    """A node hung at the start is asked again in the background while the others are reported:
+    once it answers (SIGCONT) it is back in the reports, with its rows."""
+    healthy, back, _ = cluster.nsqds
+    for node in (healthy, back):
+        http_post(node.http_address, "/pub", b"x", topic=topic)
+    args = ["stat", "-t", topic, "--json", "-n", "8", "--interval", "0.3s", "--http-client-request-timeout", "1s",
+            "--nsqd-http-address", healthy.http_address, "--nsqd-http-address", back.http_address]
+    with stopped(back):
+        p = subprocess.Popen(NSQCLI + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        first = p.stdout.readline()
+    rest, err = p.communicate(timeout=30)
+    assert p.returncode == 0, err
+    snaps = snapshots(first + rest)
+    assert snaps[0]["nodes_up"] == [healthy.http_address] and list(snaps[0]["nodes_down"]) == [back.http_address]
+    assert snaps[-1]["nodes_up"] == sorted([healthy.http_address, back.http_address])
+    assert snaps[-1]["nodes_down"] == {} and snaps[-1]["rows"][0]["nodes"] == 2

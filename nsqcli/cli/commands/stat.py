@@ -19,15 +19,16 @@ ROW = "{:7.0f} {:7.0f} | {:7d} {:7d} {:7d} {:5d} {:5d} | {:7d} {:7d} {:12d} {:7d
 
 
 def discover(app, nsqd: list[str], lookupd: list[str], topic: str | None, said: set | None = None,
-             first: bool = False) -> list[str]:
-    """nsqd HTTP addresses: the given ones and every node the lookupds know (carrying ``topic``).
-    A lookupd failure is said once (``said`` remembers across polls) until it changes. On the
-    ``first`` poll, no lookupd answering and no nsqd given is the one error (nothing to poll)."""
+             first: bool = False, timeout: float = 5.0) -> list[str]:
+    """nsqd HTTP addresses: the given ones and every node the lookupds know (carrying ``topic``),
+    the lookupds asked at once within ``timeout``. A lookupd failure is said once (``said``
+    remembers across polls) until it changes. On the ``first`` poll, no lookupd answering and
+    no nsqd given is the one error (nothing to poll)."""
     if not lookupd:
         return nsqd
     from ...client.http import cluster_view
 
-    view = cluster_view(lookupd, topic)
+    view = cluster_view(lookupd, topic, timeout)
     said = set() if said is None else said
     if first and not view.answered and not nsqd:  # nothing to poll at all: one error, no warning
         from ...errors import NSQError
@@ -64,21 +65,30 @@ nsqcli stat --clients                          # also every consumer: RDY, in-fl
 @option("--clients", is_flag=True, help="Also show every consumer (live view and --json).")
 @option("--json", "as_json", is_flag=True, help="One NDJSON snapshot per interval on stdout.")
 @option("--live/--no-live", default=None, help="Live dashboard (default: when stdout is a TTY).")
+@option("--http-client-request-timeout", "request_timeout", type=DURATION, default="5s", show_default=True,
+        help="How long each poll waits for the nodes' answers (nodes are asked at once); "
+             "a node that has not answered by then is reported down.")
 @timeout_option("Stop then; exit 3 if --count reports were not printed by then (0 is refused).")
 @click.pass_obj
-def stat(app, topic, channel, nsqd, lookupd, interval, count, per_node, clients, as_json, live, timeout):
+def stat(app, topic, channel, nsqd, lookupd, interval, count, per_node, clients, as_json, live, request_timeout,
+         timeout):
     """Poll nsqd /stats every --interval and report per topic/channel: ingress and egress rates,
     depth (memory/disk), in-flight, deferred, requeued, timed out, messages, clients.
 
-    The first poll is the baseline for rates. A node that does not answer is reported down and
-    polling goes on; exit 1 only if no node answered during the whole run.
+    The first poll is the baseline for rates. Every node is asked at once: one that does not
+    answer within --http-client-request-timeout is reported down (by address) and polling goes
+    on - a hung node delays one report by that long, then is asked again in the background
+    while the others are reported every --interval; exit 1 only if no node answered during
+    the whole run.
     """
     from ...errors import NSQError
-    from ...client.stats import compute_rows, poll_nodes
+    from ...client.stats import Poller, compute_rows
     from ..app import DeadlineExceeded
 
     if interval <= 0:
         raise click.BadParameter("must be more than 0", param_hint="'--interval'")
+    if request_timeout <= 0:
+        raise click.BadParameter("must be more than 0", param_hint="'--http-client-request-timeout'")
     if as_json and live:
         raise click.UsageError("--json and --live cannot be used together")
     if channel and not topic:
@@ -101,11 +111,13 @@ def stat(app, topic, channel, nsqd, lookupd, interval, count, per_node, clients,
     lookupd_errors: set[str] = set()
     down: dict = {}  # the last poll's failed nodes, for the port hint if none ever answered
     view = _LiveView(app, clients) if live else None
+    poller = Poller(topic, channel, clients=True)
     try:
         while not stop.is_set():
             with stopper.blocking():  # a node that never answers: a signal ends the wait (130)
-                nodes = discover(app, nsqd, lookupd, topic, lookupd_errors, first=last is None)
-                sample = poll_nodes(nodes, topic, channel, clients=True)
+                nodes = discover(app, nsqd, lookupd, topic, lookupd_errors, first=last is None,
+                                 timeout=_left(request_timeout, deadline))
+                sample = poller.poll(nodes, _left(request_timeout, deadline))
             down = sample.down
             if topic and last is None:
                 _require_topic(topic, sample, lookupd, nodes, lookupd_errors)
@@ -142,6 +154,13 @@ def stat(app, topic, channel, nsqd, lookupd, interval, count, per_node, clients,
         hinted = with_hint(text, down.values(), "nsqd")
         raise NSQError(hinted if hinted != text else with_hint(text, lookupd_errors, "nsqlookupd"))
     return 0
+
+
+def _left(request_timeout: float, deadline: float | None) -> float:
+    """A round's deadline: --http-client-request-timeout, cut to what is left of --timeout."""
+    if deadline is None:
+        return request_timeout
+    return max(0.05, min(request_timeout, deadline - time.monotonic()))
 
 
 def _require_topic(topic: str, sample, lookupd: list, nodes: list, lookupd_errors: set) -> None:
