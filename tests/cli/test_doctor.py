@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
 from helpers import http_post, run_nsqcli, wait_for
+from hung import cluster, stopped  # noqa: F401 - cluster: the fixture
 
 
 # -- doctor ----------------------------------------------------------------------------------------
@@ -57,3 +59,24 @@ def test_doctor_reports_tls_and_auth(nsqd_factory, tmp_path):
         tcp = json.loads(r.stdout)["checks"][0]
         assert r.returncode == 1 and tcp["status"] == "fail" and "requires authentication" in tcp["detail"]
         assert tcp["fix"].startswith("give --auth-secret-file FILE")
+
+
+def test_doctor_checks_every_node_at_once_and_names_the_hung_ones(cluster):
+    """Two of three nsqd hang (SIGSTOP): doctor checks every node at once, so the run costs one
+    check's deadline (TCP: 1 s dial + 5 s handshake) instead of ~9 s per hung node, and every
+    hung node fails by address with the fix for a stopped process; the healthy one is ok."""
+    healthy, *hung = cluster.nsqds
+    with stopped(*hung):
+        t0 = time.monotonic()
+        r = run_nsqcli(["doctor", "--json", "--lookupd-http-address", cluster.lookupd.http_address], timeout=60)
+        took = time.monotonic() - t0
+    assert r.returncode == 1 and r.stderr.decode() == "nsqcli: error: 4 of 7 checks failed\n", r.stderr
+    assert took < 9.0, took  # one node after another: 2 x (6 + 3) s
+    checks = {c["target"]: c for c in json.loads(r.stdout)["checks"]}
+    assert checks[f"nsqlookupd {cluster.lookupd.http_address}"]["detail"].startswith("v1.3.0, 3 nsqd registered")
+    assert checks[f"nsqd {healthy.tcp_address} (TCP)"]["status"] == "ok"
+    assert checks[f"nsqd {healthy.http_address} (HTTP)"]["status"] == "ok"
+    for node in hung:
+        for c in (checks[f"nsqd {node.tcp_address} (TCP)"], checks[f"nsqd {node.http_address} (HTTP)"]):
+            assert c["status"] == "fail" and ("in time" in c["detail"] or "no complete answer within 3s" in c["detail"])
+            assert "stopped" in c["fix"]

@@ -13,6 +13,10 @@ from ..options import build_config, connection_options, nsqd_addresses, pop_conn
 from ..types import HTTP_ADDRESS
 
 OK, WARN, FAIL = "ok", "warn", "fail"
+#: each HTTP request of a check (nodes are checked at once: a hung one costs this once or twice)
+HTTP_TIMEOUT = 3.0
+#: the fix for a server that accepts connections and then says nothing
+HUNG = "it accepts connections but does not answer: is the process stopped (SIGSTOP, a debugger) or overloaded?"
 
 
 @dataclass
@@ -43,6 +47,8 @@ def _tcp_check(address: str, cfg) -> Check:
                          "this may be nsqlookupd's TCP port (4160); nsqd's TCP port is usually 4150")
         if "TLS" in text or "tls" in text:
             return Check(target, FAIL, text, "match nsqd's TLS setting: --tls (with --tls-ca-file) or without it")
+        if isinstance(e, TimeoutError):
+            return Check(target, FAIL, text, HUNG)
         return Check(target, FAIL, text, "is nsqd running and is this its TCP address (usually port 4150)?")
     ms = (time.monotonic() - t0) * 1000
     n = conn.negotiated
@@ -72,11 +78,12 @@ def _http_check(address: str, topic: str | None) -> tuple[Check, dict]:
 
     target = f"nsqd {address} (HTTP)"
     try:
-        status, headers, body = http_get(address, "/info", timeout=3)
+        status, headers, body = http_get(address, "/info", timeout=HTTP_TIMEOUT)
         info = json.loads(body or b"{}")
     except NSQError as e:
         fix = ("this port speaks TCP: give nsqd's HTTP port (usually 4151)"
                if "not an HTTP answer" in str(e) or "reset by peer" in str(e)
+               else HUNG if "no complete answer within" in str(e)
                else "is nsqd running and is this its HTTP address (usually port 4151)?")
         return Check(target, FAIL, str(e), fix), {}
     except ValueError:
@@ -98,7 +105,8 @@ def _http_check(address: str, topic: str | None) -> tuple[Check, dict]:
         except (TypeError, ValueError):
             pass
     try:
-        stats = http_json(address, "/stats", {"format": "json"} | ({"topic": topic} if topic else {}), timeout=3)
+        stats = http_json(address, "/stats", {"format": "json"} | ({"topic": topic} if topic else {}),
+                          timeout=HTTP_TIMEOUT)
         topics = (stats or {}).get("topics") or []
         chans = sum(len(t.get("channels") or []) for t in topics)
         parts.append(f"{len(topics)} topics, {chans} channels" if not topic else "")
@@ -117,24 +125,36 @@ def _http_check(address: str, topic: str | None) -> tuple[Check, dict]:
     return Check(target, status_, ", ".join(p for p in parts if p), fix), info
 
 
+def _at_once(jobs: list[tuple[str, object]], timeout: float, empty) -> list[tuple[Check, object]]:
+    """Run the checks ``jobs`` ([(target, fn)], fn() -> (Check, extra)) at once; a check still
+    running after ``timeout`` fails as unreachable, with ``empty`` as its extra."""
+    from ...client.fanout import ask_all
+
+    answers = ask_all([fn for _, fn in jobs], lambda fn: fn(), timeout, catch=())
+    return [a.value if a.ok else (Check(target, FAIL, f"no answer within {timeout:g}s", HUNG), empty)
+            for (target, _), a in zip(jobs, answers)]
+
+
 def _lookupd_check(address: str) -> tuple[Check, list]:
     from ...client.http import http_json
     from ...errors import NSQError
 
     target = f"nsqlookupd {address}"
     try:
-        info = http_json(address, "/info", timeout=3) or {}
+        info = http_json(address, "/info", timeout=HTTP_TIMEOUT) or {}
     except NSQError as e:
         fix = ("this port speaks TCP: give nsqlookupd's HTTP port (usually 4161)"
-               if "not an HTTP answer" in str(e) or "reset by peer" in str(e) else "is nsqlookupd running and is this its HTTP address (usually port 4161)?")
+               if "not an HTTP answer" in str(e) or "reset by peer" in str(e)
+               else HUNG if "no complete answer within" in str(e)
+               else "is nsqlookupd running and is this its HTTP address (usually port 4161)?")
         return Check(target, FAIL, str(e), fix), []
     if not isinstance(info, dict) or "tcp_port" in info or "version" not in info:
         return Check(target, FAIL, "answered, but not as nsqlookupd" + (" (it is an nsqd)" if isinstance(info, dict)
                                                                         and "tcp_port" in info else ""),
                      "give nsqlookupd's HTTP port (usually 4161); nsqd HTTP addresses go to --nsqd-http-address"), []
     try:
-        nodes = (http_json(address, "/nodes", timeout=3) or {}).get("producers") or []
-        topics = (http_json(address, "/topics", timeout=3) or {}).get("topics") or []
+        nodes = (http_json(address, "/nodes", timeout=HTTP_TIMEOUT) or {}).get("producers") or []
+        topics = (http_json(address, "/topics", timeout=HTTP_TIMEOUT) or {}).get("topics") or []
     except (NSQError, AttributeError) as e:
         return Check(target, FAIL, f"/nodes or /topics failed: {e}", "check nsqlookupd's log"), []
     status, fix = OK, ""
@@ -178,17 +198,19 @@ def doctor(app, topic, nsqd_http, as_json, **kwargs):
             except ValueError:
                 continue
             http.append(f"{host}:{port + 1}")
-    for address in conn.get("lookupd_http_addresses") or ():
-        check, nodes = _lookupd_check(address)
+    # every node at once, each check under its own deadline: a hung node costs one deadline
+    lookupds = list(conn.get("lookupd_http_addresses") or ())
+    for check, nodes in _at_once([(f"nsqlookupd {a}", lambda a=a: _lookupd_check(a)) for a in lookupds],
+                                 3 * HTTP_TIMEOUT, []):
         checks.append(check)
         for n in nodes:
             host = n.get("broadcast_address")
             tcp.append(f"{host}:{n.get('tcp_port')}")
             http.append(f"{host}:{n.get('http_port')}")
-    for address in dict.fromkeys(tcp):
-        checks.append(_tcp_check(address, cfg))
-    for address in dict.fromkeys(http):
-        checks.append(_http_check(address, topic)[0])
+    jobs = [(f"nsqd {a} (TCP)", lambda a=a: (_tcp_check(a, cfg), None)) for a in dict.fromkeys(tcp)]
+    jobs += [(f"nsqd {a} (HTTP)", lambda a=a: _http_check(a, topic)) for a in dict.fromkeys(http)]
+    checks += [check for check, _ in _at_once(jobs, max(cfg.dial_timeout + cfg.handshake_timeout,
+                                                         2 * HTTP_TIMEOUT), None)]
     if topic and not any(f"topic {topic!r}:" in c.detail for c in checks):
         checks.append(Check(f"topic {topic}", WARN, "no nsqd has it yet",
                             "it is created by the first publish (or 'nsqcli pub' to a given nsqd)"))
