@@ -22,6 +22,7 @@ from helpers import (
     wait_for,
 )
 from helpers import run_nsqcli as run
+from hung import cluster, stopped  # noqa: F401 - cluster: the fixture
 
 from nsqcli import Producer
 
@@ -156,6 +157,23 @@ def test_tail_refuses_to_drop_a_backlog_into_an_ephemeral_channel(nsqd, topic):
     http_post(nsqd.http_address, "/pub", b"new", topic=topic)
     r = run_nsqcli(["tail", topic, "-n", "1", "--timeout", "5s"], env)
     assert r.returncode == 3 and r.stdout == b""  # a new ephemeral channel sees only new messages
+
+
+def test_tail_backlog_check_asks_every_node_at_once(cluster, topic):
+    """Two of three nsqd hang (SIGSTOP), listed first; the third has a backlog: the /stats
+    pre-check asks all three at once and refuses after one deadline (3 s), not one per hung node."""
+    healthy, *hung = cluster.nsqds
+    http_post(healthy.http_address, "/mpub", b"1\n2\n3", topic=topic)
+    order = [*hung, healthy]
+    env = {"NSQCLI_NSQD_TCP_ADDRESS": " ".join(n.tcp_address for n in order),
+           "NSQCLI_NSQD_HTTP_ADDRESS": " ".join(n.http_address for n in order)}
+    with stopped(*hung):
+        t0 = time.monotonic()
+        r = run_nsqcli(["tail", topic, "-n", "1"], env, timeout=60)
+        took = time.monotonic() - t0
+    one_error_line(r, 1, rf"topic '{topic}' on nsqd {healthy.http_address} has 3 messages and no channel yet")
+    assert took < 5.5, took  # one node after another: 2 x 3 s
+    assert topic_stats(healthy, topic)["channels"] == []  # nothing was taken
 
 
 def test_tail_says_when_the_backlog_check_could_not_be_made(nsqd, topic):

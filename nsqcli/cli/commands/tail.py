@@ -221,19 +221,17 @@ def _refuse_backlog(topic: str, conn: dict, nsqd_http: list[str], timeout) -> li
     """Refuse (exit 1) to subscribe an ephemeral channel to a topic that has a backlog and no
     channel: the first channel takes the whole backlog, an ephemeral one drops most of it.
     Returns what could not be checked."""
-    from ...client.http import http_json
     from ...errors import NSQError
 
     limit = min(3.0, timeout or 3.0)
     addresses, problems = _http_addresses(topic, conn, nsqd_http, limit)
-    for address in addresses:
-        try:
-            stats = http_json(address, "/stats", {"format": "json", "topic": topic}, timeout=limit)
-            found = [t for t in (stats or {}).get("topics") or [] if t.get("topic_name") == topic]
-        except (NSQError, AttributeError) as e:
-            problems.append(str(e))
+    for address, a in zip(addresses, _stats_of(addresses, {"topic": topic}, limit)):
+        if a.error is not None or not isinstance(a.value or {}, dict):
+            problems.append(str(a.error) if a.error is not None else f"{address}: /stats is not a JSON object")
             continue
-        for t in found:
+        for t in (a.value or {}).get("topics") or []:
+            if t.get("topic_name") != topic:
+                continue
             depth = int(t.get("depth", 0))
             if depth > 0 and not t.get("channels"):
                 raise NSQError(
@@ -246,24 +244,27 @@ def _refuse_backlog(topic: str, conn: dict, nsqd_http: list[str], timeout) -> li
 
 def _warn_shared_channel(app, topic: str, channel: str, conn: dict, nsqd_http: list[str], timeout) -> None:
     """A durable channel that already has consumers: what tail shows (and FINs) they never get."""
-    from ...client.http import http_json
-    from ...errors import NSQError
-
     limit = min(3.0, timeout or 3.0)
     addresses, _ = _http_addresses(topic, conn, nsqd_http, limit)
     others = 0
-    for address in addresses:
-        try:
-            stats = http_json(address, "/stats", {"format": "json", "topic": topic, "channel": channel}, timeout=limit)
-        except NSQError:
+    for a in _stats_of(addresses, {"topic": topic, "channel": channel}, limit):
+        if a.error is not None or not isinstance(a.value, dict):
             continue
-        for t in (stats or {}).get("topics") or []:
+        for t in a.value.get("topics") or []:
             for c in t.get("channels") or []:
                 if t.get("topic_name") == topic and c.get("channel_name") == channel:
                     others += int(c.get("client_count", 0))
     if others:
         app.warn(f"channel {topic}/{channel} has {others} other consumer(s): the messages tail shows are "
                  "FINed here and never reach them (leave out --channel for a copy of every message)")
+
+
+def _stats_of(addresses: list[str], params: dict, timeout: float) -> list:
+    """Every node's /stats (``params``) at once, in one round of ``timeout``: one Answer each."""
+    from ...client.http import ask_http, http_json
+
+    return ask_http(addresses, lambda a: http_json(a, "/stats", {"format": "json", **params}, timeout=timeout),
+                    timeout)
 
 
 def _waiting_reason(consumers, conn: dict) -> str | None:
