@@ -24,7 +24,7 @@ from pathlib import Path
 from ..client.config import Config
 from ..client.consumer import Consumer
 from ..errors import LookupdError, NSQError
-from ..client.http import http_json, lookup_all
+from ..client.http import ask_http, http_json, lookup_topic
 from .recovery import recover
 from .writer import ArchiveFile, FileOptions, escaping_name
 
@@ -221,16 +221,16 @@ class Archiver:
             log.info("topic %s disappeared: unsubscribed, file closed", topic)
 
     def lookupd_topics(self) -> set[str] | None:
-        """Union of /topics over every lookupd; None if none answered. Partial answers count
-        for adding topics; removal needs every lookupd to have answered."""
+        """Union of /topics over every lookupd, asked at once; None if none answered. Partial
+        answers count for adding topics; removal needs every lookupd to have answered."""
         found: set[str] = set()
         answered = 0
-        for address in self.lookupd:
-            try:
-                found |= set((http_json(address, "/topics", timeout=5.0) or {}).get("topics") or [])
-                answered += 1
-            except LookupdError as e:
-                self.on_error(e)
+        for a in ask_http(self.lookupd, lambda address: http_json(address, "/topics", timeout=5.0), 5.0):
+            if a.error is not None:
+                self.on_error(a.error)
+                continue
+            found |= set((a.value or {}).get("topics") or [])
+            answered += 1
         self._all_answered = answered == len(self.lookupd)
         return found if answered else None
 
@@ -242,25 +242,35 @@ class Archiver:
                 raise NSQError("no nsqlookupd answered /topics: " + ", ".join(self.lookupd))
             return
         wanted = {t for t in found if self.pattern.search(t)} | set(self.fixed_topics)
+        new = set()
+        for t in sorted(wanted - set(self.topics)):
+            escaping = escaping_name(t, self.opts)
+            if escaping is None:
+                new.add(t)
+            elif t not in self._refused:
+                self._refused.add(t)
+                log.warning("topic %s not archived: its file name %r would leave --output-dir", t, escaping)
+        # every topic's producers in one round (not one lookupd round per topic)
+        produced = self._with_producers((set(self.topics) & wanted if self._all_answered else set()) | new)
         if self._all_answered:  # never drop a topic on a partial view
             gone = set(self.topics) - wanted
             # nsqlookupd keeps listing a deleted (non-ephemeral) topic, with no producer left
-            gone |= {t for t in set(self.topics) & wanted if not self._has_producers(t)}
+            gone |= {t for t in set(self.topics) & wanted if t not in produced}
             for t in sorted(gone - set(self.fixed_topics)):
                 self._remove_topic(t)
-        for t in sorted(wanted - set(self.topics)):
-            escaping = escaping_name(t, self.opts)
-            if escaping is not None:
-                if t not in self._refused:
-                    self._refused.add(t)
-                    log.warning("topic %s not archived: its file name %r would leave --output-dir", t, escaping)
-                continue
-            if self._has_producers(t):
-                self._add_topic(t, fail_fast=False)
+        for t in sorted(new & produced):
+            self._add_topic(t, fail_fast=False)
 
-    def _has_producers(self, topic: str) -> bool:
-        producers, errors = lookup_all(self.lookupd, topic)
-        return bool(producers) or bool(errors)
+    def _with_producers(self, topics: set[str]) -> set[str]:
+        """Those of ``topics`` some nsqd carries according to a lookupd, or that a lookupd
+        could not be asked about (never dropped on a failed lookup): every (topic, lookupd)
+        asked at once."""
+        from ..client.fanout import ask_all
+
+        pairs = [(t, address) for t in sorted(topics) for address in self.lookupd]
+        answers = ask_all(pairs, lambda p: lookup_topic(p[1], p[0], 5.0), 5.0, catch=LookupdError,
+                          name=lambda p: p[1])
+        return {t for (t, _), a in zip(pairs, answers) if a.error is not None or a.value}
 
     # -- timer ----------------------------------------------------------------------------------------
     def _timer_loop(self) -> None:
