@@ -1,7 +1,8 @@
 """Topic/channel administration over nsqd's and nsqlookupd's HTTP APIs, as nsqadmin does it:
 find the nodes (given, or every nsqd that lookupd says carries the topic), then apply the
-action to each, returning one result per node. Deleting through lookupd deletes on the nsqd
-nodes first and then in every lookupd, so a node does not re-register the topic."""
+action to every node at once, returning one result per node. Deleting through lookupd deletes
+on the nsqd nodes first and then in every lookupd, so a node does not re-register the topic -
+and only if every nsqd delete succeeded, so no node is left holding messages no consumer finds."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ class Step:
     params: dict
     ok: bool | None = None
     error: str = ""
+    skipped: bool = False  # not run (ok stays None): see apply
 
     def describe(self) -> str:
         what = " ".join(f"{k}={v}" for k, v in self.params.items())
@@ -80,23 +82,46 @@ def _node_http_address(node: str, view) -> str:
 
 
 def apply(steps: list[Step], timeout: float = 5.0) -> list[Step]:
-    """Run the steps in order; every step is tried and gets ok/error. A step meant for an nsqd
-    first checks that the address is one: nsqlookupd also answers /topic/create (and more), so
-    an nsqlookupd HTTP port given as --nsqd-http-address would be 'ok' with no nsqd changed."""
-    checked: dict[str, str] = {}
-    for s in steps:
-        try:
-            if s.kind == "nsqd":
-                if s.address not in checked:
-                    checked[s.address] = _not_nsqd(s.address, timeout)
-                if checked[s.address]:
-                    s.ok, s.error = False, checked[s.address]
-                    continue
-            http_json(s.address, s.path, s.params, timeout, method="POST")
-            s.ok = True
-        except LookupdError as e:
-            s.ok, s.error = False, str(e)
+    """Run the steps: every nsqd step at once, then every nsqlookupd step at once, each node
+    under its own deadline (``timeout`` per request: a hung node costs one round, not one per
+    node). Every step gets ok/error, or ``skipped``: a delete that failed on any nsqd leaves
+    nsqlookupd as it was - deleted there, the topic (or channel) would vanish from discovery
+    while the node that did not answer still holds it and its messages, found by no consumer.
+
+    A step meant for an nsqd first checks that the address is one: nsqlookupd also answers
+    /topic/create (and more), so an nsqlookupd HTTP port given as --nsqd-http-address would
+    be 'ok' with no nsqd changed."""
+    nsqd = [s for s in steps if s.kind == "nsqd"]
+    lookupd = [s for s in steps if s.kind != "nsqd"]
+    _run_at_once(nsqd, timeout)
+    failed = [s.address for s in nsqd if not s.ok]
+    if failed and any(s.path.endswith("/delete") for s in lookupd):
+        for s in lookupd:
+            s.skipped, s.error = True, f"not run: the delete failed on nsqd {', '.join(failed)}"
+        return steps
+    _run_at_once(lookupd, timeout)
     return steps
+
+
+def _run_at_once(steps: list[Step], timeout: float) -> None:
+    from .fanout import ask_all
+
+    answers = ask_all(steps, lambda s: _run(s, timeout), 2 * timeout, catch=LookupdError,
+                      name=lambda s: base_url(s.address))
+    for s, a in zip(steps, answers):
+        s.error = a.value if a.ok else str(a.error)
+        s.ok = not s.error
+
+
+def _run(step: Step, timeout: float) -> str:
+    """One step (an nsqd's /info check first): '' when done, else why it was not done (or
+    LookupdError)."""
+    if step.kind == "nsqd":
+        why = _not_nsqd(step.address, timeout)
+        if why:
+            return why
+    http_json(step.address, step.path, step.params, timeout, method="POST")
+    return ""
 
 
 def _not_nsqd(address: str, timeout: float) -> str:

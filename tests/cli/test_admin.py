@@ -7,7 +7,8 @@ import json
 import time
 
 import pytest
-from helpers import http_get_json, http_post, lookup_producers, run_nsqcli, topic_stats, wait_for
+from helpers import http_get_json, http_post, lookup_producers, one_error_line, run_nsqcli, topic_stats, wait_for
+from hung import cluster, stopped  # noqa: F401 - cluster: the fixture
 
 
 def nsq(args, **env):
@@ -65,6 +66,59 @@ def test_delete_through_lookupd_deletes_nodes_first_and_stays_deleted(sandbox, t
     assert topic not in http_get_json(sandbox.lookupd.http_address, "/topics")["topics"]
     r = nsq(["lookup", topic, *lk])
     assert r.returncode == 1 and b"unknown" in r.stderr
+
+
+def test_delete_that_fails_on_a_hung_nsqd_leaves_nsqlookupd_as_it_was(cluster, topic):
+    """One of the two nsqd carrying the topic hangs (SIGSTOP): the delete goes through on the
+    other, but nsqlookupd keeps the topic - else the hung node's messages would be found by no
+    consumer once it answers again - exits 1 naming the node and how to finish. Run again once
+    the node answers, it deletes everywhere."""
+    a, b, _ = cluster.nsqds
+    for n in (a, b):
+        http_post(n.http_address, "/mpub", b"1\n2\n3", topic=topic)
+        http_post(n.http_address, "/channel/create", topic=topic, channel="c")
+    lookupd = cluster.lookupd.http_address
+    wait_for(lambda: len(lookup_producers(cluster.lookupd, topic)) == 2, what="both nodes registered")
+    with stopped(b):
+        r = nsq(["topic", "delete", topic, "--lookupd-http-address", lookupd, "--yes", "--json"])
+        assert topic_stats(a, topic) is None  # deleted where it could be
+        wait_for(lambda: [p["http_port"] for p in lookup_producers(cluster.lookupd, topic)] == [
+            int(b.http_address.rsplit(":", 1)[1])], what="only the hung node still registered")
+    one_error_line(r, 1, rf"^nsqcli: error: delete failed on 1 of 2 node\(s\): http://{b.http_address}/info: "
+                         rf"no complete answer within 5s .*; topic {topic} was left in nsqlookupd, so consumers still "
+                         rf"find it on {b.http_address}: to finish, run this again once that node answers \(if it is "
+                         rf"gone for good: nsqcli node tombstone {topic} {b.http_address} --lookupd-http-address "
+                         rf"{lookupd} --yes\)$")
+    steps = {(s["kind"], s["address"]): s for s in json.loads(r.stdout)["steps"]}
+    assert len(steps) == 3 and steps[("nsqd", a.http_address)]["ok"] is True
+    assert steps[("nsqd", b.http_address)]["ok"] is False and b.http_address in steps[("nsqd", b.http_address)]["error"]
+    skipped = steps[("nsqlookupd", lookupd)]
+    assert skipped["ok"] is None and skipped["skipped"] is True
+    assert skipped["error"] == f"not run: the delete failed on nsqd {b.http_address}"
+    assert topic in http_get_json(lookupd, "/topics")["topics"]
+    assert chan(b, topic)["depth"] == 3  # the hung node kept its messages, still findable
+    r = nsq(["topic", "delete", topic, "--lookupd-http-address", lookupd, "--yes"])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.decode().splitlines() == [f"ok   nsqd {b.http_address}: POST /topic/delete topic={topic}",
+                                              f"ok   nsqlookupd {lookupd}: POST /topic/delete topic={topic}"]
+    assert topic_stats(b, topic) is None
+    time.sleep(1.0)  # no node registers it again
+    assert topic not in http_get_json(lookupd, "/topics")["topics"] and lookup_producers(cluster.lookupd, topic) == []
+
+
+def test_channel_delete_refused_by_a_node_skips_nsqlookupd(sandbox, two_nodes, topic):
+    lookupd = sandbox.lookupd.http_address
+    r = nsq(["channel", "delete", topic, "c", "--nsqd-http-address", two_nodes[0].http_address,
+             "--nsqd-http-address", "127.0.0.1:1", "--lookupd-http-address", lookupd, "--yes"])
+    lines = r.stdout.decode().splitlines()
+    assert lines[0] == f"ok   nsqd {two_nodes[0].http_address}: POST /channel/delete topic={topic} channel=c"
+    assert lines[1].startswith("FAIL nsqd 127.0.0.1:1: POST /channel/delete") and "unreachable" in lines[1]
+    assert lines[2] == (f"SKIP nsqlookupd {lookupd}: POST /channel/delete topic={topic} channel=c  "
+                        "not run: the delete failed on nsqd 127.0.0.1:1")
+    one_error_line(r, 1, rf"delete failed on 1 of 2 node\(s\): .*; channel {topic}/c was left in nsqlookupd, so "
+                         r"consumers still find it on 127.0.0.1:1: to finish, run this again once that node answers$")
+    assert http_get_json(lookupd, "/channels", topic=topic)["channels"] == ["c"]
+    assert chan(two_nodes[1], topic) is not None
 
 
 def test_create_on_given_nodes_and_a_failing_node(nsqd, topic):

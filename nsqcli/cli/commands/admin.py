@@ -77,15 +77,31 @@ def run_action(app, action: str, topic: str, channel: str | None, nsqd, lookupd,
         write_stdout(json.dumps({"action": action, "topic": topic, "channel": channel,
                                  "steps": [s.to_json() for s in steps]}) + "\n")
     else:
-        write_stdout("".join(f"{'ok  ' if s.ok else 'FAIL'} {s.describe()}{'  ' + s.error if s.error else ''}\n"
-                             for s in steps))
-    failed = [s for s in steps if not s.ok]
+        write_stdout("".join(f"{'SKIP' if s.skipped else 'ok  ' if s.ok else 'FAIL'} {s.describe()}"
+                             f"{'  ' + s.error if s.error else ''}\n" for s in steps))
+    failed = [s for s in steps if s.ok is False]
+    ran = [s for s in steps if not s.skipped]
     if failed:
         server = "nsqlookupd" if failed[0].kind == "nsqlookupd" else "nsqd"
-        raise NSQError(with_hint(f"{action} failed on {len(failed)} of {len(steps)} node(s): {failed[0].error}",
-                                 [failed[0].error], server))
+        text = with_hint(f"{action} failed on {len(failed)} of {len(ran)} node(s): {failed[0].error}",
+                         [failed[0].error], server)
+        if len(ran) < len(steps):
+            text += "; " + _how_to_finish(name, topic, channel, [s.address for s in failed], lookupd)
+        raise NSQError(text)
     app.info(f"{name}: {action} done on {len(steps)} node(s)")
     return 0
+
+
+def _how_to_finish(name: str, topic: str, channel: str | None, failed: list[str], lookupd: list[str]) -> str:
+    """After a delete that failed on some nsqd (nsqlookupd left as it was): how to finish it."""
+    nodes = ", ".join(failed)
+    text = (f"{name} was left in nsqlookupd, so consumers still find it on {nodes}: to finish, run this "
+            f"again once {'that node answers' if len(failed) == 1 else 'those nodes answer'}")
+    if channel:
+        return text
+    lk = " ".join(f"--lookupd-http-address {a}" for a in lookupd)
+    return (text + f" (if {'it is' if len(failed) == 1 else 'they are'} gone for good: nsqcli node tombstone "
+            f"{topic} {failed[0]} {lk} --yes{', for each' if len(failed) > 1 else ''})")
 
 
 def _group(name: str, doc: str) -> click.Group:
@@ -142,7 +158,9 @@ def _channel_command(action: str, doc: str):
 
 DOCS = {
     "create": "Create {x} (through nsqlookupd: registered there too, so consumers find it at once).",
-    "delete": "Delete {x} and its messages: on the nsqd nodes first, then in every nsqlookupd.",
+    "delete": "Delete {x} and its messages: on the nsqd nodes first, then in every nsqlookupd. If it "
+              "fails on any nsqd, nsqlookupd is left as it was (no node keeps messages no consumer finds) "
+              "and the command says how to finish.",
     "pause": "Pause {x}: messages stay queued, nothing is delivered.",
     "unpause": "Unpause {x}.",
     "empty": "Drop every queued message of {x} (in memory and on disk).",
