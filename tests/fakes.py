@@ -262,7 +262,7 @@ class MemoryStream:
 
         if self.closed:
             raise WriteError("closed", self.address)
-        self.sent += data
+        self._received(bytes(data))
 
     def send_nowait(self, data: bytes) -> int:
         from nsqcli.errors import WriteError
@@ -270,8 +270,15 @@ class MemoryStream:
         if self.closed:
             raise WriteError("closed", self.address)
         n = len(data) if self.room is None else min(self.room, len(data))
-        self.sent += data[:n]
+        self._received(bytes(data[:n]))
         return n
+
+    def _received(self, data: bytes) -> None:
+        """What the "server" got (a subclass may parse and answer it)."""
+        self.sent += data
+
+    def encode(self, data: bytes) -> bytes:
+        return data
 
     def upgrade_tls(self, cfg, timeout: float) -> None:
         raise AssertionError("no TLS on a memory stream")

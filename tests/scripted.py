@@ -60,8 +60,8 @@ class ScriptedConn(MemoryStream):
         self.magic = False
         self.dead = False  # the server side closed: everything later is ignored
 
-    def sendall(self, data: bytes) -> None:
-        super().sendall(data)
+    def _received(self, data: bytes) -> None:
+        super()._received(data)
         if self.dead:
             return
         self.buf += data

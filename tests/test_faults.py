@@ -481,10 +481,12 @@ def test_a_server_failing_every_reconnect_the_same_way_is_said_once_with_a_count
     assert "(x" in said[1] and "not recovered" in said[1], said
 
 
-def test_a_tls_peer_stalling_mid_record_fails_the_connection_instead_of_hanging_it(tmp_path):
+def test_a_tls_peer_stalling_mid_record_fails_the_connection_instead_of_hanging_it(tmp_path, nsqd, topic):
     """select() says readable when part of a TLS record arrived; a blocking SSL read then waited
-    for the rest for ever (the I/O thread, and so close(), hung). Now the I/O socket keeps a
-    timeout: the connection fails and its publish is answered with an error."""
+    for the rest for ever (the I/O thread, and so close(), hung). Now reads never block: the
+    I/O loop goes on serving every other connection (a publish to a real nsqd is answered
+    meanwhile), and the stalled one fails when no byte came for 2 heartbeats + 5 s, its
+    publish answered with an error."""
     import ssl
 
     from nsq_fixtures import make_cert
@@ -532,13 +534,17 @@ def test_a_tls_peer_stalling_mid_record_fails_the_connection_instead_of_hanging_
         peer.silence()
 
     with FakeNsqd(script) as fake:
-        cfg = Config(tls=TLSConfig(enabled=True, insecure_skip_verify=True), write_timeout=1.0)
+        cfg = Config(tls=TLSConfig(enabled=True, insecure_skip_verify=True), write_timeout=1.0,
+                     heartbeat_interval=1.0)
         p = Producer(fake.address, cfg)
         conn = p._active_link()
         fut = p._send(conn, b"PUB t\n\x00\x00\x00\x01x")
         t0 = time.monotonic()
-        assert conn.closed_event.wait(8), "the I/O thread hung in a TLS read"
+        time.sleep(1.0)  # the half record is in
+        with Producer(nsqd.tcp_address) as healthy:
+            healthy.publish(topic, b"served while the other link is stalled", timeout=3)
+        assert conn.closed_event.wait(10), "the stalled connection never failed"
         with pytest.raises(TransportError):
             fut.result(1)
-        assert time.monotonic() - t0 < 6
+        assert time.monotonic() - t0 < 9
         p.close(1)

@@ -25,13 +25,14 @@ The delegate (:class:`ConnectionDelegate`: Consumer, Producer) hears from the I/
 
 from __future__ import annotations
 
-import os
 import selectors
 import threading
 import time
 
+from . import loop as loop_pool
 from .config import Config
-from ..errors import (LocalProtocolError, NSQError, ReadError, RemoteProtocolError, ServerError, Timeout,
+from .loop import is_loop_thread
+from ..errors import (ConnectError, LocalProtocolError, NSQError, ReadError, RemoteProtocolError, ServerError, Timeout,
                       TransportError)
 from ..protocol import NEED_DATA, FrameDecoder
 from ..protocol.commands import CLS
@@ -45,6 +46,10 @@ from .transport import Stream
 
 # states
 INIT, CONNECTED, CLOSING, CLOSED = "init", "connected", "closing", "closed"
+# what the loop is doing with a connection
+HANDSHAKE, IO, LINGER, DRAIN, DONE = "handshake", "io", "linger", "drain", "done"
+#: seconds to read nsqd's last words after a half-close or a failed write
+LINGER_TIME = 2.0
 
 
 class ConnStats(Record):
@@ -85,7 +90,8 @@ class ConnectionDelegate:
 
 
 class Connection:
-    """One nsqd link. ``connect()`` does the handshake synchronously, then starts the I/O thread."""
+    """One nsqd link, driven by an I/O loop (nsqcli.client.loop). :meth:`begin` starts the
+    dial and handshake and returns at once; :meth:`connect` waits for them."""
 
     def __init__(self, address: str, config: Config, delegate, name: str = "nsqcli",
                  dial=None):
@@ -104,7 +110,7 @@ class Connection:
         self.closed_event = threading.Event()
         self.close_wait_event = threading.Event()
         self.responder = None  # attached to every message at decode (the consumer's handle)
-        # counters (written by the I/O thread, or under the consumer's lock)
+        # counters (written by the I/O loop, or under the consumer's lock)
         self.rdy = 0
         self.rdy_sent = 0
         self.received = 0
@@ -115,22 +121,36 @@ class Connection:
         self.late_messages = 0
         self.last_message: float | None = None
         self.connected_at: float | None = None
-        self.last_rdy_change = 0.0
         self.session = Session(address)
         self._stream: Stream | None = None
         self._decoder = FrameDecoder(config.max_frame_size)
         self._wlock = threading.Lock()
         self._wbuf: list[bytes] = []
         # whoever takes the queued bytes sends them before anyone takes more: commands go out in
-        # the order they were queued, from the I/O thread or (plain TCP) the writer's own thread
+        # the order they were queued, from the loop or (plain TCP) the writer's own thread
         self._send_lock = threading.Lock()
+        self._out = b""          # wire bytes the socket did not take yet (under _send_lock)
+        self._off = 0
+        self._out_since = 0.0    # when the socket last took some of _out
         self._direct = False     # set after the handshake: plain TCP only (see _send_now())
         self._send_error: TransportError | None = None
         self._woken = False
-        self._wake_r = self._wake_w = -1
-        self._io_thread: threading.Thread | None = None
-        self._io_ident: int | None = None
         self._closing = False
+        # the loop's side
+        self._loop = None
+        self._phase = HANDSHAKE
+        self._fd = -1
+        self._events = 0
+        self._end = 0.0          # handshake / linger / drain deadline
+        self._connect_end = 0.0
+        self._hs: Handshake | None = None
+        self._hs_args: tuple = ()
+        self._tls_wants: str | None = None
+        self._ready = threading.Event()
+        self._ready_error: BaseException | None = None
+        self._on_connected = None
+        self._drain_error: BaseException | None = None
+        self.last_read = 0.0
 
     def __repr__(self) -> str:
         return f"<Connection {self.address} {self.state}>"
@@ -139,14 +159,32 @@ class Connection:
     def heartbeats(self) -> int:
         return self.session.heartbeats
 
-    # -- handshake (synchronous, before the I/O thread exists) ------------------------------
-    def connect(self, subscribe: tuple[str, str] | None = None, deadline: float | None = None,
-                start_io: bool = True) -> "Connection":
-        """Dial, handshake (nsqcli.protocol.session), optionally SUB, then start the I/O thread.
+    # -- starting (any thread) ----------------------------------------------------------------
+    def connect(self, subscribe: tuple[str, str] | None = None, deadline: float | None = None) -> "Connection":
+        """Dial, handshake (nsqcli.protocol.session), optionally SUB; returns when connected.
 
         The whole of it is bounded by ``dial_timeout + handshake_timeout`` and by ``deadline``
-        (time.monotonic()), however slowly nsqd answers. With ``start_io=False`` the caller
-        prepares (RDY queued with write()) and calls :meth:`start_io` itself."""
+        (time.monotonic()), however slowly nsqd answers. Raises what stopped it."""
+        if is_loop_thread():
+            raise RuntimeError("Connection.connect() would wait for the I/O loop it runs on: use begin()")
+        self.begin(subscribe, deadline)
+        try:
+            if not self._ready.wait(max(0.0, self._end - time.monotonic()) + 1.0):
+                self._abort(Timeout(f"no answer to {self._waiting_for()} in time", self.address))
+                self._ready.wait(1.0)
+        except BaseException:  # a signal (Ctrl-C) while waiting: nothing may stay half-open
+            self.abort()
+            raise
+        if self._ready_error is not None:
+            raise self._ready_error
+        return self
+
+    def begin(self, subscribe: tuple[str, str] | None = None, deadline: float | None = None,
+              on_connected=None) -> None:
+        """Start the dial and handshake on an I/O loop and return at once. When they end,
+        ``on_connected(conn, error)`` runs on the loop (``error`` None: connected), and
+        nothing else may be written until then (commands queued meanwhile go out first).
+        Raises at once what fails before any I/O (bad names, no socket)."""
         cfg = self.config
         if cfg.snappy and cfg.deflate:
             raise LocalProtocolError("snappy and deflate cannot both be enabled")
@@ -158,50 +196,113 @@ class Connection:
             raise Timeout("deadline passed before connecting", self.address)
         self.session.subscribed = subscribe is not None
         identify = cfg.identify()
-        self._stream = self._dial(self.address, min(cfg.dial_timeout, end - now))
-        try:
-            try:
-                self._handshake(Handshake(identify, cfg.auth_secret, subscribe, self.address), end)
-            except ServerError as e:
-                if cfg.output_buffer_size is not None or "output buffer size" not in str(e):
-                    raise
-                # the 64 KiB buffer Config asks for on its own (see Config.output_buffer_size) is
-                # above this nsqd's --max-output-buffer-size: again, with nsqd's default
-                self._stream.close()
-                del identify["output_buffer_size"]
-                self._decoder = FrameDecoder(cfg.max_frame_size)
-                self._stream = self._dial(self.address, min(cfg.dial_timeout, self._remaining(end, "IDENTIFY")))
-                self._handshake(Handshake(identify, cfg.auth_secret, subscribe, self.address), end)
-        except RemoteProtocolError as e:
-            self._stream.close()
-            self.state = CLOSED
-            raise self._located(e) from None
-        except BaseException:
-            self._stream.close()
-            self.state = CLOSED
-            raise
-        if start_io:
-            self.start_io()
-        return self
+        self._hs_args = (identify, cfg.auth_secret, subscribe, self.address)
+        self._hs = Handshake(*self._hs_args)  # checks the names before any I/O
+        self._end = end
+        self._on_connected = on_connected
+        self._dial_now()
+        self._loop = loop_pool.pick()
+        self._loop.call(self._attach)
 
-    def _handshake(self, hs: Handshake, end: float) -> None:
-        self._send_before(hs.start(), end)
+    def _dial_now(self) -> None:
+        now = time.monotonic()
+        timeout = min(self.config.dial_timeout, self._end - now)
+        self._connect_end = now + timeout
+        self._stream = self._dial(self.address, timeout)
+
+    # -- the handshake (on the loop) ----------------------------------------------------------
+    def _attach(self) -> None:
+        if self._phase != HANDSHAKE:  # aborted before the loop got to it
+            return
+        try:
+            self._fd = self._stream.fileno()
+            connecting = getattr(self._stream, "connecting", False)
+            self._events = selectors.EVENT_WRITE if connecting else selectors.EVENT_READ
+            self._loop.register(self, self._fd, self._events)
+            if not connecting:
+                self._hs_send(self._hs.start())
+        except BaseException as e:
+            self._handshake_failed(e)
+
+    def _waiting_for(self) -> str:
+        hs = self._hs
+        return hs.waiting_for if hs is not None else "the handshake"
+
+    def _hs_send(self, data: bytes) -> None:
+        with self._send_lock:
+            self._queue_out(self._stream.encode(data))
+            self._send_out()
+        self._set_events()
+
+    def _hs_ready(self, readable: bool, writable: bool) -> None:
+        stream = self._stream
+        if getattr(stream, "connecting", False):
+            if writable:
+                stream.finish_connect()
+                self._hs_send(self._hs.start())
+            return
+        if self._tls_wants is not None:
+            self._tls_step()
+            if self._tls_wants is not None:
+                return
+        if writable and self._out:
+            with self._send_lock:
+                self._send_out()
+            self._set_events()
+        if readable:
+            data = stream.recv()
+            if data is None:
+                raise ReadError(f"connection closed by nsqd during {self._waiting_for()}", self.address)
+            if data:
+                self._decoder.receive_data(data)
+        self._hs_frames()
+
+    def _hs_frames(self) -> None:
+        hs, decoder = self._hs, self._decoder
         while not hs.done:
-            frame = self._decoder.next_frame()
+            frame = decoder.next_frame()
             if frame is NEED_DATA:
-                self._recv_before(end, hs.waiting_for)
-                continue
+                if self._stream.pending():
+                    self._loop.again.add(self)
+                return
             for action in hs.receive_frame(frame.type, frame.data):
                 if isinstance(action, Upgrade):
-                    self._upgrade(action, end)
+                    self._upgrade(action)
+                    if self._tls_wants is not None:
+                        return  # nothing else comes before the TLS handshake is done
                 else:
-                    self._send_before(action, end)
+                    self._hs_send(action)
+        self._handshake_done()
+
+    def _upgrade(self, up: Upgrade) -> None:
+        if up.kind == "tls":
+            self._stream.start_tls(self.config.tls)
+            self._tls_wants = "start"
+            self._tls_step()
+            return
+        leftover = self._decoder.take_buffered()  # after the reply: already compressed bytes
+        self._stream.upgrade_compression(up.kind, up.level)
+        self._decoder.receive_data(self._stream.decompress(leftover))
+
+    def _tls_step(self) -> None:
+        want = self._stream.tls_step()
+        self._tls_wants = want
+        if want is None:
+            self._set_events()
+            if self._stream.pending():
+                self._loop.again.add(self)
+            return
+        self._set_events(selectors.EVENT_READ if want == "read" else selectors.EVENT_WRITE)
+
+    def _handshake_done(self) -> None:
+        hs = self._hs
         n = hs.negotiated
         self.negotiated = n
         self.features = n.features
         self.max_rdy_count = n.max_rdy_count
         self.msg_timeout = n.msg_timeout
         self.auth_info = hs.auth_info
+        self._hs = None
         self._stream.enter_io_mode(self.config.write_timeout)
         # other threads may send directly on a plain socket only: one SSL object must not read
         # in one thread while writing in another, and a compressed stream cannot hand a
@@ -210,162 +311,186 @@ class Connection:
         if self.config.auth_secret and not n.auth_required and self.config.on_notice is not None:
             self.config.on_notice(f"nsqd {self.address} does not use AUTH: the --auth-secret was not sent "
                                   "(is this the cluster you meant?)")
-        self.state = CONNECTED
+        self.last_read = time.monotonic()
         self.connected_at = time.time()
+        with self._wlock:
+            self.state = CONNECTED
+            self._phase = IO
+        self._ready.set()
+        if self._on_connected is not None:
+            self._on_connected(self, None)
+        # frames read with the handshake's reply came before anything queued was written:
+        # they cannot answer it
+        self._dispatch_buffered(self.delegate)
+        if self._decoder.error is not None:
+            raise self._decoder.error
+        self._flush()
+
+    def _handshake_failed(self, e: BaseException) -> None:
+        if isinstance(e, RemoteProtocolError):
+            e = self._located(e)
+        identify = self._hs_args[0] if self._hs_args else {}
+        if (isinstance(e, ServerError) and self.config.output_buffer_size is None
+                and "output buffer size" in str(e) and "output_buffer_size" in identify):
+            # the 64 KiB buffer Config asks for on its own (see Config.output_buffer_size) is
+            # above this nsqd's --max-output-buffer-size: again, with nsqd's default
+            del identify["output_buffer_size"]
+            try:
+                self._forget_socket()
+                self._decoder = FrameDecoder(self.config.max_frame_size)
+                self._out, self._off = b"", 0
+                self._hs = Handshake(*self._hs_args)
+                if self._end <= time.monotonic():
+                    raise Timeout("no answer to IDENTIFY in time", self.address)
+                self._dial_now()
+                self._attach()
+                return
+            except BaseException as again:
+                e = again
+        self._forget_socket()
+        with self._wlock:
+            self.state = CLOSED
+            self._phase = DONE
+        self._ready_error = e
+        loop_pool.release(self._loop)
+        self._ready.set()
+        self.closed_event.set()
+        if self._on_connected is not None:
+            self._on_connected(self, e)
+
+    def _forget_socket(self) -> None:
+        if self._fd >= 0:
+            self._loop.unregister(self, self._fd)
+            self._fd = -1
+        if self._stream is not None:
+            with self._send_lock:
+                self._stream.close()
 
     def _located(self, e: RemoteProtocolError) -> RemoteProtocolError:
         """The decoder does not know where its bytes came from: say it."""
         text = str(e)
         return e if text.startswith(self.address) else RemoteProtocolError(f"{self.address}: {text}")
 
-    def _remaining(self, end: float, what: str) -> float:
-        left = end - time.monotonic()
-        if left <= 0:
-            raise Timeout(f"no answer to {what} in time", self.address)
-        return left
+    # -- the loop's callbacks ---------------------------------------------------------------------
+    def _on_ready(self, readable: bool, writable: bool) -> None:
+        try:
+            phase = self._phase
+            if phase == IO:
+                if readable:
+                    self._read()
+                if self._phase == IO and (writable or self._wbuf or self._closing):
+                    self._flush()
+            elif phase == HANDSHAKE:
+                self._hs_ready(readable, writable)
+            elif phase in (LINGER, DRAIN) and readable:
+                self._read_closing()
+        except BaseException as e:  # a bug too: report it, never vanish silently
+            self._fail(e)
 
-    def _send_before(self, data: bytes, end: float) -> None:
-        self._stream.settimeout(self._remaining(end, "the handshake"))
-        self._stream.sendall(data)
+    def _on_wake(self) -> None:
+        try:
+            if self._phase == IO:
+                self._flush()
+        except BaseException as e:
+            self._fail(e)
 
-    def _recv_before(self, end: float, what: str) -> None:
-        self._stream.settimeout(self._remaining(end, what))
+    def _sweep(self, now: float) -> None:
+        """Deadlines (every loop.SWEEP seconds)."""
+        phase = self._phase
+        try:
+            if phase == HANDSHAKE:
+                if getattr(self._stream, "connecting", False) and now >= self._connect_end:
+                    raise Timeout(f"connect timed out after {self.config.dial_timeout}s", self.address)
+                if now >= self._end:
+                    raise Timeout(f"no answer to {self._waiting_for()} in time", self.address)
+            elif phase == IO:
+                if self._out and now - self._out_since > self.config.write_timeout:
+                    self._start_drain(Timeout("write timed out", self.address))
+                    return
+                hb = self.config.heartbeat_interval
+                stale_after = 2 * hb + 5.0 if hb > 0 else self.config.read_timeout
+                if now - self.last_read > stale_after:
+                    raise Timeout(f"no data (not even a heartbeat) for {stale_after:.0f}s", self.address)
+            elif phase in (LINGER, DRAIN) and now >= self._end:
+                self._shutdown(self._drain_error)
+        except BaseException as e:
+            self._fail(e)
+
+    def _fail(self, e: BaseException) -> None:
+        phase = self._phase
+        if phase == HANDSHAKE:
+            self._handshake_failed(e)
+        elif phase != DONE:
+            if isinstance(e, RemoteProtocolError):
+                e = self._located(e)
+            self._shutdown(e)
+
+    def _abort(self, error: BaseException) -> None:
+        """From any thread: end a handshake in progress with ``error``."""
+        loop = self._loop
+        if loop is None:
+            return
+        loop.call(lambda: self._phase == HANDSHAKE and self._handshake_failed(error))
+
+    def _set_events(self, events: int | None = None) -> None:
+        if events is None:
+            events = selectors.EVENT_READ | (selectors.EVENT_WRITE if self._out else 0)
+        if events != self._events and self._fd >= 0:
+            self._events = events
+            self._loop.modify(self._fd, events, self)
+
+    # -- reading (on the loop) ----------------------------------------------------------------
+    def _read(self) -> None:
+        stream, decoder = self._stream, self._decoder
+        data = stream.recv()
+        if data is None:
+            if self.close_wait_event.is_set():
+                self._shutdown(None)
+                return
+            raise ReadError("connection closed by nsqd", self.address)
+        if data:
+            self.last_read = time.monotonic()
+            decoder.receive_data(data)
+            self._dispatch_buffered(self.delegate)
+            if decoder.error is not None:  # garbage after good frames: fail now, not
+                raise decoder.error        # when (if ever) more data arrives
+        if stream.pending():
+            self._loop.again.add(self)
+
+    def _read_closing(self) -> None:
+        """LINGER: nsqd's last words after our half-close; DRAIN: what it said before a write
+        failed (the OKs of earlier publishes, the error that explains the close)."""
         try:
             data = self._stream.recv()
-        except Timeout as e:
-            raise Timeout(f"no answer to {what} in time", self.address) from e
+        except NSQError:
+            data = None
         if data is None:
-            raise ReadError(f"connection closed by nsqd during {what}", self.address)
-        self._decoder.receive_data(data)
-
-    def _upgrade(self, up: Upgrade, end: float) -> None:
-        if up.kind == "tls":
-            self._stream.upgrade_tls(self.config.tls, self._remaining(end, "the TLS handshake"))
+            self._shutdown(self._drain_error)
             return
-        leftover = self._decoder.take_buffered()  # after the reply: already compressed bytes
-        self._stream.upgrade_compression(up.kind, up.level)
-        self._decoder.receive_data(self._stream.decompress(leftover))
-
-    # -- the I/O thread -------------------------------------------------------------------
-    def start_io(self) -> None:
-        """Hand the socket to the I/O thread (commands queued with write() go out first)."""
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        self._io_thread = threading.Thread(target=self._io_main, name=f"nsqcli-io-{self.address}",
-                                           daemon=True)
-        self._io_thread.start()
-
-    def _io_main(self) -> None:
-        self._io_ident = threading.get_ident()
-        error: BaseException | None = None
-        try:
-            self._io_loop()
-        except RemoteProtocolError as e:
-            error = self._located(e)
-        except (NSQError, OSError) as e:
-            error = e
-        except BaseException as e:  # a bug: report it, never vanish silently
-            error = e
-        finally:
-            self._shutdown(error)
-
-    def _io_loop(self) -> None:
-        stream, decoder, delegate = self._stream, self._decoder, self.delegate
-        sel = selectors.DefaultSelector()
-        sel.register(stream.fileno(), selectors.EVENT_READ, "sock")
-        sel.register(self._wake_r, selectors.EVENT_READ, "wake")
-        hb = self.config.heartbeat_interval
-        stale_after = 2 * hb + 5.0 if hb > 0 else self.config.read_timeout
-        last_read = time.monotonic()
-        try:
-            # frames read with the handshake's reply came before anything queued was written:
-            # they cannot answer it
-            self._dispatch_buffered(delegate)
-            if decoder.error is not None:
-                raise decoder.error
-            while not self._closing or self._wbuf:
-                try:
-                    self._flush()
-                    if self._send_error is not None:  # a writer's own send failed
-                        raise self._send_error
-                except TransportError as e:
-                    self._drain(sel, delegate)
-                    raise e
-                if self._closing:
-                    break
-                if stream.pending():
-                    events = [(None, "sock")]
-                else:
-                    events = [(k.data, k.data) for k, _ in sel.select(1.0)]
-                for _, kind in events:
-                    if kind == "wake":
-                        try:
-                            os.read(self._wake_r, 4096)
-                        except BlockingIOError:
-                            pass
-                        continue
-                    data = stream.recv()
-                    if data is None:
-                        if self.close_wait_event.is_set():
-                            return
-                        raise ReadError("connection closed by nsqd", self.address)
-                    last_read = time.monotonic()
-                    decoder.receive_data(data)
-                    self._dispatch_buffered(delegate)
-                    if decoder.error is not None:  # garbage after good frames: fail now, not
-                        raise decoder.error        # when (if ever) more data arrives
-                if time.monotonic() - last_read > stale_after:
-                    raise Timeout(f"no data (not even a heartbeat) for {stale_after:.0f}s", self.address)
-            self._linger(sel)
-        finally:
-            sel.close()
-
-    def _drain(self, sel, delegate) -> None:
-        """A write failed (nsqd closed after an error, often with a RST): what nsqd said before
-        closing is still in our receive buffer - the OKs of earlier publishes and the error
-        that explains the close. Read and dispatch it (a fatal error frame raises) so that no
-        acknowledged publish is reported unknown and resent."""
-        for _ in self._read_until_eof(sel):
-            self._dispatch_buffered(delegate)
-
-    def _linger(self, sel) -> None:
-        """Close politely: half-close, then read until nsqd closes its side. Closing with unread
-        bytes in our receive buffer sends a RST, and a RST can make nsqd drop the FIN/REQ it
-        has not read yet. Messages that still arrive now cannot be answered: counted in
-        ``late_messages``; nsqd redelivers them after its message timeout."""
-        try:
-            with self._send_lock:  # after a writer's send in progress, never in the middle of it
-                self._stream.shutdown_write()
-        except OSError:
-            return
-        for _ in self._read_until_eof(sel):
-            try:
-                with self._wlock:
-                    msgs, frames, _ = self._decoder.decode(None, Message)
-                    events = self.session.receive_frames(frames, bool(msgs))
-            except RemoteProtocolError:
-                return
-            self.late_messages += len(msgs)
-            for event in events:  # a publish answered while we close still counts
-                if type(event) is Answered:
-                    _resolve(event.token, event.error)
-
-    def _read_until_eof(self, sel, timeout: float = 2.0):
-        """Feed the decoder until nsqd closes (or fails, or ``timeout`` passes); yields after
-        each read."""
-        stream = self._stream
-        deadline = time.monotonic() + timeout
-        while (left := deadline - time.monotonic()) > 0:
-            if not stream.pending() and not sel.select(left):
-                return
-            try:
-                data = stream.recv()
-            except NSQError:
-                return
-            if data is None:
-                return
+        if data:
             self._decoder.receive_data(data)
-            yield
+            if self._phase == DRAIN:
+                self._dispatch_buffered(self.delegate)  # a fatal error frame raises: it wins
+            else:
+                self._late()
+        if self._stream.pending():
+            self._loop.again.add(self)
+
+    def _late(self) -> None:
+        """Messages that arrive after we half-closed cannot be answered: counted in
+        ``late_messages`` (nsqd redelivers them after its message timeout); a publish answered
+        while we close still counts."""
+        try:
+            with self._wlock:
+                msgs, frames, _ = self._decoder.decode(None, Message)
+                events = self.session.receive_frames(frames, bool(msgs))
+        except RemoteProtocolError:
+            self._shutdown(None)
+            return
+        self.late_messages += len(msgs)
+        for event in events:
+            if type(event) is Answered:
+                _resolve(event.token, event.error)
 
     def _dispatch_buffered(self, delegate) -> None:
         """Decode every whole frame received and dispatch them."""
@@ -425,48 +550,96 @@ class Connection:
         self.last_message = time.time()
         delegate.on_messages(self, msgs, nbytes)
 
-    def _flush(self) -> None:
-        """The I/O thread sends everything queued (blocking, bounded by the write timeout)."""
-        if not self._wbuf and not self._woken:
-            return
-        with self._send_lock:
-            with self._wlock:
-                # a wake-up is used up even when a writer's own send took the queue meanwhile:
-                # left set, no later write would wake this thread again
-                self._woken = False
-                if not self._wbuf or self.state == CLOSED:
-                    return
-                buf, self._wbuf = self._wbuf, []
-                self.session.flushed()  # their answers may come from now on
-            try:
-                self._stream.sendall(buf[0] if len(buf) == 1 else b"".join(buf))
-            except TransportError as e:
-                self._broken(e)
-                raise
+    # -- writing (on the loop) ------------------------------------------------------------------
+    def _queue_out(self, wire: bytes) -> None:
+        """(under _send_lock) Append wire bytes behind what the socket has not taken."""
+        if not self._out:
+            self._out, self._off = wire, 0
+            self._out_since = time.monotonic()
+        elif self._off:
+            self._out, self._off = self._out[self._off:] + wire, 0
+        else:
+            self._out += wire
 
-    def _broken(self, e: TransportError) -> None:
-        """A send failed, maybe half-way through a command: nothing more may be written on this
-        stream (it would be read as garbage - nsqd answered "invalid command TOUCHFIN" - while
-        the writer counted it sent). Writers get TransportError from now on; the I/O thread,
-        woken, closes the connection with this error."""
+    def _send_out(self) -> None:
+        """(under _send_lock) Send what the socket takes now."""
+        out, off, stream = self._out, self._off, self._stream
+        while off < len(out):
+            n = stream.send_nowait(memoryview(out)[off:] if off else out)
+            if not n:
+                break
+            off += n
+            self._out_since = time.monotonic()
+        if off >= len(out):
+            self._out, self._off = b"", 0
+        else:
+            self._off = off
+
+    def _flush(self) -> None:
+        """Send everything queued (coalesced), as far as the socket takes it; then, when the
+        connection is closing and nothing is left, half-close (LINGER)."""
+        try:
+            with self._send_lock:
+                with self._wlock:
+                    # a wake-up is used up even when a writer's own send took the queue meanwhile
+                    self._woken = False
+                    if self._send_error is not None:  # a writer's own send failed
+                        raise self._send_error
+                    data = None
+                    if self._wbuf and self.state != CLOSED:
+                        buf, self._wbuf = self._wbuf, []
+                        self.session.flushed()  # their answers may come from now on
+                        data = buf[0] if len(buf) == 1 else b"".join(buf)
+                if data:
+                    self._queue_out(self._stream.encode(data))
+                if self._out:
+                    self._send_out()
+        except TransportError as e:
+            self._start_drain(e)
+            return
+        self._set_events()
+        if self._closing and not self._out and not self._wbuf:
+            self._start_linger()
+
+    def _start_drain(self, e: TransportError) -> None:
+        """A write failed (nsqd closed after an error, often with a RST): what nsqd said before
+        closing is still in our receive buffer - the OKs of earlier publishes and the error
+        that explains the close. Read and dispatch it (a fatal error frame wins) so that no
+        acknowledged publish is reported unknown and resent; then close with ``e``."""
         with self._wlock:
             if self._send_error is None:
                 self._send_error = e
-            self._wake()
+            self._phase = DRAIN
+        self._drain_error = e
+        self._end = time.monotonic() + LINGER_TIME
+        self._set_events(selectors.EVENT_READ)
+        if self._stream.pending():
+            self._loop.again.add(self)
+
+    def _start_linger(self) -> None:
+        """Close politely: half-close, then read until nsqd closes its side. Closing with unread
+        bytes in our receive buffer sends a RST, and a RST can make nsqd drop the FIN/REQ it
+        has not read yet."""
+        try:
+            with self._send_lock:  # after a writer's send in progress, never in the middle of it
+                self._stream.shutdown_write()
+        except OSError:
+            self._shutdown(None)
+            return
+        self._phase = LINGER
+        self._end = time.monotonic() + LINGER_TIME
+        self._set_events(selectors.EVENT_READ)
 
     def _shutdown(self, error: BaseException | None) -> None:
-        with self._wlock:  # no writer can queue (or wake through a reused fd) from here on
+        with self._wlock:  # no writer can queue from here on
+            if self._phase == DONE:
+                return
+            self._phase = DONE
             self.state = CLOSED
             lost = self.session.connection_lost()
-            for fd in (self._wake_r, self._wake_w):
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-            self._wake_r = self._wake_w = -1
         self.close_error = error
-        with self._send_lock:  # a writer's send in progress ends first (its fd is not reused under it)
-            self._stream.close()
+        self._forget_socket()  # after a writer's send in progress (its fd is not reused under it)
+        loop_pool.release(self._loop)
         for event in lost:
             _resolve(event.token, self._unanswered(event.reason, error, closing=True))
         self.closed_event.set()
@@ -479,14 +652,15 @@ class Connection:
     def write(self, data: bytes) -> None:
         """Send a command that gets no answer (FIN, RDY, REQ, TOUCH, CLS...): on plain TCP from
         this thread, at once (with whatever else is queued); on TLS or a compressed stream
-        through the I/O thread.
+        through the loop.
         Raises TransportError when the connection is closed or the send failed."""
         self.send(data)
 
     def send(self, command: bytes, token=None) -> None:
         """Queue ``command``; a publish needs a ``token`` (set_result/set_exception), resolved
         by this connection alone. Raises TransportError (nothing queued) when the connection
-        is closed or closing after a fatal error."""
+        is closed or closing after a fatal error. Before the handshake is done, commands wait
+        for it."""
         with self._wlock:
             if self.state == CLOSED:
                 raise TransportError("connection is closed", self.address)
@@ -497,33 +671,28 @@ class Connection:
             except LocalProtocolError as e:
                 raise TransportError(str(e), self.address) from None
             self._wbuf.append(data)
-            if self._wake_w < 0 or threading.get_ident() == self._io_ident:
+            if self._phase != IO:
                 return
-            # FIN/REQ/TOUCH/RDY on plain TCP: sent now, from this thread (_send_now). Waking
-            # the I/O thread to send them cost a pipe write, a select wake-up and a read per
-            # batch, and kept nsqd waiting for FINs: 1M x 100 B per-message consumer 2.75-3.5 s
-            # -> 2.1-2.35 s. Publishes (a token) and the close wake-up still go through the I/O
-            # thread, which coalesces them.
+            # FIN/REQ/TOUCH/RDY on plain TCP: sent now, from this thread (_send_now): no
+            # hand-over to the loop (a pipe write, a select wake-up, a read per batch), and no
+            # wait for nsqd. Publishes (a token) and the close wake-up go through the loop,
+            # which coalesces them.
             if not (self._direct and token is None and data and not self._closing):
                 self._wake()
                 return
         self._send_now()
 
     def _wake(self) -> None:
-        """(under _wlock) Have the I/O thread send what is queued."""
-        if not self._woken and self._wake_w >= 0:
+        """(under _wlock) Have the loop send what is queued."""
+        if not self._woken and self._loop is not None:
             self._woken = True
-            try:  # under the lock: _shutdown cannot close (and the OS reuse) this fd meanwhile
-                os.write(self._wake_w, b"w")
-            except OSError:
-                pass
+            self._loop.wake(self)
 
     def _send_now(self) -> None:
         """A writer's thread sends what is queued - without ever blocking: the consumer calls
         this holding its lock, and a stalled nsqd must not stall every other connection. When
-        another thread is sending, or the socket takes only part of it, the rest goes back to
-        the head of the queue for the I/O thread (blocking sends, write timeout) and nothing
-        jumps ahead of it."""
+        another thread is sending, the loop has bytes the socket did not take, or the socket
+        takes only part of it, the rest is the loop's to send, and nothing jumps ahead of it."""
         if not self._send_lock.acquire(blocking=False):
             with self._wlock:  # whoever sends now took the queue before ours was in it
                 self._wake()
@@ -538,6 +707,9 @@ class Connection:
                     raise TransportError("connection is closed", self.address)
                 if not self._wbuf:
                     return
+                if self._out:  # the loop's backlog goes first
+                    self._wake()
+                    return
                 buf, self._wbuf = self._wbuf, []
                 self.session.flushed()  # their answers may come from now on
             data = buf[0] if len(buf) == 1 else b"".join(buf)
@@ -547,11 +719,21 @@ class Connection:
                 self._broken(e)
                 raise
             if sent < len(data):
+                self._queue_out(data[sent:])
                 with self._wlock:
-                    self._wbuf.insert(0, data[sent:])
                     self._wake()
         finally:
             self._send_lock.release()
+
+    def _broken(self, e: TransportError) -> None:
+        """A writer's send failed, maybe half-way through a command: nothing more may be
+        written on this stream (it would be read as garbage - nsqd answered "invalid command
+        TOUCHFIN" - while the writer counted it sent). Writers get TransportError from now on;
+        the loop, woken, closes the connection with this error."""
+        with self._wlock:
+            if self._send_error is None:
+                self._send_error = e
+            self._wake()
 
     def waiting_tokens(self) -> list:
         """The publishes sent on this connection and not answered yet, oldest first."""
@@ -559,9 +741,9 @@ class Connection:
             return self.session.tokens()
 
     def abort(self) -> None:
-        """From another thread: make a handshake in progress fail at once (close the socket)."""
-        if self._stream is not None and self._io_thread is None:
-            self._stream.close()
+        """From another thread: make a handshake in progress fail at once."""
+        if self._phase == HANDSHAKE:
+            self._abort(ConnectError("connection attempt aborted", self.address))
 
     def send_cls(self) -> None:
         """Ask nsqd to stop sending messages (it answers CLOSE_WAIT)."""
@@ -569,20 +751,22 @@ class Connection:
             self.write(CLS)
 
     def close(self, timeout: float = 5.0) -> None:
-        """Flush what is queued, close the socket and join the I/O thread."""
-        if self._io_thread is None:
+        """Send what is queued, half-close, read nsqd's last words (bounded), close. Waits up
+        to ``timeout`` for it, except on an I/O loop thread."""
+        if self._loop is None:
             if self._stream:
                 self._stream.close()
             self.state = CLOSED
             return
-        self._closing = True
-        if self.state != CLOSED:
-            try:
-                self.write(b"")
-            except TransportError:
-                pass
-        if threading.get_ident() != self._io_ident:
-            self._io_thread.join(timeout)
+        if self._phase == HANDSHAKE:
+            self.abort()
+        else:
+            with self._wlock:
+                self._closing = True
+                if self.state != CLOSED:
+                    self._wake()
+        if not is_loop_thread():
+            self.closed_event.wait(timeout)
 
     @property
     def alive(self) -> bool:

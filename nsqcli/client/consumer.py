@@ -1,13 +1,15 @@
 """Consumer: subscribe to one topic/channel on many nsqd, found directly and/or through
 nsqlookupd, with RDY distribution and backoff (nsqcli.client.flow) and handler threads.
 
-Threads: one I/O thread per connection (nsqcli.client.conn), ``concurrency`` handler threads fed with
-per-recv batches through a SimpleQueue (for a per-message handler each batch is cut into up to
-``concurrency`` chunks, so the threads share it) (the I/O thread never blocks on handlers, so heartbeats
-are always answered), one control thread for timers only (RDY redistribution, backoff expiry,
-TOUCH of held messages), and the discovery thread (nsqcli.client.discovery: lookupd polls,
-reconnects - every blocking network call). Errors in any thread go to ``on_error``; nothing
-vanishes silently.
+Threads: none of its own per connection. Connections run on the process's I/O loops
+(nsqcli.client.loop: dial, handshake, reads, heartbeats answered at once); recv batches go to
+handler threads (a HandlerPool of ``concurrency`` threads, the consumer's own or one shared by
+many consumers; for a per-message handler each batch is cut into up to ``concurrency``
+chunks so the threads share it); timers (RDY redistribution, backoff expiry, TOUCH of held
+messages) and discovery's due reconnects run on the shared timer thread, lookupd polls on a
+shared blocking-call thread (nsqcli.client.workers). Connection attempts all run at once,
+each under its own deadline. Errors in any thread go to ``on_error``; nothing vanishes
+silently.
 
     c = Consumer("topic", "channel", handler, lookupd_http_addresses=["127.0.0.1:4161"],
                  config=Config(max_in_flight=200))
@@ -31,13 +33,18 @@ from .config import Config
 from .conn import CLOSED, Connection, ConnectionDelegate, ConnStats
 from ..errors import NSQError, ServerError, TransportError
 from .flow import Flow
+from . import fdlimit, workers
 from .discovery import Discovery
+from .loop import SWEEP
+from .workers import HandlerPool
 from ..protocol import encode_rdy, encode_req, encode_touch, validate_channel, validate_topic
 
 log = logging.getLogger("nsqcli.client.consumer")
 
 #: seconds between cutting RDY on some connections and raising it on others
 RDY_SETTLE = 0.05
+#: seconds start() waits for the other attempts once one connection is up
+START_GRACE = 0.5
 
 
 def _fins(ids: list[bytes]) -> bytes:
@@ -89,7 +96,7 @@ class Consumer(ConnectionDelegate):
                  pull: bool = False,
                  nsqd_tcp_addresses: list[str] | tuple = (), lookupd_http_addresses: list[str] | tuple = (),
                  on_give_up: Callable | None = None, on_error: Callable | None = None,
-                 rng: random.Random | None = None, dial=None):
+                 rng: random.Random | None = None, dial=None, handlers: HandlerPool | None = None):
         self.topic = validate_topic(topic)
         self.channel = validate_channel(channel)
         if (handler is not None) + (batch_handler is not None) + bool(pull) != 1:
@@ -116,11 +123,17 @@ class Consumer(ConnectionDelegate):
                          max_in_flight_bytes=cfg.max_in_flight_bytes, rng=self.rng)
         self._lock = threading.RLock()
         self._handles: dict[str, _Handle] = {}
-        self._connecting: set[Connection] = set()
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._workers: list[threading.Thread] = []
-        self._control: threading.Thread | None = None
-        self._wake = threading.Event()           # control thread: timers only, never blocks on I/O
+        self._connecting: dict[str, Connection] = {}   # address -> attempt in progress
+        self._attempts: dict[Connection, tuple[bool, bool]] = {}  # -> (direct, report)
+        self._settling = threading.Condition(self._lock)  # an attempt ended
+        self._start_errors: list | None = None  # start() collects the attempts' errors
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()  # pull mode: batches for poll()
+        # handler modes: batches go to a pool of handler threads (this consumer's own, or one
+        # shared by many consumers); _outstanding counts the batches not handled yet
+        self._pool = handlers if handlers is not None else HandlerPool(cfg.concurrency)
+        self._pool_used = False
+        self._outstanding = 0
+        self._timer_on = False
         self._stopping = False     # no new connections (drain() or stop() began)
         self._stop_called = False
         self._stopped = threading.Event()
@@ -138,31 +151,51 @@ class Consumer(ConnectionDelegate):
     def start(self, fail_fast: bool = True, deadline: float | None = None) -> "Consumer":
         """Connect to the direct nsqd addresses and query every lookupd once, then run.
 
+        Every connection is attempted at once; this returns when all attempts ended, or
+        ``START_GRACE`` seconds after the first one succeeded (a hung nsqd does not hold up
+        the healthy ones: its attempt goes on, bounded by its own deadline, in the background).
         With ``fail_fast`` and no connection at all, the first error is raised (a CLI wants
         "connection refused", not silence); otherwise everything is retried in the background.
         ``deadline`` (time.monotonic()) bounds this call: handshakes and lookups included."""
         errors: list[NSQError] = []
+        self._start_errors = []
         for address in self.nsqd_addresses:
-            err = self._try_connect(address, direct=True, report=False, deadline=deadline)
-            if err:
-                errors.append(err)
+            self._try_connect(address, direct=True, report=False, deadline=deadline)
         if self.lookupd_addresses:
             errors += self.discovery.poll_lookupd(report=False, deadline=deadline)
-        if fail_fast and not self._handles and errors and not (
+        self._wait_connecting(deadline)
+        with self._lock:
+            errors += self._start_errors
+            self._start_errors = None
+        if fail_fast and not self._handles and errors and not self._connecting and not (
                 self.lookupd_addresses and len(errors) < len(self.lookupd_addresses)):
             self._shutdown_threads()
             raise errors[0]
         for err in errors:
-            self._report(err)
+            if not fdlimit.out_of_descriptors(err):  # said once already
+                self._report(err)
         if not self.pull:
-            for i in range(max(1, self.config.concurrency)):
-                t = threading.Thread(target=self._worker, name=f"nsqcli-handler-{i}", daemon=True)
-                t.start()
-                self._workers.append(t)
-        self._control = threading.Thread(target=self._control_loop, name="nsqcli-control", daemon=True)
-        self._control.start()
+            self._pool.acquire()
+            self._pool_used = True
+        workers.TIMERS.add(self, self._timer_step)
+        self._timer_on = True
         self.discovery.start()
         return self
+
+    def _wait_connecting(self, deadline: float | None) -> None:
+        """Until no attempt is in progress, or START_GRACE after the first connection (or just
+        past ``deadline``: the attempts' own deadline checks come within a loop sweep)."""
+        end = None if deadline is None else deadline + 3 * SWEEP
+        graced = False
+        with self._lock:
+            while self._connecting:
+                now = time.monotonic()
+                if self._handles and not graced:
+                    graced = True
+                    end = now + START_GRACE if end is None else min(end, now + START_GRACE)
+                if end is not None and now >= end:
+                    return
+                self._settling.wait(None if end is None else end - now)
 
     def stop(self, timeout: float = 30.0) -> None:
         """CLS everywhere, let handlers finish what they hold (bounded), close, join threads."""
@@ -197,15 +230,15 @@ class Consumer(ConnectionDelegate):
         self._stopping = True  # no new connections from here on
         self._abort_connecting()
         self._close_wait(deadline)
-        if self._workers:
-            marker = threading.Event()
-            self._queue.put(marker)
-            marker.wait(max(0.0, deadline - time.monotonic()))
+        if not self.pull:
+            with self._settling:
+                while self._outstanding and (left := deadline - time.monotonic()) > 0:
+                    self._settling.wait(left)
 
     def _abort_connecting(self) -> None:
         """Unblock handshakes in progress on other threads (they then fail at once)."""
         with self._lock:
-            connecting = list(self._connecting)
+            connecting = list(self._connecting.values())
         for conn in connecting:
             conn.abort()
 
@@ -228,20 +261,18 @@ class Consumer(ConnectionDelegate):
                 return
             with self._lock:
                 busy = sum(c.in_flight for c in self.flow.conns.values())
-            if busy == 0 and self._queue.empty():
+            if busy == 0 and self._outstanding == 0:
                 return
             time.sleep(0.01)
 
     def _shutdown_threads(self) -> None:
         self._stopping = True
-        for _ in self._workers:
-            self._queue.put(None)
-        for t in self._workers:
-            if t is not threading.current_thread():
-                t.join(5)
-        self._wake.set()
-        if self._control is not None and self._control is not threading.current_thread():
-            self._control.join(5)
+        if self._pool_used:
+            self._pool_used = False
+            self._pool.release()
+        if self._timer_on:
+            self._timer_on = False
+            workers.TIMERS.remove(self)
         self.discovery.join(5)
 
     def join(self, timeout: float | None = None) -> bool:
@@ -300,40 +331,63 @@ class Consumer(ConnectionDelegate):
     # -- connections (the caller of start(), then the discovery thread) -----------------------
     def _try_connect(self, address: str, direct: bool, report: bool = True,
                      deadline: float | None = None) -> NSQError | None:
-        if self._stopping or address in self._handles:
-            return None
-        conn = Connection(address, self.config, self, name=self.channel, dial=self._dial)
-        handle = _Handle(conn, self)
-        conn.responder = handle
+        """Start connecting to ``address`` (dial and handshake on an I/O loop, in parallel with
+        every other attempt). Returns an error only when the attempt could not even start."""
         with self._lock:
-            if self._stopping:
+            if self._stopping or address in self._handles or address in self._connecting:
                 return None
-            self._connecting.add(conn)
+            conn = Connection(address, self.config, self, name=self.channel, dial=self._dial)
+            handle = _Handle(conn, self)
+            conn.responder = handle
+            self._connecting[address] = conn
+            self._attempts[conn] = (direct, report)
         try:
-            conn.connect(subscribe=(self.topic, self.channel), deadline=deadline, start_io=False)
+            conn.begin(subscribe=(self.topic, self.channel), deadline=deadline,
+                       on_connected=self._connected)
         except (NSQError, ValueError) as e:
-            err = e if isinstance(e, NSQError) else TransportError(str(e), address)
-            if direct:
-                self.discovery.schedule_reconnect(address)
-            if report:
-                self._report(err)
-            return err
-        finally:
             with self._lock:
-                self._connecting.discard(conn)
-        max_rdy = conn.max_rdy_count
-        if max_rdy < self.config.max_in_flight:
-            log.info("%s: max_rdy_count %d is below max_in_flight %d", address, max_rdy,
-                     self.config.max_in_flight)
-        with self._lock:
-            if self._stopping:  # stop() began during the handshake: never leave it running
-                conn.close(0)
-                return None
-            self._handles[address] = handle
-            self.discovery.connected(address)
-            self._send_rdy(self.flow.add(conn, max_rdy, time.monotonic()))
-            conn.start_io()  # under the lock: on_close cannot run before the handle is known
+                self._connecting.pop(address, None)
+                self._attempts.pop(conn, None)
+            err = e if isinstance(e, NSQError) else TransportError(str(e), address)
+            self._connect_failed(address, err, direct, report)
+            return err
         return None
+
+    def _connected(self, conn: Connection, error: BaseException | None) -> None:
+        """(I/O loop) A connection attempt ended."""
+        address = conn.address
+        with self._lock:
+            if self._connecting.get(address) is conn:
+                del self._connecting[address]
+            direct, report = self._attempts.pop(conn, (False, True))
+            if error is None and self._stopping:  # stop() began during the handshake
+                conn.close(0)
+            elif error is None:
+                self._handles[address] = conn.responder
+                self.discovery.connected(address)
+                self._send_rdy(self.flow.add(conn, conn.max_rdy_count, time.monotonic()))
+            self._settling.notify_all()
+        if error is None:
+            if conn.max_rdy_count < self.config.max_in_flight:
+                log.info("%s: max_rdy_count %d is below max_in_flight %d", address, conn.max_rdy_count,
+                         self.config.max_in_flight)
+            return
+        if self._stopping:
+            return
+        err = error if isinstance(error, NSQError) else TransportError(str(error), address)
+        self._connect_failed(address, err, direct, report)
+
+    def _connect_failed(self, address: str, err: NSQError, direct: bool, report: bool) -> None:
+        if direct:
+            self.discovery.schedule_reconnect(address)
+        if fdlimit.out_of_descriptors(err):  # said once per process, in one line
+            if fdlimit.first_time():
+                log.warning("%s", fdlimit.advice())
+            report = False
+        if self._start_errors is not None:  # start() is waiting: it decides what to say
+            self._start_errors.append(err)
+        elif report:
+            self._report(err)
 
     def _send_rdy(self, changes: list) -> None:
         """Write RDY changes (called with the lock held).
@@ -353,7 +407,7 @@ class Consumer(ConnectionDelegate):
             else:
                 self._pending_up[conn] = (n, now + RDY_SETTLE)
         if self._pending_up:
-            self._wake.set()
+            self._wake()
 
     def _write_rdy(self, conn: Connection, n: int) -> None:
         conn.rdy = conn.rdy_sent = n
@@ -386,8 +440,14 @@ class Consumer(ConnectionDelegate):
                 held = self._held
                 for m in msgs:
                     held[id(m)] = m
-        for chunk in self._chunks(msgs):
-            self._queue.put((handle, chunk))
+        if self.pull:
+            self._queue.put((handle, msgs))
+            return
+        chunks = self._chunks(msgs)
+        with self._lock:
+            self._outstanding += len(chunks)
+        for chunk in chunks:
+            self._pool.put((self, handle, chunk))
 
     def _chunks(self, msgs: list) -> list:
         """Per-message handlers: one recv batch split into up to ``concurrency`` chunks, so the
@@ -475,7 +535,7 @@ class Consumer(ConnectionDelegate):
                 now = time.monotonic()
                 self._send_rdy(flow.failure(now) if kind == "req_backoff" else flow.neutral(now))
         if flow.backoff_until is not None:
-            self._wake.set()
+            self._wake()
 
     def _by_handle(self, msgs: list, claim: bool = True) -> dict:
         """Un-answered messages grouped by connection; ``claim`` marks them answered."""
@@ -581,25 +641,20 @@ class Consumer(ConnectionDelegate):
                             "redeliver them even though they are TOUCHed", limit)
 
     # -- handler threads ---------------------------------------------------------------------
-    def _worker(self) -> None:
-        get = self._queue.get
-        while True:
-            item = get()
-            if item is None:
-                if self._stopping:
-                    return
-                continue
-            if isinstance(item, threading.Event):  # drain() marker
-                item.set()
-                continue
-            handle, msgs = item
-            try:
-                if self.batch_handler is not None:
-                    self._run_batch(handle, msgs)
-                else:
-                    self._run_each(handle, msgs)
-            except BaseException as e:  # never let a handler thread die silently
-                self._report(e)
+    def _handle(self, handle: _Handle, msgs: list) -> None:
+        """(a handler thread) One batch, then one batch fewer outstanding."""
+        try:
+            if self.batch_handler is not None:
+                self._run_batch(handle, msgs)
+            else:
+                self._run_each(handle, msgs)
+        except BaseException as e:  # never let a handler thread die silently
+            self._report(e)
+        finally:
+            with self._lock:
+                self._outstanding -= 1
+                if not self._outstanding:
+                    self._settling.notify_all()
 
     def _give_up(self, msg) -> None:
         self.given_up += 1
@@ -663,19 +718,22 @@ class Consumer(ConnectionDelegate):
             self._respond(handle, _fins(ids), len(ids), "fin")
 
     # -- the control thread: timers only (RDY, backoff, TOUCH of held messages) --------------
-    def _control_loop(self) -> None:
-        while not self._stopping:
-            try:
-                now = time.monotonic()
-                with self._lock:
-                    self._send_rdy(self.flow.tick(now))
-                    self._flush_pending_rdy(now)
-                if self.pull:
-                    self._touch_held(now)
-            except Exception as e:  # report, keep going
-                self._report(e)
-            self._wake.wait(self._control_timeout())
-            self._wake.clear()
+    def _wake(self) -> None:
+        workers.TIMERS.wake(self)
+
+    def _timer_step(self, now: float) -> float:
+        """(the shared timer thread) RDY, backoff, TOUCH; returns seconds until the next step."""
+        if self._stopping:
+            return 1.0
+        try:
+            with self._lock:
+                self._send_rdy(self.flow.tick(now))
+                self._flush_pending_rdy(now)
+            if self.pull:
+                self._touch_held(now)
+        except Exception as e:  # report, keep going
+            self._report(e)
+        return self._control_timeout()
 
     def _control_timeout(self) -> float:
         now = time.monotonic()

@@ -1,23 +1,23 @@
-"""Where a Consumer's nsqd come from, on a thread of its own (all the blocking network calls).
+"""Where a Consumer's nsqd come from. Its timer step runs on the shared timer thread
+(nsqcli.client.workers.TIMERS) and never blocks: connection attempts run on the I/O loops,
+lookupd polls on a shared BLOCKING thread.
 
 - Direct addresses (``--nsqd-tcp-address``): reconnected after a loss with exponential backoff
   and jitter (reconnect_min_delay x 2^n, 50-100 %, up to reconnect_max_delay: 4 s by default,
   so a node that is back is read within seconds).
-- nsqlookupd: every lookupd is asked every lookupd_poll_interval (jittered); each producer not
+- nsqlookupd: every lookupd is asked (at once) every lookupd_poll_interval (jittered); each producer not
   connected yet is dialed. When a lookupd-found nsqd is lost, the lookupds are asked again after
   ~1 s, 2 s, 4 s, 4 s ... (the same backoff, for LOST_WINDOW or one poll interval, whichever is
   longer): not at once - an immediate SUB would re-create a topic that was just deleted - and
   not only at the next regular poll, a minute away.
-
-The consumer's timer thread never waits for any of this.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 
 from ..errors import NSQError
+from . import workers
 from .http import lookup_all
 
 #: seconds after the loss of a lookupd-found nsqd during which lookupd is re-polled quickly
@@ -32,8 +32,7 @@ class Discovery:
         self.config = consumer.config
         self.rng = consumer.rng
         self.lock = consumer._lock  # one lock for the consumer's connection state
-        self.wake = threading.Event()
-        self.thread: threading.Thread | None = None
+        self.polling = False  # a lookupd poll is running on a BLOCKING thread
         self.reconnect: dict[str, tuple[int, float]] = {}  # direct address -> (failures, next try)
         self.lost: dict[str, float] = {}  # lookupd-found address -> when it was lost
         self.fast_polls = 0               # consecutive quick re-polls since a loss
@@ -44,13 +43,13 @@ class Discovery:
         return self.consumer.lookupd_addresses
 
     def start(self) -> None:
-        self.thread = threading.Thread(target=self._loop, name="nsqcli-discovery", daemon=True)
-        self.thread.start()
+        workers.TIMERS.add(self, self._tick)
 
     def join(self, timeout: float) -> None:
-        self.wake.set()
-        if self.thread is not None and self.thread is not threading.current_thread():
-            self.thread.join(timeout)
+        workers.TIMERS.remove(self)
+
+    def _wake(self) -> None:
+        workers.TIMERS.wake(self)
 
     # -- events from the consumer ---------------------------------------------------------------
     def connected(self, address: str) -> None:
@@ -72,7 +71,7 @@ class Discovery:
         with self.lock:
             failures, _ = self.reconnect.get(address, (0, 0.0))
             self.reconnect[address] = (failures + 1, time.monotonic() + self.retry_delay(failures))
-        self.wake.set()
+        self._wake()
 
     def lost_lookupd_producer(self, address: str) -> None:
         """A lookupd-found nsqd went away: look for it again soon (see the module doc)."""
@@ -80,40 +79,43 @@ class Discovery:
         with self.lock:
             self.lost[address] = time.monotonic()
             self.next_poll = min(self.next_poll, time.monotonic() + delay)
-        self.wake.set()
+        self._wake()
 
-    # -- the thread ---------------------------------------------------------------------------------
-    def _loop(self) -> None:
+    # -- the timer step (never blocks: polls run on a BLOCKING thread) ------------------------------
+    def _tick(self, now: float) -> float:
         c = self.consumer
-        while not c._stopping:
-            try:
-                self._step()
-            except Exception as e:  # report, keep going
-                c._report(e)
-            self.wake.wait(self._timeout())
-            self.wake.clear()
+        if c._stopping:
+            return 5.0
+        with self.lock:
+            due = [a for a, (_, when) in self.reconnect.items() if now >= when]
+        for address in due:
+            if not c._stopping:
+                c._try_connect(address, direct=True)  # starts the attempt, returns at once
+        if self.lookupds and now >= self.next_poll and not self.polling:
+            self.polling = True
+            workers.BLOCKING.submit(self._poll)
+        return self._timeout()
+
+    def _poll(self) -> None:
+        try:
+            if not self.consumer._stopping:
+                self.poll_lookupd(report=True)
+        except Exception as e:  # report, keep going
+            self.consumer._report(e)
+        finally:
+            self.polling = False
+            self._wake()
 
     def _timeout(self) -> float:
         now = time.monotonic()
         t = 5.0
-        if self.lookupds:
+        if self.lookupds and not self.polling:
             t = min(t, self.next_poll - now)
         with self.lock:
             whens = [when for _, when in self.reconnect.values()]
         for when in whens:
             t = min(t, when - now)
         return max(0.005, t)
-
-    def _step(self) -> None:
-        c = self.consumer
-        now = time.monotonic()
-        with self.lock:
-            due = [a for a, (_, when) in self.reconnect.items() if now >= when]
-        for address in due:
-            if not c._stopping:
-                c._try_connect(address, direct=True)
-        if self.lookupds and now >= self.next_poll and not c._stopping:
-            self.poll_lookupd(report=True)
 
     def poll_lookupd(self, report: bool, deadline: float | None = None) -> list[NSQError]:
         """Ask every lookupd; connect to the producers not connected yet. Returns the errors

@@ -1,12 +1,14 @@
 """The byte stream under a Connection: a TCP socket and its upgrades (TLS, snappy framing,
 raw deflate). The only module that catches OSError and maps it to TransportError.
 
-The stream interface a Connection needs (``Stream`` here; tests feed a memory stream):
-``settimeout(t)``, ``recv() -> bytes | None``, ``sendall(bytes)``, ``fileno()`` (readable when
-data may be there), ``pending()`` (data buffered where select() cannot see it),
-``enter_io_mode(write_timeout)``, ``upgrade_tls(cfg, timeout)``, ``upgrade_compression(kind,
-level)``, ``decompress(leftover)``, ``shutdown_write()``, ``close()``, ``tls_version``,
-``compression``.
+The stream interface a Connection needs (``Stream`` here; tests feed a memory stream). It is
+driven by an I/O loop (nsqcli.client.loop) and never blocks: ``dial(address, timeout)`` starts
+a non-blocking connect (``connecting`` true until ``finish_connect()``), ``fileno()``
+(readable when data may be there), ``recv() -> bytes | None`` (b"" for nothing yet),
+``pending()`` (data buffered where select() cannot see it), ``encode(bytes)`` (commands as
+they go on the wire), ``send_nowait(wire) -> int``, ``start_tls(cfg)`` + ``tls_step()``,
+``upgrade_compression(kind, level)``, ``decompress(leftover)``, ``enter_io_mode(t)``,
+``shutdown_write()``, ``close()``, ``plain``, ``tls_version``, ``compression``.
 
 Decompression is bounded: one ``recv`` returns at most ``MAX_DECOMPRESSED`` bytes and keeps the
 rest of the compressed input for the next call (``pending()`` is then true), so a stream that
@@ -14,6 +16,8 @@ expands 1000x cannot make the client buffer more than the frame decoder allows."
 
 from __future__ import annotations
 
+import errno
+import os
 import socket
 import zlib
 
@@ -25,6 +29,8 @@ RECV_SIZE = 256 * 1024
 MAX_DECOMPRESSED = 1024 * 1024
 #: snappy input is fed in slices this big (a snappy chunk expands to at most 64 KiB)
 SNAPPY_SLICE = 16 * 1024
+#: most bytes one TLS write takes (a failed write is retried with exactly these bytes)
+TLS_CHUNK = 256 * 1024
 
 TLS_VERSIONS = ("1.0", "1.1", "1.2", "1.3")
 
@@ -111,45 +117,50 @@ class Stream:
         self._codec: _Snappy | _Deflate | None = None
         self.tls_version: str | None = None
         self.compression: str | None = None
+        self.connecting = False
+        self._retry: bytes | None = None  # a TLS write to retry with the same bytes
 
     @classmethod
     def dial(cls, address: str, timeout: float) -> "Stream":
+        """Start connecting without waiting (the I/O loop waits: writable, then
+        :meth:`finish_connect`); ``timeout`` is the loop's to enforce. Only the name lookup
+        blocks (an IP address or ``localhost`` does not)."""
         host, port = split_address(address)
         try:  # an ASCII host as bytes: a str goes through the idna codec (~1.5 ms of imports)
-            sock = socket.create_connection((host.encode() if host.isascii() else host, port), timeout=timeout)
-        except socket.timeout as e:
-            raise Timeout(f"connect timed out after {timeout}s", address) from e
+            infos = socket.getaddrinfo(host.encode() if host.isascii() else host, port,
+                                       type=socket.SOCK_STREAM)
         except OSError as e:
             raise ConnectError(f"cannot connect: {e.strerror or e}", address) from e
+        family, type_, proto, _, sockaddr = infos[0]
+        try:
+            sock = socket.socket(family, type_, proto)
+        except OSError as e:  # EMFILE: the process is out of file descriptors
+            err = ConnectError(f"cannot connect: {e.strerror or e}", address)
+            err.errno = e.errno
+            raise err from e
+        sock.setblocking(False)
+        err = sock.connect_ex(sockaddr)
+        if err not in (0, errno.EINPROGRESS, errno.EWOULDBLOCK):
+            sock.close()
+            raise ConnectError(f"cannot connect: {os.strerror(err)}", address)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return cls(sock, address)
+        stream = cls(sock, address)
+        stream.connecting = err != 0
+        return stream
+
+    def finish_connect(self) -> None:
+        """After the socket became writable: did the connect succeed?"""
+        err = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if err:
+            raise ConnectError(f"cannot connect: {os.strerror(err)}", self.address)
+        self.connecting = False
 
     def fileno(self) -> int:
         return self.sock.fileno()
 
-    def settimeout(self, timeout: float | None) -> None:
-        self.sock.settimeout(timeout)
-
     def enter_io_mode(self, write_timeout: float) -> None:
-        """For the I/O thread: a blocking socket (it only reads after select() said readable)
-        with the write timeout enforced by the kernel (SO_SNDTIMEO); on TLS, Python's timeout
-        for reads and writes alike. Python's own socket
-        timeout would poll() before every recv and send: one syscall more per read and write."""
-        import struct
-
-        if self.tls_version is not None:
-            # select() says readable when part of a TLS record is there; SSL_read then blocks for
-            # the rest. Python's timeout bounds that wait (and writes): a peer stalling
-            # mid-record is a Timeout, not a hung I/O thread.
-            self.sock.settimeout(write_timeout)
-            return
-        self.sock.settimeout(None)
-        secs = int(write_timeout)
-        tv = struct.pack("ll", secs, int((write_timeout - secs) * 1e6))
-        try:
-            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
-        except OSError:
-            self.sock.settimeout(write_timeout)  # platform without SO_SNDTIMEO: Python's timeout
+        """Nothing left to do: the socket is non-blocking from dial() on, and the I/O loop
+        enforces the write timeout (a peer that takes no bytes for that long)."""
 
     def pending(self) -> bool:
         """True when TLS has decrypted bytes, or the decompressor unused input, buffered where
@@ -159,16 +170,18 @@ class Stream:
         return self.tls_version is not None and self.sock.pending() > 0
 
     def recv(self) -> bytes | None:
-        """Bytes from the peer (decompressed; may be b"" while a compressed chunk is partial);
-        None when the peer closed the connection."""
+        """Bytes from the peer (decompressed; b"" when nothing is there yet, or while a
+        compressed chunk or TLS record is partial); None when the peer closed the connection."""
         codec = self._codec
         if codec is not None and codec.has_more():
             return self._decompress(b"")
         try:
             data = self.sock.recv(RECV_SIZE)
-        except socket.timeout as e:
-            raise Timeout("read timed out", self.address) from e
+        except (BlockingIOError, InterruptedError):
+            return b""
         except OSError as e:
+            if self.tls_version is not None and _ssl_wants(e):
+                return b""
             raise ReadError(f"read failed: {e.strerror or e}", self.address) from e
         if not data:
             return None
@@ -180,24 +193,25 @@ class Stream:
         except Exception as e:  # zlib.error, cramjam's errors, ValueError ...
             raise ReadError(f"{self.compression} stream corrupt: {e}", self.address) from e
 
-    def sendall(self, data: bytes) -> None:
-        if self._codec is not None:
-            data = self._codec.compress(data)
-        try:
-            self.sock.sendall(data)
-        except (socket.timeout, BlockingIOError) as e:  # BlockingIOError: SO_SNDTIMEO expired
-            raise Timeout("write timed out", self.address) from e
-        except OSError as e:
-            raise WriteError(f"write failed: {e.strerror or e}", self.address) from e
+    def encode(self, data: bytes) -> bytes:
+        """Commands as they go on the wire (compressed on a compressed stream). One caller at
+        a time, in send order."""
+        return data if self._codec is None else self._codec.compress(data)
 
     @property
     def plain(self) -> bool:
-        """No TLS, no compression: bytes go to the socket as they are (send_nowait is safe)."""
+        """No TLS, no compression: bytes go to the socket as they are (send_nowait from any
+        thread is safe)."""
         return self.tls_version is None and self._codec is None
 
     def send_nowait(self, data: bytes) -> int:
-        """Send what the socket takes now, without waiting (plain TCP, no compression); returns
-        the bytes sent (0 when its buffer is full)."""
+        """Send what the socket takes now, without waiting; returns the bytes of ``data`` sent
+        (0 when its buffer is full). ``data`` is wire bytes (see :meth:`encode`).
+
+        On TLS a write that could not finish must be retried with the same bytes: the caller
+        passes the front of what it has to send, which starts with the retried bytes."""
+        if self.tls_version is not None:
+            return self._send_tls(data)
         try:
             return self.sock.send(data, socket.MSG_DONTWAIT)
         except (BlockingIOError, InterruptedError):
@@ -205,20 +219,66 @@ class Stream:
         except OSError as e:
             raise WriteError(f"write failed: {e.strerror or e}", self.address) from e
 
-    def upgrade_tls(self, cfg: TLSConfig, timeout: float) -> None:
+    def _send_tls(self, data: bytes) -> int:
+        chunk = self._retry if self._retry is not None else data[:TLS_CHUNK]
+        try:
+            n = self.sock.send(chunk)
+        except (BlockingIOError, InterruptedError):
+            self._retry = chunk
+            return 0
+        except OSError as e:
+            if _ssl_wants(e):
+                self._retry = chunk
+                return 0
+            raise WriteError(f"write failed: {e.strerror or e}", self.address) from e
+        self._retry = None
+        return n
+
+    def sendall(self, data: bytes) -> None:
+        """Blocking send of commands (tests and tools outside the loop; the loop never calls
+        it)."""
+        data = self.encode(data)
+        while data:
+            n = self.send_nowait(data)
+            data = data[n:]
+            if data and n == 0:
+                import selectors
+
+                with selectors.DefaultSelector() as sel:
+                    sel.register(self.sock, selectors.EVENT_WRITE)
+                    if not sel.select(5.0):
+                        raise Timeout("write timed out", self.address)
+
+    # -- TLS, without blocking -------------------------------------------------------------------
+    def start_tls(self, cfg: TLSConfig) -> None:
+        """Wrap the socket; :meth:`tls_step` drives the handshake."""
         import ssl
 
         ctx = ssl_context(cfg)
         hostname = cfg.server_hostname or split_address(self.address)[0]
         try:
-            self.sock.settimeout(timeout)
-            self.sock = ctx.wrap_socket(self.sock, server_hostname=hostname)
+            self.sock = ctx.wrap_socket(self.sock, server_hostname=hostname, do_handshake_on_connect=False)
+        except (ssl.SSLError, OSError) as e:
+            raise ConnectError(f"TLS handshake failed: {e}", self.address) from e
+
+    def tls_step(self) -> str | None:
+        """One step of the TLS handshake: None when done, else "read" or "write" (what the
+        socket must become before the next step)."""
+        import ssl
+
+        try:
+            self.sock.do_handshake()
+        except ssl.SSLWantReadError:
+            return "read"
+        except ssl.SSLWantWriteError:
+            return "write"
         except ssl.SSLCertVerificationError as e:
             raise ConnectError(f"TLS certificate verification failed: {e.verify_message} "
                                "(use --tls-ca-file, or --tls-insecure-skip-verify to skip)", self.address) from e
         except (ssl.SSLError, OSError) as e:
             raise ConnectError(f"TLS handshake failed: {e}", self.address) from e
         self.tls_version = self.sock.version()
+        return None
 
     def upgrade_compression(self, kind: str, level: int = 6) -> None:
         self._codec = _Snappy() if kind == "snappy" else _Deflate(level)
@@ -237,3 +297,10 @@ class Stream:
             self.sock.close()
         except OSError:
             pass
+
+
+def _ssl_wants(e: OSError) -> bool:
+    """An SSLWantRead/WriteError: the TLS layer needs the socket ready first, not a failure."""
+    import ssl
+
+    return isinstance(e, (ssl.SSLWantReadError, ssl.SSLWantWriteError))

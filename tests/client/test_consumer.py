@@ -386,13 +386,19 @@ def test_heartbeats_answered_while_handler_is_slow(nsqd, topic):
 
 
 def test_stop_leaves_no_thread(nsqd, topic):
+    """Only the process's I/O loops stay (started once, shared by every connection): however
+    many consumers come and go, and however many connections each holds, no other thread
+    outlives a consumer, and there are no more loops than NSQCLI_IO_THREADS (default 1)."""
     before = set(threading.enumerate())
-    c = Consumer(topic, "c", lambda m: None, nsqd_tcp_addresses=[nsqd.tcp_address],
-                 lookupd_http_addresses=[], config=Config(max_in_flight=5))
-    c.start()
-    c.stop()
+    for _ in range(3):
+        c = Consumer(topic, "c", lambda m: None, nsqd_tcp_addresses=[nsqd.tcp_address],
+                     lookupd_http_addresses=[], config=Config(max_in_flight=5))
+        c.start()
+        c.stop()
     time.sleep(0.1)
-    assert set(threading.enumerate()) - before == set()
+    new = set(threading.enumerate()) - before
+    assert {t.name for t in new} <= {"nsqcli-loop-0"}
+    assert len([t for t in threading.enumerate() if t.name.startswith("nsqcli-loop")]) == 1
 
 
 def test_direct_nsqd_reconnects_with_backoff(nsqd_factory, topic):

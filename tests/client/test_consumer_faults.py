@@ -341,17 +341,20 @@ def test_nothing_is_written_after_a_send_failed_half_way():
 
     ids = [b"%016d" % i for i in range(4)]
     stream = MemoryStream()
-    stream.room = 0  # the socket takes nothing without waiting: the I/O thread sends
-    torn = []
+    torn, failed = [], []
 
-    def sendall_half(data):
-        if not torn and data.startswith(b"FIN "):
-            torn.append(data)
+    def send_half(data):  # the socket takes half the FIN, then the link fails
+        if torn:
+            failed.append(bytes(data))
+            raise WriteError("write failed: Broken pipe", stream.address)
+        if bytes(data[:4]) == b"FIN ":
+            torn.append(bytes(data))
             stream.sent += data[: len(data) // 2]
-            raise WriteError("write timed out", stream.address)
+            return len(data) // 2
         stream.sent += data
+        return len(data)
 
-    stream.sendall = sendall_half
+    stream.send_nowait = send_half
     c = Consumer("t", "c", pull=True, nsqd_tcp_addresses=["memory:1"], dial=MemoryStream.dialer([stream]),
                  config=Config(max_in_flight=5, heartbeat_interval=0, read_timeout=30), on_error=lambda e: None)
     stream.feed(frame(FRAME_RESPONSE, b"OK"))  # IDENTIFY
@@ -359,8 +362,8 @@ def test_nothing_is_written_after_a_send_failed_half_way():
     c.start()
     try:
         got = wait_for(lambda: c.held == 4 and c.poll(4, timeout=0.5), what="held messages")
-        assert c.finish_many(got[:1]) == []  # queued for the I/O thread: its send tears
-        wait_for(lambda: torn, what="the torn send")
+        assert c.finish_many(got[:1]) == []  # half of it leaves, the rest waits for the loop: it fails
+        wait_for(lambda: failed, what="the send of the rest, which fails")
         after = len(stream.sent)
         lost = c.finish_many(got[1:])
         assert [m.id for m in lost] == ids[1:]

@@ -1,0 +1,190 @@
+"""The threads a process's consumers share, so that their number does not grow with the
+consumers: a to-file over 200 topics runs 200 Consumers on a dozen threads, not 600.
+
+- :data:`TIMERS` - one thread runs every consumer's timer step (RDY redistribution, delayed
+  RDY raises, backoff expiry, TOUCH of held messages, due reconnects and lookupd polls). A
+  step never blocks; it returns the seconds until it wants to run again.
+- :data:`BLOCKING` - a few threads for the blocking calls a step hands off (lookupd polls,
+  each under its own deadline); they end after a second without work.
+- :class:`HandlerPool` - the handler threads: a consumer's own, or one pool shared by many
+  consumers (to-file's topics), fed whole recv batches through one SimpleQueue.
+
+Threads start on first use and end when nothing needs them: a process with no consumer has
+none of these.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+import time
+from collections import deque
+
+log = logging.getLogger("nsqcli.client.workers")
+
+#: a step that failed runs again after this many seconds
+RETRY_STEP = 1.0
+
+
+class Timers:
+    """One thread running many keys' steps: ``step(now) -> seconds until the next run``."""
+
+    def __init__(self, name: str = "nsqcli-timers"):
+        self.name = name
+        self._cond = threading.Condition()
+        self._steps: dict = {}
+        self._next: dict = {}
+        self._running = None
+        self._thread: threading.Thread | None = None
+
+    def add(self, key, step) -> None:
+        """Run ``step`` now and then whenever it asked to (or is woken)."""
+        with self._cond:
+            self._steps[key] = step
+            self._next[key] = 0.0
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+
+    def remove(self, key) -> None:
+        """No more runs of ``key``'s step; waits for one in progress (except on this thread)."""
+        with self._cond:
+            self._steps.pop(key, None)
+            self._next.pop(key, None)
+            self._cond.notify_all()
+            if threading.current_thread() is not self._thread:
+                while self._running is key:
+                    self._cond.wait(1.0)
+
+    def wake(self, key) -> None:
+        """Run ``key``'s step as soon as possible."""
+        with self._cond:
+            if key in self._next and self._next[key] > 0.0:
+                self._next[key] = 0.0
+                self._cond.notify_all()
+
+    def _run(self) -> None:
+        cond = self._cond
+        with cond:
+            while self._steps:
+                now = time.monotonic()
+                due = [k for k, when in self._next.items() if when <= now]
+                if not due:
+                    cond.wait(max(0.001, min(self._next.values()) - now))
+                    continue
+                for key in due:
+                    step = self._steps.get(key)
+                    if step is None:
+                        continue
+                    self._next[key] = now + 3600.0  # a wake() during the step runs it again
+                    self._running = key
+                    cond.release()
+                    try:
+                        delay = step(now)
+                    except Exception:  # the step reports its own errors; never lose the thread
+                        log.exception("timer step failed")
+                        delay = RETRY_STEP
+                    finally:
+                        cond.acquire()
+                        self._running = None
+                        cond.notify_all()
+                    if key in self._next and self._next[key] > 0.0:
+                        self._next[key] = time.monotonic() + max(0.001, delay)
+            self._thread = None
+
+
+class Blocking:
+    """Up to ``size`` threads for blocking calls; each ends after ``idle`` seconds without work."""
+
+    def __init__(self, size: int = 4, name: str = "nsqcli-blocking", idle: float = 1.0):
+        self.size, self.name, self.idle = size, name, idle
+        self._cond = threading.Condition()
+        self._work: deque = deque()
+        self._threads = 0
+        self._waiting = 0
+
+    def submit(self, fn) -> None:
+        with self._cond:
+            self._work.append(fn)
+            if self._waiting == 0 and self._threads < self.size:
+                self._threads += 1
+                threading.Thread(target=self._run, name=f"{self.name}-{self._threads}", daemon=True).start()
+            else:
+                self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._work:
+                    self._waiting += 1
+                    woken = self._cond.wait(self.idle)
+                    self._waiting -= 1
+                    if not woken and not self._work:
+                        self._threads -= 1
+                        return
+                fn = self._work.popleft()
+            try:
+                fn()
+            except Exception:  # the callable reports its own errors
+                log.exception("background call failed")
+
+
+class HandlerPool:
+    """Handler threads fed ``(consumer, handle, msgs)`` items; started by the first consumer
+    that uses the pool and stopped when the last one lets go."""
+
+    def __init__(self, threads: int = 1, name: str = "nsqcli-handler"):
+        self.size = max(1, threads)
+        self.name = name
+        self.queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._users = 0
+        self._threads: list[threading.Thread] = []
+
+    def acquire(self) -> None:
+        with self._lock:
+            self._users += 1
+            if not self._threads:
+                self._threads = [threading.Thread(target=self._run, name=f"{self.name}-{i}", daemon=True)
+                                 for i in range(self.size)]
+                for t in self._threads:
+                    t.start()
+
+    def release(self) -> None:
+        with self._lock:
+            self._users -= 1
+            if self._users > 0 or not self._threads:
+                return
+            threads, self._threads = self._threads, []
+        for _ in threads:
+            self.queue.put(None)
+        for t in threads:
+            if t is not threading.current_thread():
+                t.join(5)
+
+    def put(self, item) -> None:
+        self.queue.put(item)
+
+    def _run(self) -> None:
+        get = self.queue.get
+        while True:
+            item = get()
+            if item is None:
+                return
+            consumer, handle, msgs = item
+            consumer._handle(handle, msgs)
+
+
+TIMERS = Timers()
+BLOCKING = Blocking()
+
+
+def _after_fork() -> None:
+    global TIMERS, BLOCKING
+    TIMERS, BLOCKING = Timers(), Blocking()  # the parent's threads do not exist in the child
+
+
+os.register_at_fork(after_in_child=_after_fork)
