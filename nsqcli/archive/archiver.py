@@ -22,13 +22,22 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..client.config import Config
+from ..client import fdlimit
 from ..client.consumer import Consumer
+from ..client.workers import HandlerPool
 from ..errors import LookupdError, NSQError
 from ..client.http import ask_http, http_json, lookup_topic
 from .recovery import recover
 from .writer import ArchiveFile, FileOptions, escaping_name
 
 log = logging.getLogger("nsqcli.archive.archiver")
+
+#: handler threads shared by every topic (a batch is written to its file's buffer; a sync
+#: fsyncs, so two let one topic sync while another writes)
+HANDLER_THREADS = 2
+#: threads for the lookups of a topic refresh and for stopping the topics
+LOOKUP_THREADS = 4
+STOP_THREADS = 8
 
 
 def say_trimmed(path: Path, trimmed: int) -> None:
@@ -43,7 +52,7 @@ class TopicArchiver:
 
     def __init__(self, topic: str, channel: str, opts: FileOptions, formatter: Callable,
                  config: Config, nsqd: list[str], lookupd: list[str], on_error: Callable,
-                 on_fatal: Callable):
+                 on_fatal: Callable, handlers: HandlerPool | None = None):
         self.topic = topic
         self.file = ArchiveFile(topic, opts, on_trim=say_trimmed)
         self.format = formatter
@@ -55,7 +64,7 @@ class TopicArchiver:
         self.finished = 0
         self.consumer = Consumer(topic, channel, batch_handler=self._on_batch, config=config,
                                  nsqd_tcp_addresses=nsqd, lookupd_http_addresses=lookupd,
-                                 on_error=on_error)
+                                 on_error=on_error, handlers=handlers)
         self.max_batch = max(1, config.max_in_flight)
 
     def start(self, fail_fast: bool) -> "TopicArchiver":
@@ -155,6 +164,7 @@ class Archiver:
         self.sync_interval = sync_interval
         self.on_error = on_error
         self.topics: dict[str, TopicArchiver] = {}
+        self.handlers = HandlerPool(HANDLER_THREADS, name="nsqcli-archive")
         self._refused: set[str] = set()  # topics found whose file names would leave --output-dir
         self.fatal: BaseException | None = None
         self.stop_event = threading.Event()
@@ -169,6 +179,7 @@ class Archiver:
 
     # -- lifecycle ----------------------------------------------------------------------------------
     def start(self) -> "Archiver":
+        fdlimit.raise_soft_limit()  # one descriptor per connection, one per open file
         out = Path(self.opts.output_dir)
         out.mkdir(parents=True, exist_ok=True)
         self.opts.work.mkdir(parents=True, exist_ok=True)
@@ -193,11 +204,9 @@ class Archiver:
                 t.join(10)
         with self._lock:
             archivers = list(self.topics.values())
-        threads = [threading.Thread(target=a.stop, args=(timeout,)) for a in archivers]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout + 5)
+        from ..client.fanout import ask_all  # the topics stop side by side, on a few threads
+
+        ask_all(archivers, lambda a: a.stop(timeout), timeout + 5, threads=STOP_THREADS, name=lambda a: a.topic)
 
     def _fatal(self, archiver: TopicArchiver, err: BaseException) -> None:
         if self.fatal is None:
@@ -207,7 +216,7 @@ class Archiver:
     # -- topics -------------------------------------------------------------------------------------
     def _add_topic(self, topic: str, fail_fast: bool) -> None:
         a = TopicArchiver(topic, self.channel, self.opts, self.formatter, self.config, self.nsqd,
-                          self.lookupd, self.on_error, self._fatal)
+                          self.lookupd, self.on_error, self._fatal, handlers=self.handlers)
         a.start(fail_fast=fail_fast)
         with self._lock:
             self.topics[topic] = a
@@ -269,7 +278,7 @@ class Archiver:
 
         pairs = [(t, address) for t in sorted(topics) for address in self.lookupd]
         answers = ask_all(pairs, lambda p: lookup_topic(p[1], p[0], 5.0), 5.0, catch=LookupdError,
-                          name=lambda p: p[1])
+                          name=lambda p: p[1], threads=LOOKUP_THREADS)
         return {t for (t, _), a in zip(pairs, answers) if a.error is not None or a.value}
 
     # -- timer ----------------------------------------------------------------------------------------

@@ -151,21 +151,25 @@ class Consumer(ConnectionDelegate):
     def start(self, fail_fast: bool = True, deadline: float | None = None) -> "Consumer":
         """Connect to the direct nsqd addresses and query every lookupd once, then run.
 
-        Every connection is attempted at once; this returns when all attempts ended, or
-        ``START_GRACE`` seconds after the first one succeeded (a hung nsqd does not hold up
-        the healthy ones: its attempt goes on, bounded by its own deadline, in the background).
-        With ``fail_fast`` and no connection at all, the first error is raised (a CLI wants
-        "connection refused", not silence); otherwise everything is retried in the background.
+        Every connection is attempted at once. With ``fail_fast`` this returns when all
+        attempts ended, or ``START_GRACE`` seconds after the first one succeeded (a hung nsqd
+        does not hold up the healthy ones: its attempt goes on, bounded by its own deadline, in
+        the background), and with no connection at all the first error is raised (a CLI wants
+        "connection refused", not silence). Without it, this returns at once: the lookupds are
+        asked in the background, errors are reported, and everything is retried.
         ``deadline`` (time.monotonic()) bounds this call: handshakes and lookups included."""
         errors: list[NSQError] = []
-        self._start_errors = []
+        if fail_fast:
+            self._start_errors = []
         for address in self.nsqd_addresses:
-            self._try_connect(address, direct=True, report=False, deadline=deadline)
-        if self.lookupd_addresses:
-            errors += self.discovery.poll_lookupd(report=False, deadline=deadline)
-        self._wait_connecting(deadline)
+            self._try_connect(address, direct=True, report=not fail_fast, deadline=deadline)
+        if fail_fast:
+            if self.lookupd_addresses:
+                errors += self.discovery.poll_lookupd(report=False, deadline=deadline)
+            self._wait_connecting(deadline)
+        # else: nothing to wait for - the first lookupd poll runs at once in the background
         with self._lock:
-            errors += self._start_errors
+            errors += self._start_errors or []
             self._start_errors = None
         if fail_fast and not self._handles and errors and not self._connecting and not (
                 self.lookupd_addresses and len(errors) < len(self.lookupd_addresses)):
