@@ -217,6 +217,7 @@ class Archiver:
     def _add_topic(self, topic: str, fail_fast: bool) -> None:
         a = TopicArchiver(topic, self.channel, self.opts, self.formatter, self.config, self.nsqd,
                           self.lookupd, self.on_error, self._fatal, handlers=self.handlers)
+        fdlimit.reserve(1)  # its file: never taken by a connection
         a.start(fail_fast=fail_fast)
         with self._lock:
             self.topics[topic] = a
@@ -227,6 +228,7 @@ class Archiver:
             a = self.topics.pop(topic, None)
         if a is not None:
             a.stop()
+            fdlimit.reserve(-1)
             log.info("topic %s disappeared: unsubscribed, file closed", topic)
 
     def lookupd_topics(self) -> set[str] | None:

@@ -22,6 +22,7 @@ unless the handler responded or called ``message.disable_auto_response()``), or
 
 from __future__ import annotations
 
+import errno
 import logging
 import queue
 import random
@@ -31,9 +32,10 @@ from collections.abc import Callable
 
 from .config import Config
 from .conn import CLOSED, Connection, ConnectionDelegate, ConnStats
-from ..errors import NSQError, ServerError, TransportError
+from ..errors import ConnectError, NSQError, ServerError, TransportError
 from .flow import Flow
 from . import fdlimit, workers
+from . import loop as loop_pool
 from .discovery import Discovery
 from .loop import SWEEP
 from .workers import HandlerPool
@@ -337,6 +339,11 @@ class Consumer(ConnectionDelegate):
                      deadline: float | None = None) -> NSQError | None:
         """Start connecting to ``address`` (dial and handshake on an I/O loop, in parallel with
         every other attempt). Returns an error only when the attempt could not even start."""
+        if not fdlimit.room_for_connection(loop_pool.connections()):
+            err = ConnectError("cannot connect: out of file descriptors", address)
+            err.errno = errno.EMFILE
+            self._connect_failed(address, err, direct, report)
+            return err
         with self._lock:
             if self._stopping or address in self._handles or address in self._connecting:
                 return None

@@ -15,8 +15,14 @@ import threading
 #: a hard limit of "unlimited" is read as this many (what Linux's nr_open allows by default)
 UNLIMITED_AS = 1 << 20
 
+#: descriptors kept free for everything that is not a connection (stdio, logs, the loops'
+#: selector and wake pipe, HTTP requests to lookupd)
+HEADROOM = 32
+
 _said = threading.Lock()
 _told = False
+_soft: int | None = None   # the soft limit as last read or set
+_reserved = 0              # descriptors promised to other users (to-file: one file per topic)
 
 
 def raise_soft_limit() -> tuple[int, int] | None:
@@ -34,7 +40,31 @@ def raise_soft_limit() -> tuple[int, int] | None:
             soft = want
         except (ValueError, OSError):
             pass
+    global _soft
+    _soft = None if soft == resource.RLIM_INFINITY else soft
     return soft, hard
+
+
+def reserve(n: int) -> None:
+    """Keep ``n`` more descriptors (negative: fewer) free of connections."""
+    global _reserved
+    with _said:
+        _reserved += n
+
+
+def room_for_connection(connections: int) -> bool:
+    """Whether one more connection fits beside ``connections`` open ones, the reserved
+    descriptors and HEADROOM (False: treat it as out of descriptors - say so, try later)."""
+    global _soft
+    if _soft is None:
+        try:
+            import resource
+
+            soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+            _soft = UNLIMITED_AS if soft == resource.RLIM_INFINITY else soft
+        except ImportError:
+            return True
+    return connections + 1 + _reserved + HEADROOM <= _soft
 
 
 def out_of_descriptors(err: BaseException) -> bool:

@@ -163,6 +163,11 @@ def release(loop: IOLoop) -> None:
         loop.load -= 1
 
 
+def connections() -> int:
+    """Connections on the process's loops (handshakes included): one descriptor each."""
+    return sum(lp.load for lp in _POOL)
+
+
 def is_loop_thread() -> bool:
     """True on any I/O loop thread (where nothing may wait for a loop)."""
     t = threading.current_thread()

@@ -297,3 +297,21 @@ def test_tail_to_a_full_disk_exits_1_with_one_line(nsqd, topic):
     # nothing was lost: what could not be written was requeued
     wait_for(lambda: channel_stats(nsqd, topic, "c")["depth"] + channel_stats(nsqd, topic, "c")["in_flight_count"] == 50,
              what="all 50 messages still in the channel")
+
+
+def test_tail_prints_a_healthy_nodes_messages_while_hung_ones_time_out(cluster, topic):
+    """Two of three nsqd hang (SIGSTOP; the kernel still accepts their connections), listed
+    first; the third holds the messages. Handshakes run side by side, each under its own
+    deadline: the messages are printed once the healthy node answers, not after a 5 s
+    handshake deadline per hung node (18 s before)."""
+    healthy, *hung = cluster.nsqds
+    http_post(healthy.http_address, "/mpub", b"1\n2\n3", topic=topic)
+    order = [*hung, healthy]
+    env = {"NSQCLI_NSQD_TCP_ADDRESS": " ".join(n.tcp_address for n in order)}
+    with stopped(*hung):
+        t0 = time.monotonic()
+        r = run_nsqcli(["tail", topic, "-n", "3", "--drain-backlog"], env, timeout=60)
+        took = time.monotonic() - t0
+    assert r.returncode == 0, r.stderr
+    assert sorted(r.stdout.splitlines()) == [b"1", b"2", b"3"]
+    assert took < 4, took  # a hung node's handshake deadline is 5 s

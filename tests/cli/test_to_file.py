@@ -23,10 +23,12 @@ from helpers import (
     lookup_producers,
     one_error_line,
     run_nsqcli,
+    topic_stats,
     wait_for,
 )
 from helpers import run_nsqcli as run
 
+from nsqcli import Producer
 from nsqcli.sandbox import _die_with_parent, find_binary
 
 _started: list[subprocess.Popen] = []
@@ -527,3 +529,86 @@ def test_a_torn_file_of_an_earlier_datetime_is_cut_too(nsqd, topic, tmp_path, us
     assert rc == 0, err
     assert len(old.read_bytes()) == kept and older.read_bytes() == content
     assert f"{old.name}: cut {len(content) - kept} bytes of a torn last " in err.decode(), err
+
+
+def _many_topics(nsqd, lookupd, prefix: str, n: int) -> None:
+    with Producer(nsqd.tcp_address) as p:
+        for i in range(n):
+            p.publish(f"{prefix}{i:03d}", b"m%d" % i)
+    wait_for(lambda: len([t for t in http_get_json(lookupd.http_address, "/topics")["topics"]
+                          if t.startswith(prefix)]) == n, what="every topic registered")
+
+
+def _archived(out, prefix: str) -> dict:
+    return {f.name: f.read_bytes() for f in out.glob(f"{prefix}*.log")}
+
+
+def _nofile(soft: int, hard: int):
+    import resource
+
+    return lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_many_topics_on_a_few_threads_with_the_soft_file_limit_raised(nsqd, lookupd, topic, tmp_path):
+    """60 topics (60 connections, 60 files) under a soft limit of 40 open files: to-file raises
+    it to the hard limit (as Go programs do) and archives every topic, on a dozen threads
+    whatever the number of topics (one I/O loop, shared timers and handlers)."""
+    prefix, out = topic + "_", tmp_path / "out"
+    _many_topics(nsqd, lookupd, prefix, 60)
+    p = start(["--topic-pattern", f"^{prefix}", "--lookupd-http-address", lookupd.http_address,
+               "--output-dir", str(out), "--sync-interval", "0.2s", "--filename-format", "<TOPIC>.log"],
+              preexec=_nofile(40, 4096))
+    log = StderrLog(p)
+    threads = []
+    try:
+        wait_for(lambda: threads.append(_threads(p.pid)) or all(
+            drained(nsqd, f"{prefix}{i:03d}", total=1) for i in range(60)), timeout=30, what="every message FINed")
+        threads.append(_threads(p.pid))
+    finally:
+        p.send_signal(signal.SIGTERM)
+        rc = p.wait(30)
+        log.thread.join(5)
+    assert rc == 0, log.text
+    assert b"Traceback" not in log.text and b"out of file descriptors" not in log.text
+    got = _archived(out, prefix)
+    assert got == {f"{prefix}{i:03d}.log": b"m%d\n" % i for i in range(60)}
+    assert 0 < max(threads) <= 16, threads
+
+
+def test_out_of_file_descriptors_is_said_once_and_what_fits_is_archived(nsqd, lookupd, topic, tmp_path):
+    """A hard limit too low for 90 topics: one line says so (with the limit and what to do),
+    the connections that fit archive their topics, no abort, SIGTERM exits 0 with nothing
+    lost (what was not archived is still in nsqd)."""
+    prefix, out = topic + "_", tmp_path / "out"
+    _many_topics(nsqd, lookupd, prefix, 90)
+    p = start(["--topic-pattern", f"^{prefix}", "--lookupd-http-address", lookupd.http_address,
+               "--output-dir", str(out), "--sync-interval", "0.2s", "--filename-format", "<TOPIC>.log"],
+              preexec=_nofile(160, 160))
+    log = StderrLog(p)
+    try:
+        wait_for(lambda: b"out of file descriptors" in log.text, timeout=20, what="the one line")
+        wait_for(lambda: sum(1 for i in range(90) if drained(nsqd, f"{prefix}{i:03d}", total=1)) >= 20,
+                 timeout=20, what="the topics that fit archived")
+    finally:
+        p.send_signal(signal.SIGTERM)
+        rc = p.wait(30)
+        log.thread.join(5)
+    assert rc == 0, log.text
+    assert b"Traceback" not in log.text and b"Abort" not in log.text
+    assert log.text.count(b"out of file descriptors") == 1, log.text
+    assert b"limit 160" in log.text and b"ulimit -n" in log.text
+    got = _archived(out, prefix)
+    assert 20 <= len(got) < 90
+    for name, body in got.items():  # every archived topic whole; the others still in nsqd
+        assert body == b"m%d\n" % int(name[len(prefix):-4])
+    for i in range(90):
+        if f"{prefix}{i:03d}.log" not in got:
+            assert topic_stats(nsqd, f"{prefix}{i:03d}")["message_count"] == 1
+
+
+def _threads(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("Threads:"))
+    except (OSError, StopIteration):
+        return 0
