@@ -4,23 +4,27 @@
 Lifecycle: dial -> magic "  V2" -> IDENTIFY (feature negotiation) -> TLS -> snappy|deflate ->
 AUTH -> (SUB/PUB...) -> CLS -> CLOSE_WAIT -> close.
 
-Threading: after the handshake ONE I/O thread reads: it decodes frames and feeds them to the
-session (which queues the NOP for a heartbeat and matches each publish to its answer).
-``write()`` / ``send()`` pass the command through the session and append its bytes to a buffer
-under one lock. Who sends that buffer: on TLS or compression, and for publishes, the I/O
-thread, woken through a pipe, so every command written between two wake-ups goes out in one
-``send``; on plain TCP a FIN/REQ/TOUCH/RDY goes out at once from the writer's own thread (a
-handler's batch of FINs is one ``send``) - but only what the socket takes without waiting: the
-rest, or everything when another thread is sending, is left at the head of the buffer for the
-I/O thread, so a writer never blocks (it may hold the consumer's lock). The send lock makes
-"take the buffer, send it" one step: commands leave in the order they were queued.
+Threading: no thread of its own. An I/O loop (nsqcli.client.loop: one selector thread for
+many connections) dials without blocking, drives the handshake (TLS too), reads, decodes
+frames and feeds them to the session (which queues the NOP for a heartbeat and matches each
+publish to its answer), and enforces every deadline (dial, handshake, stalled writes, silent
+reads, the linger after a close). ``write()`` / ``send()`` pass the command through the
+session and append its bytes to a buffer under one lock. Who sends that buffer: on TLS or
+compression, and for publishes, the loop, woken, so every command written between two
+wake-ups goes out in one ``send``; on plain TCP a FIN/REQ/TOUCH/RDY goes out at once from the
+writer's own thread (a handler's batch of FINs is one ``send``) - but only what the socket
+takes without waiting: the rest, or everything when another thread is sending, is the
+loop's to send (it waits for the socket to be writable), so a writer never blocks (it may
+hold the consumer's lock) and neither does the loop. The send lock makes "take the buffer,
+send it" one step: commands leave in the order they were queued.
 
 A publish is sent with a token (a :class:`~nsqcli.client.producer.Future`): the connection
 that sent it resolves it - OK, nsqd's error, or a TransportError when the connection closed
 first (``not_processed`` True when nsqd certainly did not publish it). Nothing else can answer
 it: a replacement connection to the same address has its own session.
 
-The delegate (:class:`ConnectionDelegate`: Consumer, Producer) hears from the I/O thread.
+The delegate (:class:`ConnectionDelegate`: Consumer, Producer) hears from the I/O loop, and must
+not block it: every connection of the loop waits meanwhile.
 """
 
 from __future__ import annotations
@@ -72,8 +76,8 @@ class ConnStats(Record):
 
 
 class ConnectionDelegate:
-    """What a Connection tells its owner (go-nsq's delegates.go), always on the connection's
-    I/O thread; none of these may block. The defaults do nothing."""
+    """What a Connection tells its owner (go-nsq's delegates.go), always on its I/O loop;
+    none of these may block. The defaults do nothing."""
 
     def on_messages(self, conn: "Connection", msgs: list, nbytes: int) -> None:
         """Messages arrived (one recv's worth, in order)."""

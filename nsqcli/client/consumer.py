@@ -404,8 +404,8 @@ class Consumer(ConnectionDelegate):
         """Write RDY changes (called with the lock held).
 
         Decreases go out at once. When the same change set also raises RDY elsewhere, the
-        raises wait RDY_SETTLE seconds: each connection has its own I/O thread, so without the
-        pause a raise on one nsqd could land before the matching cut on another and the total
+        raises wait RDY_SETTLE seconds: each nsqd reads its own socket, so without the pause a
+        raise on one nsqd could take effect before the matching cut on another and the total
         ready count seen by the nsqds would briefly exceed max_in_flight."""
         if not changes:
             return
@@ -439,7 +439,7 @@ class Consumer(ConnectionDelegate):
                 wait = min(wait, when - now)
         return wait
 
-    # -- delegate callbacks (connection I/O threads) ----------------------------------------
+    # -- delegate callbacks (the I/O loop: never block) --------------------------------------
     def on_messages(self, conn: Connection, msgs: list, nbytes: int) -> None:
         """``msgs`` from one read, ``nbytes`` the bytes of their bodies."""
         handle = conn.responder  # already attached to each message by the decoder
