@@ -8,9 +8,21 @@ Distribution (n connections, M = max_in_flight, or less under the byte budget be
   redistribution tick), then every established connection gets M // n, and the remainder
   M % n goes, one each, to the connections that received most recently (go-nsq #378 drops it).
   Each share is capped at that nsqd's max_rdy_count.
-- n > M: M connections hold RDY 1; every tick, holders idle longer than low_rdy_idle_timeout or
-  holding longer than low_rdy_timeout give it up, and free RDY goes to random other connections,
-  so no nsqd is starved forever (go-nsq #179/#208).
+- n > M: M connections hold RDY 1, and RDY moves when a holder runs dry: a holder with nothing
+  in flight that has delivered nothing for ``dry_timeout`` (DRY_TIMEOUT, 0.2 s) since it got its
+  RDY, last delivered, or was last seen settling its messages, gives its RDY up at once (next_wakeup
+  says when that is due). nsqd sends the next message within a round trip of a FIN when it has one,
+  so a holder that keeps delivering keeps its RDY, and one whose nsqd is empty hands over in a
+  fraction of a second - not after go-nsq's idle timer (10 s + up to one 5 s redistribution).
+  Free RDY goes to the connection that held it least recently (never: first; ties at random), so
+  when no nsqd has messages every one gets its turn within ceil((n - M) / M) rounds of
+  hand-overs (a dry holder with no other connection to take over keeps it and waits another
+  dry_timeout; the one that held longest goes first). Every redistribution tick, holders idle
+  longer than low_rdy_idle_timeout or holding longer than low_rdy_timeout give it up too, so a
+  busy nsqd never keeps it for ever (go-nsq #179/#208).
+  The flow has no settle times (settled() takes no clock): it sees a holder busy at one tick
+  and settled at a later one, and counts its quiet time from that later tick - a message held
+  long by its handler is not followed by an instant hand-over, racing nsqd's next message.
 
 Byte budget (max_in_flight_bytes, 0 = none): received() is told the body bytes too, and the
 flow keeps an average message size (it jumps up to a bigger batch's mean at once - memory first -
@@ -39,17 +51,28 @@ STARVED_RATIO = 0.85
 SIZE_DECAY = 0.1
 #: the byte-budget limit rises only when it grew by this factor (or at a redistribution tick)
 LIMIT_GROWTH = 1.25
+#: n > M: a holder with nothing in flight that delivered nothing this long hands its RDY on.
+#: nsqd answers a FIN with the next message within a round trip when it has one; a new holder's
+#: first message comes after the consumer's 50 ms RDY_SETTLE. Measured over 40 nsqd, also with
+#: both cores busy: the longest wait for a holder's next message was 75 ms (bench/figures.md)
+DRY_TIMEOUT = 0.2
+#: a tick at ``now + next_wakeup(now)`` can land a rounding error before the time it was for
+CLOCK_SLACK = 1e-9
 
 
 class ConnFlow:
     """One connection's flow state (slots: set on every message, read on every RDY decision)."""
 
-    __slots__ = ("key", "max_rdy", "rdy", "in_flight", "last_message", "rdy_since", "established")
+    __slots__ = ("key", "max_rdy", "rdy", "in_flight", "last_message", "rdy_since", "established",
+                 "released", "seen_busy", "quiet_since")
 
     def __init__(self, key: object, max_rdy: int, rdy: int = 0, in_flight: int = 0, last_message: float = 0.0,
                  rdy_since: float = 0.0, established: bool = False):
         self.key, self.max_rdy, self.rdy, self.in_flight = key, max_rdy, rdy, in_flight
         self.last_message, self.rdy_since, self.established = last_message, rdy_since, established
+        self.released = float("-inf")  # when it last gave its RDY up (never: first in line)
+        self.seen_busy = False         # a tick saw it holding RDY with messages in flight
+        self.quiet_since = float("-inf")  # the tick that saw those messages settled
 
     def __repr__(self) -> str:
         return f"ConnFlow({', '.join(f'{k}={getattr(self, k)!r}' for k in self.__slots__)})"
@@ -60,7 +83,8 @@ class Flow:
                  max_backoff_duration: float = 120.0, backoff_strategy: str = "exponential",
                  low_rdy_idle_timeout: float = 10.0, low_rdy_timeout: float = 30.0,
                  redistribute_interval: float = 5.0, max_in_flight_bytes: int = 0,
-                 test_timeout: float = 1.0, rng: random.Random | None = None):
+                 test_timeout: float = 1.0, dry_timeout: float | None = None,
+                 rng: random.Random | None = None):
         if max_in_flight < 0:
             raise ValueError("max_in_flight must be >= 0")
         if backoff_strategy not in ("exponential", "full_jitter"):
@@ -76,6 +100,7 @@ class Flow:
         self.hold_timeout = low_rdy_timeout
         self.redistribute_interval = redistribute_interval
         self.test_timeout = test_timeout  # a tester that delivers nothing this long hands over
+        self.dry_timeout = DRY_TIMEOUT if dry_timeout is None else dry_timeout
         self.rng = rng or random.Random()
         self.conns: dict[object, ConnFlow] = {}
         self.level = 0
@@ -117,7 +142,18 @@ class Flow:
         tester = self.conns.get(self.test_key) if self.level > 0 else None
         if tester is not None and tester.rdy > 0 and len(self.conns) > 1:
             wake = min(wake, max(tester.rdy_since, tester.last_message) + self.test_timeout)
+        if self._rotating:
+            wake = min([wake] + [self._dry_at(c, now) for c in self.conns.values() if c.rdy > 0])
         return max(0.0, wake - now)
+
+    def _dry_at(self, c: ConnFlow, now: float) -> float:
+        """When tick() should look at holder ``c`` again: the end of its quiet time, or - while
+        it has messages in flight, or settled them since a tick saw them - soon, to see that."""
+        if c.in_flight > 0:
+            return now + self.dry_timeout
+        if c.seen_busy:
+            return now
+        return max(c.rdy_since, c.last_message, c.quiet_since) + self.dry_timeout
 
     # -- connections -------------------------------------------------------------------------
     def add(self, key, max_rdy: int, now: float) -> list:
@@ -222,26 +258,66 @@ class Flow:
             # consumer of several nsqd waited for ever while the others held messages
             self.test_key = self.rng.choice(sorted((k for k in self.conns if k != self.test_key), key=str))
             changes += self._apply(now)
+        dry = self._look_at_holders(now)
+        due = self._redistribution_due(now)
+        if self._rotating:
+            if dry or due:
+                changes += self._rotate(dry, self._stale(now) if due else set(), now)
+        elif due:
+            changes += self._apply(now)
+        return changes
+
+    def _redistribution_due(self, now: float) -> bool:
+        """The redistribution tick: every connection counts as established, the byte-budget
+        limit may rise."""
         if self._next_redistribute is None:
             self._next_redistribute = now + self.redistribute_interval
-        elif now >= self._next_redistribute:
-            self._next_redistribute = now + self.redistribute_interval
-            self.limit = self._budget_limit()
-            for c in self.conns.values():
-                c.established = True
-            changes += self._rotate(now) if self._rotating else self._apply(now)
-        return changes
+            return False
+        if now < self._next_redistribute:
+            return False
+        self._next_redistribute = now + self.redistribute_interval
+        self.limit = self._budget_limit()
+        for c in self.conns.values():
+            c.established = True
+        return True
 
     @property
     def _rotating(self) -> bool:
         return not self.in_backoff and len(self.conns) > self.limit > 0
 
-    def _rotate(self, now: float) -> list:
-        """n > limit: take RDY from idle/long holders, give it to random others."""
-        dropped = {k for k, c in self.conns.items() if c.rdy > 0 and (
+    def _look_at_holders(self, now: float) -> set:
+        """Note which holders are busy or settled since the last look (every tick, whatever the
+        regime), and return those that ran dry: nothing in flight, nothing delivered for
+        dry_timeout since they got RDY, last delivered or were seen settling."""
+        dry = set()
+        for k, c in self.conns.items():
+            if c.rdy == 0:
+                continue
+            if c.in_flight > 0:
+                c.seen_busy = True
+                continue
+            if c.seen_busy:  # settled since the last look: its quiet time starts now
+                c.seen_busy, c.quiet_since = False, now
+            if now + CLOCK_SLACK >= max(c.rdy_since, c.last_message, c.quiet_since) + self.dry_timeout:
+                dry.add(k)
+        return dry
+
+    def _stale(self, now: float) -> set:
+        """Holders idle longer than low_rdy_idle_timeout or holding longer than low_rdy_timeout."""
+        return {k for k, c in self.conns.items() if c.rdy > 0 and (
             now - c.last_message > self.idle_timeout or now - c.rdy_since > self.hold_timeout)}
+
+    def _rotate(self, dry: set, stale: set, now: float) -> list:
+        """n > limit: take RDY from the dry and stale holders, give it to the connections that
+        held it least recently. A dry holder keeps it only when no other connection is left to
+        take it, and starts a new quiet time (else tick() would be due again at once, and again)."""
+        dropped = dry | stale
         keep = [k for k, c in self.conns.items() if c.rdy > 0 and k not in dropped]
-        return self._assign_rotation(keep, dropped, now)
+        changes = self._assign_rotation(keep, dropped, now)
+        for k in dry:
+            if self.conns[k].rdy > 0:
+                self.conns[k].quiet_since = now
+        return changes
 
     # -- targets ---------------------------------------------------------------------------------
     def _targets(self) -> dict:
@@ -286,12 +362,15 @@ class Flow:
         return self._emit(self._targets(), now)
 
     def _assign_rotation(self, keep: list, avoid: set, now: float) -> list:
+        """RDY 1 to ``keep`` (up to the limit), the rest of the limit to the connections that
+        held RDY least recently (those that never did first, ties at random); ``avoid`` last,
+        and of those the one that has held RDY longest gives it up first."""
         keep = sorted(keep, key=str)[: self.limit]
         others = sorted((k for k in self.conns if k not in keep), key=str)
-        preferred = [k for k in others if k not in avoid] or others
-        rest = [k for k in others if k not in preferred]
-        self.rng.shuffle(preferred)
-        chosen = keep + (preferred + rest)[: self.limit - len(keep)]
+        self.rng.shuffle(others)
+        conns = self.conns
+        others.sort(key=lambda k: (1, -conns[k].rdy_since) if k in avoid else (0, conns[k].released))
+        chosen = set(keep + others[: self.limit - len(keep)])
         return self._emit({k: (1 if k in chosen else 0) for k in self.conns}, now)
 
     def _emit(self, targets: dict, now: float) -> list:
@@ -302,6 +381,8 @@ class Flow:
                 continue
             if c.rdy == 0:
                 c.rdy_since = now
+            elif n == 0:
+                c.released, c.seen_busy = now, False
             (down if n < c.rdy else up).append((k, n))
             c.rdy = n
         return down + up

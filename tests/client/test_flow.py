@@ -1,13 +1,14 @@
 """RDY distribution and backoff transcripts with an injected clock: no sleeps, no sockets; and a
 stateful property test of the same Flow against a small model."""
 
+import math
 import random
 
 import pytest
-from hypothesis import settings, strategies as st
-from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, initialize, invariant, rule
+from hypothesis import given, settings, strategies as st
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, initialize, invariant, multiple, rule
 
-from nsqcli.client.flow import Flow
+from nsqcli.client.flow import CLOCK_SLACK, Flow
 
 
 def make(mif, **kw):
@@ -334,15 +335,26 @@ class FlowMachine(RuleBasedStateMachine):
     conns = Bundle("conns")
 
     @initialize(mif=st.integers(0, 12), strategy=st.sampled_from(["exponential", "full_jitter"]),
-                budget=st.sampled_from([0, 1000, 64 * MiB]), seed=st.integers(0, 2 ** 16))
-    def setup(self, mif, strategy, budget, seed):
-        self.flow = Flow(mif, backoff_multiplier=0.5, max_backoff_duration=20.0, backoff_strategy=strategy,
-                         low_rdy_idle_timeout=10.0, low_rdy_timeout=30.0, redistribute_interval=5.0,
-                         max_in_flight_bytes=budget, rng=random.Random(seed))
+                budget=st.sampled_from([0, 1000, 64 * MiB]), seed=st.integers(0, 2 ** 16),
+                dry=st.sampled_from([0.05, 0.2, 1.0]))
+    def setup(self, mif, strategy, budget, seed, dry):
+        self.begin(Flow(mif, backoff_multiplier=0.5, max_backoff_duration=20.0, backoff_strategy=strategy,
+                        low_rdy_idle_timeout=10.0, low_rdy_timeout=30.0, redistribute_interval=5.0,
+                        max_in_flight_bytes=budget, dry_timeout=dry, rng=random.Random(seed)))
+
+    def begin(self, flow):
+        self.flow = flow
         self.now = 0.0
         self.sent: dict[str, int] = {}       # RDY as the nsqds were told, change by change
         self.in_flight: dict[str, int] = {}
         self.next_key = 0
+        # the dry rule (n > max_in_flight), as a spec: a holder's quiet time starts when it got
+        # RDY, last received, or when a tick saw settled what an earlier tick saw in flight
+        self.granted: dict[str, float] = {}   # last RDY 0 -> n
+        self.released: dict[str, float] = {}  # last RDY n -> 0
+        self.last_msg: dict[str, float] = {}
+        self.quiet: dict[str, float] = {}
+        self.busy_look: set[str] = set()      # holders a tick saw with messages in flight
 
     def send(self, changes):
         """Apply changes in order: the running total never goes above max_in_flight, except
@@ -352,6 +364,11 @@ class FlowMachine(RuleBasedStateMachine):
             assert key in self.sent, "RDY for a connection that is gone"
             if n > self.sent[key]:
                 raised = True
+            if self.sent[key] == 0 < n:
+                self.granted[key] = self.now
+            elif n == 0 < self.sent[key]:
+                self.released[key] = self.now
+                self.busy_look.discard(key)
             self.sent[key] = n
             if raised:
                 assert sum(self.sent.values()) <= self.flow.max_in_flight, changes
@@ -359,22 +376,29 @@ class FlowMachine(RuleBasedStateMachine):
 
     @rule(target=conns, max_rdy=st.sampled_from([1, 2, 3, 2500]))
     def add(self, max_rdy):
+        return self.add_one(max_rdy)
+
+    def add_one(self, max_rdy):
         key = f"c{self.next_key}"
         self.next_key += 1
         self.sent[key] = 0
         self.in_flight[key] = 0
+        self.granted[key] = self.released[key] = self.quiet[key] = -math.inf
+        self.last_msg[key] = self.now
         self.send(self.flow.add(key, max_rdy, self.now))
         return key
 
     @rule(key=consumes(conns))
     def remove(self, key):
         del self.sent[key], self.in_flight[key]
+        self.busy_look.discard(key)
         self.send(self.flow.remove(key, self.now))
 
     @rule(key=conns, n=st.integers(1, 5), size=st.sampled_from([0, 10, 100, 400, 3000]))
     def receive(self, key, n, size):
         n = min(n, max(1, self.sent[key] - self.in_flight[key]))  # nsqd sends up to RDY (+ a late one)
         self.in_flight[key] += n
+        self.last_msg[key] = self.now
         self.send(self.flow.received(key, n, self.now, nbytes=n * size))
 
     @rule(key=conns, n=st.integers(1, 5))
@@ -398,12 +422,49 @@ class FlowMachine(RuleBasedStateMachine):
     @rule(dt=st.sampled_from([0.0, 0.1, 0.5, 1.0, 5.0, 11.0, 31.0, 70.0]))
     def tick(self, dt):
         self.now += dt
-        self.send(self.flow.tick(self.now))
+        self.tick_and_check()
 
     @rule()
     def tick_when_due(self):
         self.now += self.flow.next_wakeup(self.now)
+        self.tick_and_check()
+
+    @rule(dt=st.sampled_from([0.01, 0.04, 0.15, 0.2, 0.25, 0.6]))
+    def tick_soon(self, dt):
+        self.now += dt
+        self.tick_and_check()
+
+    def dry_holders(self) -> set:
+        dry = self.flow.dry_timeout
+        return {k for k, n in self.sent.items() if n > 0 and self.in_flight[k] == 0
+                and self.now + CLOCK_SLACK >= max(self.granted[k], self.last_msg[k], self.quiet[k]) + dry}
+
+    def tick_and_check(self):
+        """A tick, and the dry rule: every holder that ran dry gives its RDY up - unless no
+        connection is left to take it (every one without RDY gave it up at this very tick);
+        then it starts a new quiet time."""
+        for k, n in self.sent.items():  # what the tick sees before it decides
+            if n and self.in_flight[k]:
+                self.busy_look.add(k)
+            elif n and k in self.busy_look:
+                self.busy_look.discard(k)
+                self.quiet[k] = self.now
+        dry = self.dry_holders()
+        holders_before = {k for k, n in self.sent.items() if n}
         self.send(self.flow.tick(self.now))
+        f = self.flow
+        if not f._rotating:
+            return
+        if len(holders_before) <= f.limit:  # and no holder that keeps delivering loses it
+            for k in holders_before - dry:
+                assert self.sent[k] or (self.now - self.last_msg[k] > f.idle_timeout
+                                        or self.now - self.granted[k] > f.hold_timeout), (k, "not dry")
+        kept = {k for k in dry if self.sent[k]}
+        if kept:
+            assert all(self.released[k] == self.now for k, n in self.sent.items() if n == 0), (
+                kept, self.sent, self.released, self.now)
+            for k in kept:
+                self.quiet[k] = self.now
 
     @rule(n=st.integers(0, 12))
     def set_max_in_flight(self, n):
@@ -446,10 +507,43 @@ class FlowMachine(RuleBasedStateMachine):
     def in_flight_matches_the_model(self):
         assert {k: c.in_flight for k, c in self.flow.conns.items()} == self.in_flight
 
+    @invariant()
+    def wakes_up_when_a_holder_runs_dry(self):
+        """next_wakeup() is no later than the end of any holder's quiet time, and while a
+        holder has messages in flight it looks again within dry_timeout (to see them settled)."""
+        f = self.flow
+        if not f._rotating:
+            return
+        wake, dry = f.next_wakeup(self.now), f.dry_timeout
+        for k, n in self.sent.items():
+            if n and self.in_flight[k]:
+                assert wake <= dry + 1e-9, (k, wake)
+            elif n and k not in self.busy_look:
+                due = max(self.granted[k], self.last_msg[k], self.quiet[k]) + dry - self.now
+                assert wake <= max(0.0, due) + 1e-9, (k, wake, due)
+
 
 FlowMachine.TestCase.settings = settings(max_examples=200, stateful_step_count=40, deadline=None,
                                          derandomize=True, database=None)
 test_flow_state_machine = FlowMachine.TestCase
+
+
+class DryFlowMachine(FlowMachine):
+    """The same rules and invariants, started where the dry rule works: more connections than
+    max_in_flight (1-3 over 2-7), so most steps happen in the n > max_in_flight regime."""
+
+    @initialize(target=FlowMachine.conns, mif=st.integers(1, 3), n=st.integers(2, 7),
+                seed=st.integers(0, 2 ** 16), dry=st.sampled_from([0.05, 0.2, 1.0]))
+    def setup(self, mif, n, seed, dry):
+        self.begin(Flow(mif, backoff_multiplier=0.5, max_backoff_duration=20.0, low_rdy_idle_timeout=10.0,
+                        low_rdy_timeout=30.0, redistribute_interval=5.0, dry_timeout=dry,
+                        rng=random.Random(seed)))
+        return multiple(*(self.add_one(2500) for _ in range(n)))
+
+
+DryFlowMachine.TestCase.settings = settings(max_examples=200, stateful_step_count=40, deadline=None,
+                                            derandomize=True, database=None)
+test_dry_flow_state_machine = DryFlowMachine.TestCase
 
 
 def test_a_tester_whose_nsqd_has_nothing_hands_over_to_another_connection():
@@ -479,3 +573,171 @@ def test_a_lone_tester_keeps_testing():
     f.failure(0.0)
     f.tick(5.0)
     assert f.tick(60.0) == [] and f.conns["a"].rdy == 1
+
+
+# -- n > max_in_flight: RDY moves when a holder runs dry (issue 32) ---------------------------------
+def spread(n, mif, **kw):
+    """n connections over max_in_flight mif, all added at 0.0, the first tick done."""
+    f = make(mif, dry_timeout=0.2, **kw)
+    for i in range(n):
+        f.add(f"n{i}", 2500, 0.0)
+    f.tick(0.0)
+    return f
+
+
+def test_a_dry_holder_hands_its_rdy_over_at_dry_timeout():
+    f = spread(2, 1)
+    [h] = holders(f)
+    [other] = [k for k in f.conns if k != h]
+    assert f.received(h, 1, 0.05) == []
+    f.settled(h, 1)
+    assert f.next_wakeup(0.05) == pytest.approx(0.2)  # 0.05 + dry_timeout: the consumer's sleep
+    assert f.tick(0.24) == []
+    assert f.tick(0.25) == [(h, 0), (other, 1)]
+    assert f.next_wakeup(0.25) == pytest.approx(0.2)  # the new holder's quiet time
+
+
+def test_a_holder_that_keeps_delivering_keeps_its_rdy():
+    f = spread(5, 2)
+    first = holders(f)
+    t = 0.0
+    while t < 9.0:  # below low_rdy_timeout (30 s): no hand-over, no RDY churn at all
+        t += 0.15
+        for k in first:
+            f.received(k, 1, t)
+            f.settled(k, 1)
+        assert f.tick(t) == []
+        assert f.next_wakeup(t) <= 0.2 + 1e-9  # or the redistribution tick, sooner
+    assert holders(f) == first
+
+
+def test_a_message_held_long_by_its_handler_keeps_the_rdy_until_a_tick_sees_it_settled():
+    f = spread(2, 1)
+    [h] = holders(f)
+    f.received(h, 1, 0.1)
+    assert f.next_wakeup(0.3) == pytest.approx(0.2)  # in flight: look again within dry_timeout
+    for t in (0.3, 0.5, 2.0, 4.0):
+        assert f.tick(t) == []
+    f.settled(h, 1)                   # at about 4.05 - the flow is told no time
+    assert f.next_wakeup(4.1) == 0    # seen busy, now settled: look at once
+    assert f.tick(4.1) == []          # its quiet time starts at this look: nsqd may send the next
+    assert f.next_wakeup(4.1) == pytest.approx(0.2)
+    f.received(h, 1, 4.1005)          # ... and it did: the holder keeps its RDY
+    f.settled(h, 1)
+    assert f.tick(4.3) == []
+    assert f.tick(4.3005)[0] == (h, 0)  # 0.2 s after that message: dry
+
+
+def test_rdy_goes_round_robin_to_the_least_recently_held():
+    """Nothing anywhere: every connection holds RDY once before any holds it twice, and the
+    rounds repeat in the same order."""
+    f = spread(6, 2)
+    rounds = [set(holders(f))]
+    t = 0.0
+    for _ in range(8):
+        t += f.next_wakeup(t)
+        changes = f.tick(t)
+        assert sorted(n for _, n in changes) == [0, 0, 1, 1]
+        rounds.append({k for k, n in changes if n})
+    assert set().union(*rounds[:3]) == set(f.conns)  # ceil((6 - 2) / 2) hand-overs: all had it
+    assert rounds[3:6] == rounds[:3] and rounds[6:9] == rounds[:3]
+    assert t == pytest.approx(8 * 0.2)
+
+
+def test_a_new_connection_is_first_in_line():
+    f = spread(4, 1)
+    t = 0.0
+    for _ in range(3):  # three hand-overs: n1..n3 all had RDY once
+        t += f.next_wakeup(t)
+        f.tick(t)
+    f.add("new", 2500, t)
+    t += f.next_wakeup(t)
+    assert [k for k, n in f.tick(t) if n] == ["new"]
+
+
+def test_one_spare_connection_takes_turns_with_the_longest_holder():
+    """5 in flight over 6 nodes, all dry: one moves per dry_timeout, the longest holder first;
+    the others start a new quiet time (next_wakeup is never 0 in a loop)."""
+    f = spread(6, 5)
+    t, out = 0.0, []
+    for _ in range(12):
+        wait = f.next_wakeup(t)
+        assert wait == pytest.approx(0.2)
+        t += wait
+        changes = f.tick(t)
+        assert len(changes) == 2 and f.total_rdy == 5
+        out.append(changes[0][0])  # who gave RDY up
+    assert set(out[:6]) == set(f.conns) and out[6:] == out[:6]
+
+
+def test_no_dry_rule_when_every_connection_has_rdy():
+    f = make(10, dry_timeout=0.2)
+    for k in "ab":
+        f.add(k, 2500, 0.0)
+        f.received(k, 1, 0.0)
+        f.settled(k, 1)
+    f.tick(0.0)
+    before = rdy(f)
+    for t in (0.3, 1.0, 4.0, 9.0):
+        assert f.tick(t) == []
+        assert f.next_wakeup(t) > 0.2
+    assert rdy(f) == before
+
+
+def test_no_dry_rule_while_testing_the_water():
+    f = spread(4, 2, backoff_multiplier=1.0)
+    f.failure(0.1)  # level 1, timer to 2.1
+    assert f.tick(2.1) and f.total_rdy == 1
+    [tester] = holders(f)
+    assert f.next_wakeup(2.1) == pytest.approx(1.0)  # the tester's test_timeout, not dry_timeout
+    assert f.tick(2.5) == []
+    assert holders(f) == [tester]
+
+
+@settings(max_examples=100, deadline=None, derandomize=True, database=None)
+@given(n=st.integers(2, 12), mif=st.integers(1, 11), seed=st.integers(0, 2 ** 16))
+def test_every_connection_gets_rdy_within_the_rounds_when_all_are_dry(n, mif, seed):
+    """No nsqd has messages: each connection holds RDY within ceil((n - M) / M) hand-over rounds,
+    the total stays at M, and next_wakeup() paces the rounds at dry_timeout."""
+    f = Flow(mif, dry_timeout=0.2, rng=random.Random(seed))
+    for i in range(n):
+        f.add(f"n{i}", 2500, 0.0)
+    f.tick(0.0)
+    had = set(holders(f))
+    t = 0.0
+    rounds = math.ceil(max(0, n - mif) / mif)
+    for _ in range(rounds):
+        wait = f.next_wakeup(t)
+        assert wait == pytest.approx(0.2)
+        t += wait
+        f.tick(t)
+        assert f.total_rdy == min(n, mif)
+        had |= set(holders(f))
+    assert had == set(f.conns)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None)
+@given(mif=st.integers(1, 4), spare=st.integers(1, 6), wet=st.sets(st.integers(0, 9)), seed=st.integers(0, 2 ** 16))
+def test_every_connection_gets_rdy_while_some_nsqd_always_have_messages(mif, spare, wet, seed):
+    """Some nsqd always have a message when they hold RDY (they deliver every 0.1 s): they keep
+    RDY until low_rdy_timeout, never longer; every connection still gets its turn, within
+    about ceil(n / M) holding times."""
+    n, hold, interval = mif + spare, 3.0, 1.0
+    f = Flow(mif, dry_timeout=0.2, low_rdy_idle_timeout=2.0, low_rdy_timeout=hold,
+             redistribute_interval=interval, rng=random.Random(seed))
+    keys = [f"n{i}" for i in range(n)]
+    for k in keys:
+        f.add(k, 2500, 0.0)
+    wet = {keys[i] for i in wet if i < n}
+    had, t = set(), 0.0
+    limit = (math.ceil(n / mif) + 1) * (hold + interval + 0.2)
+    while t < limit and had != set(keys):
+        t += max(0.001, min(0.1, f.next_wakeup(t)))  # wet holders deliver at each step
+        for k in holders(f):
+            had.add(k)
+            if k in wet:
+                f.received(k, 1, t)
+                f.settled(k, 1)
+        f.tick(t)
+        assert f.total_rdy == mif
+    assert had == set(keys), (t, had)
