@@ -5,7 +5,8 @@ connection - measured on the same nsqd in one run.
 
 For each connection count C, C topics share ``--messages`` 100-byte messages (published
 first); a contender is a child process that subscribes one Consumer per topic (batch
-handler, FIN on return, max_in_flight 200) and runs until every message is FINed. Reported
+handler, FIN on return, max_in_flight 200; since issue 32 they share one pool of 2 handler
+threads, as to-file's topics do) and runs until every message is FINed or ``--limit`` passed. Reported
 per contender: msg/s over the whole run (connecting included), the child's CPU seconds per
 million messages (user + system, all its threads), the time until every connection was up,
 peak threads and fds. Contenders: ``loops=1`` and ``loops=2`` (NSQCLI_IO_THREADS) of this
@@ -31,6 +32,7 @@ import nsqcli
 from nsqcli import Config, Consumer
 
 address, prefix, conns, total = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+LIMIT = float(sys.argv[5])
 done = [0]
 lock = threading.Lock()
 finished = threading.Event()
@@ -47,8 +49,13 @@ def peak():
     return threads, len(os.listdir("/proc/self/fd"))
 
 t0 = time.monotonic()
+try:  # the handler threads every consumer shares (since issue 32; before, one per consumer)
+    from nsqcli.client.workers import HandlerPool
+    shared = {"handlers": HandlerPool(2)}
+except ImportError:
+    shared = {}
 consumers = [Consumer(f"{prefix}{i}", "c", batch_handler=handler, nsqd_tcp_addresses=[address],
-                      config=Config(max_in_flight=200)) for i in range(conns)]
+                      config=Config(max_in_flight=200), **shared) for i in range(conns)]
 for c in consumers:
     c.start()
 ramp = time.monotonic() - t0
@@ -56,7 +63,7 @@ threads, fds = peak()
 while not finished.wait(0.2):
     t, f = peak()
     threads, fds = max(threads, t), max(fds, f)
-    if time.monotonic() - t0 > 600:
+    if time.monotonic() - t0 > LIMIT:
         break
 wall = time.monotonic() - t0
 ru = resource.getrusage(resource.RUSAGE_SELF)
@@ -98,12 +105,16 @@ def publish(address: str, prefix: str, conns: int, total: int) -> None:
                 left -= n
 
 
-def run_child(pythonpath: str | None, loops: int, address: str, prefix: str, conns: int, total: int) -> dict:
+def run_child(pythonpath: str | None, loops: int, address: str, prefix: str, conns: int, total: int,
+              limit: float) -> dict:
     env = {**os.environ, "NSQCLI_IO_THREADS": str(loops)}
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
-    r = subprocess.run([sys.executable, "-P", "-c", CHILD, address, prefix, str(conns), str(total)],
-                       env=env, capture_output=True, timeout=900, cwd=tempfile.gettempdir())
+    try:
+        r = subprocess.run([sys.executable, "-P", "-c", CHILD, address, prefix, str(conns), str(total), str(limit)],
+                           env=env, capture_output=True, timeout=limit + 60, cwd=tempfile.gettempdir())
+    except subprocess.TimeoutExpired:
+        return {"error": f"no result within {limit + 60:.0f} s"}
     if r.returncode != 0:
         return {"error": r.stderr.decode()[-300:]}
     return json.loads(r.stdout.decode().strip().splitlines()[-1])
@@ -114,6 +125,7 @@ def main() -> None:
     ap.add_argument("--conns", default="1,10,2000")
     ap.add_argument("--messages", type=int, default=200_000)
     ap.add_argument("--old", default="8bd3491")
+    ap.add_argument("--limit", type=float, default=120.0, help="seconds a contender may take")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         old = Path(tmp) / "old"
@@ -129,12 +141,13 @@ def main() -> None:
                 for k, (name, path, loops) in enumerate(contenders):
                     prefix = f"io{conns}_{k}_{int(time.time())}_"
                     publish(address, prefix, conns, total)
-                    r = run_child(path, loops, address, prefix, conns, total)
+                    r = run_child(path, loops, address, prefix, conns, total, args.limit)
                     if "error" in r:
                         print(f"  {name:16s} failed: {r['error']}")
                         continue
+                    short = "" if r["done"] >= total else f"  ONLY {r['done']:,} within {args.limit:.0f} s"
                     print(f"  {name:16s} {r['done'] / r['wall']:>10,.0f} msg/s  {r['cpu'] / r['done'] * 1e6:6.2f} CPU-s/M"
-                          f"  connected in {r['ramp']:5.2f} s  threads {r['threads']:5d}  fds {r['fds']:5d}")
+                          f"  connected in {r['ramp']:5.2f} s  threads {r['threads']:5d}  fds {r['fds']:5d}{short}")
         finally:
             nsqd.terminate()
             nsqd.wait(10)

@@ -15,6 +15,7 @@ none of these.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import os
 import queue
@@ -26,24 +27,36 @@ log = logging.getLogger("nsqcli.client.workers")
 
 #: a step that failed runs again after this many seconds
 RETRY_STEP = 1.0
+#: the due time of a step while it runs (any real due time is below it)
+RUNNING = float("inf")
 
 
 class Timers:
-    """One thread running many keys' steps: ``step(now) -> seconds until the next run``."""
+    """One thread running many keys' steps: ``step(now) -> seconds until the next run``.
+
+    Due times sit in a heap (a step that is rescheduled or woken leaves its old entry behind,
+    skipped when it surfaces): thousands of consumers cost O(log n) a step, not a scan."""
 
     def __init__(self, name: str = "nsqcli-timers"):
         self.name = name
         self._cond = threading.Condition()
         self._steps: dict = {}
-        self._next: dict = {}
+        self._next: dict = {}       # key -> its due time (the heap may hold stale ones too)
+        self._heap: list = []       # (due, seq, key)
+        self._seq = 0
         self._running = None
         self._thread: threading.Thread | None = None
+
+    def _schedule(self, key, when: float) -> None:
+        self._next[key] = when
+        self._seq += 1
+        heapq.heappush(self._heap, (when, self._seq, key))
 
     def add(self, key, step) -> None:
         """Run ``step`` now and then whenever it asked to (or is woken)."""
         with self._cond:
             self._steps[key] = step
-            self._next[key] = 0.0
+            self._schedule(key, 0.0)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
                 self._thread.start()
@@ -63,36 +76,41 @@ class Timers:
         """Run ``key``'s step as soon as possible."""
         with self._cond:
             if key in self._next and self._next[key] > 0.0:
-                self._next[key] = 0.0
+                self._schedule(key, 0.0)
                 self._cond.notify_all()
 
     def _run(self) -> None:
-        cond = self._cond
+        cond, heap = self._cond, self._heap
         with cond:
             while self._steps:
-                now = time.monotonic()
-                due = [k for k, when in self._next.items() if when <= now]
-                if not due:
-                    cond.wait(max(0.001, min(self._next.values()) - now))
+                if not heap:
+                    cond.wait(1.0)
                     continue
-                for key in due:
-                    step = self._steps.get(key)
-                    if step is None:
-                        continue
-                    self._next[key] = now + 3600.0  # a wake() during the step runs it again
-                    self._running = key
-                    cond.release()
-                    try:
-                        delay = step(now)
-                    except Exception:  # the step reports its own errors; never lose the thread
-                        log.exception("timer step failed")
-                        delay = RETRY_STEP
-                    finally:
-                        cond.acquire()
-                        self._running = None
-                        cond.notify_all()
-                    if key in self._next and self._next[key] > 0.0:
-                        self._next[key] = time.monotonic() + max(0.001, delay)
+                when, _, key = heap[0]
+                if self._next.get(key) != when:  # stale: rescheduled, woken or removed since
+                    heapq.heappop(heap)
+                    continue
+                now = time.monotonic()
+                if when > now:
+                    cond.wait(when - now)
+                    continue
+                heapq.heappop(heap)
+                step = self._steps[key]
+                self._next[key] = RUNNING  # a wake() during the step runs it again at once
+                self._running = key
+                cond.release()
+                try:
+                    delay = step(now)
+                except Exception:  # the step reports its own errors; never lose the thread
+                    log.exception("timer step failed")
+                    delay = RETRY_STEP
+                finally:
+                    cond.acquire()
+                    self._running = None
+                    cond.notify_all()
+                if self._next.get(key) == RUNNING:
+                    self._schedule(key, time.monotonic() + max(0.001, delay))
+            heap.clear()
             self._thread = None
 
 

@@ -1,0 +1,94 @@
+"""The threads consumers share (nsqcli.client.workers): the timer thread, the blocking-call
+threads and handler pools - what they run, when, and that they end when unused."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from helpers import wait_for
+
+from nsqcli.client.workers import Blocking, HandlerPool, Timers
+
+
+def test_each_step_runs_when_it_asked_and_a_wake_runs_it_at_once():
+    timers = Timers("test-timers")
+    runs = {"fast": [], "slow": []}
+    timers.add("fast", lambda now: runs["fast"].append(now) or 0.02)
+    timers.add("slow", lambda now: runs["slow"].append(now) or 3600.0)
+    try:
+        wait_for(lambda: len(runs["fast"]) >= 10, timeout=5, what="the fast step, again and again")
+        assert len(runs["slow"]) == 1  # asked for an hour
+        timers.wake("slow")
+        wait_for(lambda: len(runs["slow"]) == 2, timeout=2, what="the woken step")
+    finally:
+        timers.remove("fast")
+        timers.remove("slow")
+    wait_for(lambda: timers._thread is None, timeout=2, what="the thread ends with its last step")
+
+
+def test_a_wake_during_a_step_runs_it_again_and_remove_waits_for_a_running_step():
+    timers = Timers("test-timers")
+    inside, release, runs = threading.Event(), threading.Event(), []
+
+    def step(now):
+        runs.append(now)
+        if len(runs) == 1:
+            inside.set()
+            release.wait(5)
+        return 3600.0
+
+    timers.add("k", step)
+    assert inside.wait(5)
+    timers.wake("k")  # while it runs: it runs again right after
+    release.set()
+    wait_for(lambda: len(runs) == 2, timeout=2, what="the second run")
+    inside.clear()
+    timers.remove("k")
+    n = len(runs)
+    time.sleep(0.1)
+    assert len(runs) == n
+
+
+def test_thousands_of_steps_each_run_on_time():
+    """3,000 keys (a to-file over 1,500 topics: a consumer and its discovery each) on one
+    thread: every one runs again within its interval and a little, not after a scan of all."""
+    timers = Timers("test-timers")
+    count = [0] * 3000
+    for i in range(3000):
+        timers.add(i, lambda now, i=i: count.__setitem__(i, count[i] + 1) or 0.2)
+    try:
+        wait_for(lambda: min(count) >= 3, timeout=10, what="every step run 3 times")
+    finally:
+        for i in range(3000):
+            timers.remove(i)
+    assert max(count) <= 3 + 10  # none ran far more often than it asked
+
+
+def test_blocking_threads_run_everything_and_end_when_idle():
+    pool = Blocking(size=2, name="test-blocking", idle=0.2)
+    done = []
+    for i in range(20):
+        pool.submit(lambda i=i: done.append(i))
+    wait_for(lambda: sorted(done) == list(range(20)), timeout=5, what="every call")
+    assert pool._threads <= 2
+    wait_for(lambda: pool._threads == 0, timeout=3, what="idle threads ending")
+
+
+def test_a_handler_pool_runs_while_used_and_stops_with_its_last_user():
+    pool = HandlerPool(2, name="test-handlers")
+    handled = []
+
+    class Owner:
+        def _handle(self, handle, msgs):
+            handled.append((handle, msgs))
+
+    pool.acquire()
+    pool.acquire()
+    pool.put((Owner(), "h", [1, 2]))
+    wait_for(lambda: handled == [("h", [1, 2])], timeout=2, what="the batch handled")
+    pool.release()
+    assert all(t.is_alive() for t in pool._threads)  # one user left
+    pool.release()
+    assert not pool._threads
+    assert not [t for t in threading.enumerate() if t.name.startswith("test-handlers")]
