@@ -57,15 +57,18 @@ except ImportError:
 consumers = [Consumer(f"{prefix}{i}", "c", batch_handler=handler, nsqd_tcp_addresses=[address],
                       config=Config(max_in_flight=200), **shared) for i in range(conns)]
 for c in consumers:
-    c.start()
-ramp = time.monotonic() - t0
+    c.start(fail_fast=False)  # as to-file starts its topics: connections come up side by side
 threads, fds = peak()
-while not finished.wait(0.2):
+ramp = None
+while not finished.wait(0.05):
     t, f = peak()
     threads, fds = max(threads, t), max(fds, f)
+    if ramp is None and all(c.connections for c in consumers):
+        ramp = time.monotonic() - t0
     if time.monotonic() - t0 > LIMIT:
         break
 wall = time.monotonic() - t0
+ramp = wall if ramp is None else ramp
 ru = resource.getrusage(resource.RUSAGE_SELF)
 for c in consumers:
     c.stop(5)
@@ -111,13 +114,17 @@ def run_child(pythonpath: str | None, loops: int, address: str, prefix: str, con
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
     try:
-        r = subprocess.run([sys.executable, "-P", "-c", CHILD, address, prefix, str(conns), str(total), str(limit)],
+        cmd = [sys.executable, "-P", "-c", CHILD, address, prefix, str(conns), str(total), str(limit)]
+        if os.environ.get("BENCH_PY_SPY"):  # a profile of each child: py-spy's raw (collapsed) stacks
+            cmd = ["py-spy", "record", "--format", "raw", "-r", "50", "-o",
+                   f"{os.environ['BENCH_PY_SPY']}-{conns}-{loops}.txt", "--"] + cmd
+        r = subprocess.run(cmd,
                            env=env, capture_output=True, timeout=limit + 60, cwd=tempfile.gettempdir())
     except subprocess.TimeoutExpired:
         return {"error": f"no result within {limit + 60:.0f} s"}
     if r.returncode != 0:
         return {"error": r.stderr.decode()[-300:]}
-    return json.loads(r.stdout.decode().strip().splitlines()[-1])
+    return json.loads([line for line in r.stdout.decode().splitlines() if line.startswith("{")][-1])
 
 
 def main() -> None:
@@ -126,6 +133,7 @@ def main() -> None:
     ap.add_argument("--messages", type=int, default=200_000)
     ap.add_argument("--old", default="8bd3491")
     ap.add_argument("--limit", type=float, default=120.0, help="seconds a contender may take")
+    ap.add_argument("--only", default="per-conn,loops=1,loops=2", help="contenders, comma-separated")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         old = Path(tmp) / "old"
@@ -134,7 +142,8 @@ def main() -> None:
         nsqd, address = start_nsqd(Path(tmp))
         try:
             time.sleep(0.5)
-            contenders = [("per-conn (old)", str(old), 1), ("loops=1", str(ROOT), 1), ("loops=2", str(ROOT), 2)]
+            contenders = [(n, p, k) for n, p, k in [("per-conn", str(old), 1), ("loops=1", str(ROOT), 1),
+                                                    ("loops=2", str(ROOT), 2)] if n in args.only.split(",")]
             for conns in map(int, args.conns.split(",")):
                 total = max(1, args.messages // conns) * conns
                 print(f"\n{conns} connection(s), {total:,} messages of 100 bytes")

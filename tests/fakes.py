@@ -280,7 +280,7 @@ class MemoryStream:
     def encode(self, data: bytes) -> bytes:
         return data
 
-    def upgrade_tls(self, cfg, timeout: float) -> None:
+    def start_tls(self, cfg) -> None:
         raise AssertionError("no TLS on a memory stream")
 
     def upgrade_compression(self, kind: str, level: int = 6) -> None:

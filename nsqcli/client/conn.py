@@ -29,6 +29,8 @@ not block it: every connection of the loop waits meanwhile.
 
 from __future__ import annotations
 
+import logging
+import os
 import selectors
 import threading
 import time
@@ -47,6 +49,8 @@ from .message import Message
 from .record import Record, field
 from .transport import Stream
 
+
+log = logging.getLogger("nsqcli.client.conn")
 
 # states
 INIT, CONNECTED, CLOSING, CLOSED = "init", "connected", "closing", "closed"
@@ -154,6 +158,9 @@ class Connection:
         self._ready_error: BaseException | None = None
         self._on_connected = None
         self._drain_error: BaseException | None = None
+        self._aborted: BaseException | None = None
+        self._close_by = float("inf")  # close(timeout): closed by then, lingering or not
+        self._pid = os.getpid()
         self.last_read = 0.0
 
     def __repr__(self) -> str:
@@ -299,6 +306,8 @@ class Connection:
         self._set_events(selectors.EVENT_READ if want == "read" else selectors.EVENT_WRITE)
 
     def _handshake_done(self) -> None:
+        if self._aborted is not None:  # abort() or close() came while the last reply was read
+            raise self._aborted
         hs = self._hs
         n = hs.negotiated
         self.negotiated = n
@@ -321,8 +330,7 @@ class Connection:
             self.state = CONNECTED
             self._phase = IO
         self._ready.set()
-        if self._on_connected is not None:
-            self._on_connected(self, None)
+        self._tell_connected(None)
         # frames read with the handshake's reply came before anything queued was written:
         # they cannot answer it
         self._dispatch_buffered(self.delegate)
@@ -359,8 +367,18 @@ class Connection:
         loop_pool.release(self._loop)
         self._ready.set()
         self.closed_event.set()
-        if self._on_connected is not None:
-            self._on_connected(self, e)
+        self._tell_connected(e)
+
+    def _tell_connected(self, error: BaseException | None) -> None:
+        """The owner hears how the attempt ended (on the loop: a callback that raises is
+        logged, and the loop goes on)."""
+        if self._on_connected is None:
+            return
+        try:
+            self._on_connected(self, error)
+        except Exception as e:
+            log.error("%s: the on_connected callback failed: %s: %s", self.address, type(e).__name__, e)
+            log.debug("traceback", exc_info=True)
 
     def _forget_socket(self) -> None:
         if self._fd >= 0:
@@ -415,8 +433,11 @@ class Connection:
                 stale_after = 2 * hb + 5.0 if hb > 0 else self.config.read_timeout
                 if now - self.last_read > stale_after:
                     raise Timeout(f"no data (not even a heartbeat) for {stale_after:.0f}s", self.address)
-            elif phase in (LINGER, DRAIN) and now >= self._end:
+            elif phase in (LINGER, DRAIN) and now >= min(self._end, self._close_by):
                 self._shutdown(self._drain_error)
+                return
+            if phase == IO and now >= self._close_by:  # close()'s time is up: what is unsent stays so
+                self._shutdown(None)
         except BaseException as e:
             self._fail(e)
 
@@ -430,10 +451,15 @@ class Connection:
             self._shutdown(e)
 
     def _abort(self, error: BaseException) -> None:
-        """From any thread: end a handshake in progress with ``error``."""
+        """From any thread: end a handshake in progress with ``error`` (a handshake that
+        completes before the loop gets to it fails with it all the same)."""
         loop = self._loop
         if loop is None:
             return
+        with self._wlock:
+            if self._phase != HANDSHAKE:
+                return
+            self._aborted = error
         loop.call(lambda: self._phase == HANDSHAKE and self._handshake_failed(error))
 
     def _set_events(self, events: int | None = None) -> None:
@@ -668,6 +694,9 @@ class Connection:
         with self._wlock:
             if self.state == CLOSED:
                 raise TransportError("connection is closed", self.address)
+            if self._pid != os.getpid():
+                raise TransportError("connection was opened by the parent process (after fork, connect "
+                                     "again)", self.address)
             if self._send_error is not None:
                 raise TransportError(f"connection failed: {self._send_error}", self.address)
             try:
@@ -754,14 +783,17 @@ class Connection:
         if self.state == CONNECTED:
             self.write(CLS)
 
-    def close(self, timeout: float = 5.0) -> None:
-        """Send what is queued, half-close, read nsqd's last words (bounded), close. Waits up
-        to ``timeout`` for it, except on an I/O loop thread."""
+    def close(self, timeout: float = 5.0, wait: bool = True) -> None:
+        """Send what is queued, half-close, read nsqd's last words, close - all within
+        ``timeout``: then the connection is closed whatever is left (publishes still waiting
+        are answered with a TransportError). With ``wait`` (never on an I/O loop thread),
+        returns once it is closed."""
         if self._loop is None:
             if self._stream:
                 self._stream.close()
             self.state = CLOSED
             return
+        self._close_by = min(self._close_by, time.monotonic() + max(0.0, timeout))
         if self._phase == HANDSHAKE:
             self.abort()
         else:
@@ -769,12 +801,14 @@ class Connection:
                 self._closing = True
                 if self.state != CLOSED:
                     self._wake()
-        if not is_loop_thread():
-            self.closed_event.wait(timeout)
+        if wait and not is_loop_thread():
+            self.closed_event.wait(max(0.0, timeout) + 3 * loop_pool.SWEEP)
 
     @property
     def alive(self) -> bool:
-        return self.state in (CONNECTED, CLOSING) and not self._closing
+        """Usable: connected, not closing, and opened by this process (after os.fork the
+        child must make its own: the loop that drives this one is not in the child)."""
+        return self.state in (CONNECTED, CLOSING) and not self._closing and self._pid == os.getpid()
 
     def snapshot(self, backoff: str = "", in_flight: int = 0) -> ConnStats:
         """In-flight counts live in the consumer's flow control, which passes them in."""

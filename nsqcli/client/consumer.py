@@ -113,7 +113,7 @@ class Consumer(ConnectionDelegate):
         self.lookupd_addresses = list(lookupd_http_addresses)
         self.on_give_up = on_give_up
         # the user's error callback (one argument); NOT the connection delegate's on_server_error
-        self._report = on_error or (lambda err: log.warning("%s", err))
+        self._on_error = on_error or (lambda err: log.warning("%s", err))
         self.rng = rng or random.Random()
         self._dial = dial
         self.flow = Flow(cfg.max_in_flight, backoff_multiplier=cfg.backoff_multiplier,
@@ -148,6 +148,15 @@ class Consumer(ConnectionDelegate):
         self.lost_responses = 0   # FIN/REQ/TOUCH that could not be delivered: nsqd redelivers
         self._late_closed = 0     # late_messages / timed_out of connections already closed
         self._timed_out_closed = 0
+
+    def _report(self, err: BaseException) -> None:
+        """Tell the user's on_error - from any thread, the I/O loop included: a callback that
+        raises is logged, never allowed to take the thread down with it."""
+        try:
+            self._on_error(err)
+        except Exception as e:
+            log.error("the on_error callback failed (%s: %s) on: %s", type(e).__name__, e, err)
+            log.debug("traceback", exc_info=True)
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self, fail_fast: bool = True, deadline: float | None = None) -> "Consumer":
@@ -224,8 +233,11 @@ class Consumer(ConnectionDelegate):
         self._shutdown_threads()
         with self._lock:  # a connection the discovery thread finished meanwhile is closed too
             handles = list({id(h): h for h in handles + list(self._handles.values())}.values())
+        end = max(time.monotonic() + 0.1, deadline)
+        for h in handles:  # every connection closes at once; one deadline for all of them
+            h.conn.close(end - time.monotonic(), wait=False)
         for h in handles:
-            h.conn.close(max(0.1, deadline - time.monotonic()))
+            h.conn.closed_event.wait(max(0.0, end - time.monotonic()) + 0.5)
         self._stopped.set()
 
     def drain(self, timeout: float = 30.0) -> None:
@@ -257,8 +269,9 @@ class Consumer(ConnectionDelegate):
                 h.conn.send_cls()
             except TransportError:
                 pass
+        end = min(deadline, time.monotonic() + 5.0)  # one wait for every node, not one each
         for h in handles:
-            h.conn.close_wait_event.wait(max(0.0, min(5.0, deadline - time.monotonic())))
+            h.conn.close_wait_event.wait(max(0.0, end - time.monotonic()))
         return handles
 
     def _wait_settled(self, deadline: float) -> None:
@@ -395,9 +408,11 @@ class Consumer(ConnectionDelegate):
             if fdlimit.first_time():
                 log.warning("%s", fdlimit.advice())
             report = False
-        if self._start_errors is not None:  # start() is waiting: it decides what to say
-            self._start_errors.append(err)
-        elif report:
+        with self._lock:
+            collecting = self._start_errors is not None
+            if collecting:  # start() is waiting: it decides what to say
+                self._start_errors.append(err)
+        if report and not collecting:
             self._report(err)
 
     def _send_rdy(self, changes: list) -> None:

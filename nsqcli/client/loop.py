@@ -28,10 +28,13 @@ first use, and live for the process; after ``fork`` the child starts its own.
 
 from __future__ import annotations
 
+import logging
 import os
 import selectors
 import threading
 import time
+
+log = logging.getLogger("nsqcli.client.loop")
 
 #: seconds between deadline checks of every connection on a loop
 SWEEP = 0.1
@@ -116,25 +119,35 @@ class IOLoop:
                         pass
                     continue
                 self.again.discard(conn)
-                conn._on_ready(bool(mask & selectors.EVENT_READ), bool(mask & selectors.EVENT_WRITE))
+                _guarded(conn._on_ready, bool(mask & selectors.EVENT_READ), bool(mask & selectors.EVENT_WRITE))
             if self.again:
                 for conn in list(self.again):
                     self.again.discard(conn)
                     if conn in self.conns:
-                        conn._on_ready(True, False)
+                        _guarded(conn._on_ready, True, False)
             with self._lock:
                 calls, self._calls = self._calls, []
                 dirty, self._dirty = self._dirty, {}
                 self._signalled = False
             for fn in calls:
-                fn()
+                _guarded(fn)
             for conn in dirty:
-                conn._on_wake()
+                _guarded(conn._on_wake)
             now = time.monotonic()
             if now >= next_sweep:
                 next_sweep = now + SWEEP
                 for conn in list(self.conns):
-                    conn._sweep(now)
+                    _guarded(conn._sweep, now)
+
+
+def _guarded(fn, *args) -> None:
+    """Connections catch their own errors; this is the net under a bug (or a callback that
+    raised through them): logged, and the loop goes on serving every other connection."""
+    try:
+        fn(*args)
+    except Exception as e:  # one line; the traceback at debug level (NSQCLI_DEBUG=1 / -vv)
+        log.error("I/O loop: unexpected %s: %s (the loop goes on)", type(e).__name__, e)
+        log.debug("traceback", exc_info=True)
 
 
 _POOL_LOCK = threading.Lock()

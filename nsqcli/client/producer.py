@@ -296,7 +296,7 @@ class Producer(ConnectionDelegate):
         except TimeoutError:
             if conn is not None:
                 self._drop(conn)
-            raise Timeout(f"no answer from nsqd within {timeout:g}s{what}",
+            raise Timeout(f"no answer from nsqd within {round(timeout, 1):g}s{what}",
                           conn.address if conn is not None else None) from None
 
     # -- MPUB -------------------------------------------------------------------------------

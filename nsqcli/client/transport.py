@@ -95,6 +95,7 @@ class _Deflate:
     def __init__(self, level: int):
         self._c = zlib.compressobj(level, zlib.DEFLATED, -zlib.MAX_WBITS)
         self._d = zlib.decompressobj(-zlib.MAX_WBITS)
+        self._full = False
 
     def compress(self, data: bytes) -> bytes:
         return self._c.compress(data) + self._c.flush(zlib.Z_SYNC_FLUSH)
@@ -102,10 +103,14 @@ class _Deflate:
     def decompress(self, data: bytes) -> bytes:
         """At most MAX_DECOMPRESSED bytes; the unused input stays for the next call."""
         tail = self._d.unconsumed_tail
-        return self._d.decompress(tail + data if tail else data, MAX_DECOMPRESSED)
+        out = self._d.decompress(tail + data if tail else data, MAX_DECOMPRESSED)
+        # output cut at the limit: zlib may hold more (the rest of a long match) even with no
+        # input left over, so the caller must ask again before waiting for the socket
+        self._full = len(out) >= MAX_DECOMPRESSED
+        return out
 
     def has_more(self) -> bool:
-        return bool(self._d.unconsumed_tail)
+        return self._full or bool(self._d.unconsumed_tail)
 
 
 class Stream:

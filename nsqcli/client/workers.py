@@ -101,8 +101,9 @@ class Timers:
                 cond.release()
                 try:
                     delay = step(now)
-                except Exception:  # the step reports its own errors; never lose the thread
-                    log.exception("timer step failed")
+                except Exception as e:  # the step reports its own errors; never lose the thread
+                    log.error("timer step failed: %s: %s", type(e).__name__, e)
+                    log.debug("traceback", exc_info=True)
                     delay = RETRY_STEP
                 finally:
                     cond.acquire()
@@ -146,8 +147,9 @@ class Blocking:
                 fn = self._work.popleft()
             try:
                 fn()
-            except Exception:  # the callable reports its own errors
-                log.exception("background call failed")
+            except Exception as e:  # the callable reports its own errors
+                log.error("background call failed: %s: %s", type(e).__name__, e)
+                log.debug("traceback", exc_info=True)
 
 
 class HandlerPool:
