@@ -29,7 +29,6 @@ not block it: every connection of the loop waits meanwhile.
 
 from __future__ import annotations
 
-import logging
 import os
 import selectors
 import threading
@@ -50,7 +49,11 @@ from .record import Record, field
 from .transport import Stream
 
 
-log = logging.getLogger("nsqcli.client.conn")
+def _log():
+    """The module's logger, imported when first needed: `nsqcli pub` never loads logging."""
+    import logging
+
+    return logging.getLogger("nsqcli.client.conn")
 
 # states
 INIT, CONNECTED, CLOSING, CLOSED = "init", "connected", "closing", "closed"
@@ -377,8 +380,8 @@ class Connection:
         try:
             self._on_connected(self, error)
         except Exception as e:
-            log.error("%s: the on_connected callback failed: %s: %s", self.address, type(e).__name__, e)
-            log.debug("traceback", exc_info=True)
+            _log().error("%s: the on_connected callback failed: %s: %s", self.address, type(e).__name__, e)
+            _log().debug("traceback", exc_info=True)
 
     def _forget_socket(self) -> None:
         if self._fd >= 0:

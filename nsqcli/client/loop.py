@@ -28,13 +28,16 @@ first use, and live for the process; after ``fork`` the child starts its own.
 
 from __future__ import annotations
 
-import logging
 import os
 import selectors
 import threading
 import time
 
-log = logging.getLogger("nsqcli.client.loop")
+def _log():
+    """The module's logger, imported when first needed: `nsqcli pub` never loads logging."""
+    import logging
+
+    return logging.getLogger("nsqcli.client.loop")
 
 #: seconds between deadline checks of every connection on a loop
 SWEEP = 0.1
@@ -146,8 +149,8 @@ def _guarded(fn, *args) -> None:
     try:
         fn(*args)
     except Exception as e:  # one line; the traceback at debug level (NSQCLI_DEBUG=1 / -vv)
-        log.error("I/O loop: unexpected %s: %s (the loop goes on)", type(e).__name__, e)
-        log.debug("traceback", exc_info=True)
+        _log().error("I/O loop: unexpected %s: %s (the loop goes on)", type(e).__name__, e)
+        _log().debug("traceback", exc_info=True)
 
 
 _POOL_LOCK = threading.Lock()
