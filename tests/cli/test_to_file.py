@@ -543,10 +543,20 @@ def _archived(out, prefix: str) -> dict:
     return {f.name: f.read_bytes() for f in out.glob(f"{prefix}*.log")}
 
 
-def _nofile(soft: int, hard: int):
-    import resource
+def _terminate(p, log) -> int:
+    p.send_signal(signal.SIGTERM)
+    rc = p.wait(30)
+    log.thread.join(5)
+    return rc
 
-    return lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+def _to_file_over_many_topics(nsqd, lookupd, prefix: str, n: int, out, soft: int, hard: int):
+    """``n`` topics with one message each, and to-file over them under RLIMIT_NOFILE (soft, hard)."""
+    _many_topics(nsqd, lookupd, prefix, n)
+    p = start(["--topic-pattern", f"^{prefix}", "--lookupd-http-address", lookupd.http_address,
+               "--output-dir", str(out), "--sync-interval", "0.2s", "--filename-format", "<TOPIC>.log"],
+              preexec=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard)))
+    return p, StderrLog(p)
 
 
 def test_many_topics_on_a_few_threads_with_the_soft_file_limit_raised(nsqd, lookupd, topic, tmp_path):
@@ -554,20 +564,14 @@ def test_many_topics_on_a_few_threads_with_the_soft_file_limit_raised(nsqd, look
     it to the hard limit (as Go programs do) and archives every topic, on a dozen threads
     whatever the number of topics (one I/O loop, shared timers and handlers)."""
     prefix, out = topic + "_", tmp_path / "out"
-    _many_topics(nsqd, lookupd, prefix, 60)
-    p = start(["--topic-pattern", f"^{prefix}", "--lookupd-http-address", lookupd.http_address,
-               "--output-dir", str(out), "--sync-interval", "0.2s", "--filename-format", "<TOPIC>.log"],
-              preexec=_nofile(40, 4096))
-    log = StderrLog(p)
+    p, log = _to_file_over_many_topics(nsqd, lookupd, prefix, 60, out, soft=40, hard=4096)
     threads = []
     try:
         wait_for(lambda: threads.append(_threads(p.pid)) or all(
             drained(nsqd, f"{prefix}{i:03d}", total=1) for i in range(60)), timeout=30, what="every message FINed")
         threads.append(_threads(p.pid))
     finally:
-        p.send_signal(signal.SIGTERM)
-        rc = p.wait(30)
-        log.thread.join(5)
+        rc = _terminate(p, log)
     assert rc == 0, log.text
     assert b"Traceback" not in log.text and b"out of file descriptors" not in log.text
     got = _archived(out, prefix)
@@ -580,19 +584,13 @@ def test_out_of_file_descriptors_is_said_once_and_what_fits_is_archived(nsqd, lo
     the connections that fit archive their topics, no abort, SIGTERM exits 0 with nothing
     lost (what was not archived is still in nsqd)."""
     prefix, out = topic + "_", tmp_path / "out"
-    _many_topics(nsqd, lookupd, prefix, 90)
-    p = start(["--topic-pattern", f"^{prefix}", "--lookupd-http-address", lookupd.http_address,
-               "--output-dir", str(out), "--sync-interval", "0.2s", "--filename-format", "<TOPIC>.log"],
-              preexec=_nofile(160, 160))
-    log = StderrLog(p)
+    p, log = _to_file_over_many_topics(nsqd, lookupd, prefix, 90, out, soft=160, hard=160)
     try:
         wait_for(lambda: b"out of file descriptors" in log.text, timeout=20, what="the one line")
         wait_for(lambda: sum(1 for i in range(90) if drained(nsqd, f"{prefix}{i:03d}", total=1)) >= 20,
                  timeout=20, what="the topics that fit archived")
     finally:
-        p.send_signal(signal.SIGTERM)
-        rc = p.wait(30)
-        log.thread.join(5)
+        rc = _terminate(p, log)
     assert rc == 0, log.text
     assert b"Traceback" not in log.text and b"Abort" not in log.text
     assert log.text.count(b"out of file descriptors") == 1, log.text
