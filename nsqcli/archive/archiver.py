@@ -36,8 +36,8 @@ log = logging.getLogger("nsqcli.archive.archiver")
 #: fsyncs, so two let one topic sync while another writes)
 HANDLER_THREADS = 2
 #: threads for the lookups of a topic refresh and for stopping the topics
-LOOKUP_THREADS = 4
-STOP_THREADS = 8
+LOOKUP_THREADS = 2
+STOP_THREADS = 4
 
 
 def say_trimmed(path: Path, trimmed: int) -> None:
@@ -67,8 +67,8 @@ class TopicArchiver:
                                  on_error=on_error, handlers=handlers)
         self.max_batch = max(1, config.max_in_flight)
 
-    def start(self, fail_fast: bool) -> "TopicArchiver":
-        self.consumer.start(fail_fast=fail_fast)
+    def start(self, fail_fast: bool, found: list[str] = ()) -> "TopicArchiver":
+        self.consumer.start(fail_fast=fail_fast, found=found)
         return self
 
     # -- consumer thread ----------------------------------------------------------------------
@@ -214,11 +214,13 @@ class Archiver:
         self.stop_event.set()
 
     # -- topics -------------------------------------------------------------------------------------
-    def _add_topic(self, topic: str, fail_fast: bool) -> None:
+    def _add_topic(self, topic: str, fail_fast: bool, found: list[str] = ()) -> None:
+        """Start archiving ``topic``; ``found``: its nsqd as the lookupds just said (connected
+        at once, not after the consumer's own first poll)."""
         a = TopicArchiver(topic, self.channel, self.opts, self.formatter, self.config, self.nsqd,
                           self.lookupd, self.on_error, self._fatal, handlers=self.handlers)
         fdlimit.reserve(1)  # its file: never taken by a connection
-        a.start(fail_fast=fail_fast)
+        a.start(fail_fast=fail_fast, found=found)
         with self._lock:
             self.topics[topic] = a
         log.info("archiving topic %s", topic)
@@ -269,10 +271,10 @@ class Archiver:
             gone |= {t for t in set(self.topics) & wanted if t not in produced}
             for t in sorted(gone - set(self.fixed_topics)):
                 self._remove_topic(t)
-        for t in sorted(new & produced):
-            self._add_topic(t, fail_fast=False)
+        for t in sorted(new & set(produced)):
+            self._add_topic(t, fail_fast=False, found=produced[t])
 
-    def _with_producers(self, topics: set[str]) -> set[str]:
+    def _with_producers(self, topics: set[str]) -> dict[str, list[str]]:
         """Those of ``topics`` some nsqd carries according to a lookupd, or that a lookupd
         could not be asked about (never dropped on a failed lookup): every (topic, lookupd)
         asked at once."""
@@ -281,7 +283,12 @@ class Archiver:
         pairs = [(t, address) for t in sorted(topics) for address in self.lookupd]
         answers = ask_all(pairs, lambda p: lookup_topic(p[1], p[0], 5.0), 5.0, catch=LookupdError,
                           name=lambda p: p[1], threads=LOOKUP_THREADS)
-        return {t for (t, _), a in zip(pairs, answers) if a.error is not None or a.value}
+        produced: dict[str, list[str]] = {}
+        for (t, _), a in zip(pairs, answers):
+            if a.error is not None or a.value:  # kept: carried, or not known to be gone
+                produced.setdefault(t, [])
+                produced[t] += [p.tcp_address for p in a.value or () if p.tcp_address not in produced[t]]
+        return produced
 
     # -- timer ----------------------------------------------------------------------------------------
     def _timer_loop(self) -> None:

@@ -159,7 +159,7 @@ class Consumer(ConnectionDelegate):
             log.debug("traceback", exc_info=True)
 
     # -- lifecycle -----------------------------------------------------------------------------
-    def start(self, fail_fast: bool = True, deadline: float | None = None) -> "Consumer":
+    def start(self, fail_fast: bool = True, deadline: float | None = None, found=()) -> "Consumer":
         """Connect to the direct nsqd addresses and query every lookupd once, then run.
 
         Every connection is attempted at once. With ``fail_fast`` this returns when all
@@ -168,14 +168,21 @@ class Consumer(ConnectionDelegate):
         the background), and with no connection at all the first error is raised (a CLI wants
         "connection refused", not silence). Without it, this returns at once: the lookupds are
         asked in the background, errors are reported, and everything is retried.
-        ``deadline`` (time.monotonic()) bounds this call: handshakes and lookups included."""
+        ``deadline`` (time.monotonic()) bounds this call: handshakes and lookups included.
+        ``found``: nsqd TCP addresses a lookup just returned for this topic (to-file's topic
+        refresh): connected at once, and the lookupds asked again at the regular interval."""
         errors: list[NSQError] = []
         if fail_fast:
             self._start_errors = []
         for address in self.nsqd_addresses:
             self._try_connect(address, direct=True, report=not fail_fast, deadline=deadline)
+        for address in found:
+            self._try_connect(address, direct=address in self.nsqd_addresses, report=not fail_fast,
+                              deadline=deadline)
+        if found and self.lookupd_addresses:
+            self.discovery.plan_next_poll()
         if fail_fast:
-            if self.lookupd_addresses:
+            if self.lookupd_addresses and not found:
                 errors += self.discovery.poll_lookupd(report=False, deadline=deadline)
             self._wait_connecting(deadline)
         # else: nothing to wait for - the first lookupd poll runs at once in the background

@@ -135,10 +135,10 @@ class Discovery:
                                      deadline=deadline)
                 if err is not None and not report:
                     errors.append(err)
-        self._plan_next_poll()
+        self.plan_next_poll()
         return list(errors)
 
-    def _plan_next_poll(self) -> None:
+    def plan_next_poll(self) -> None:
         """Regular polls every lookupd_poll_interval (jittered); quick ones with backoff while a
         lost nsqd has not come back (for LOST_WINDOW or one poll interval after the loss); every
         5 s at most while no nsqd carries the topic yet."""

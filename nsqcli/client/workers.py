@@ -27,6 +27,9 @@ log = logging.getLogger("nsqcli.client.workers")
 
 #: a step that failed runs again after this many seconds
 RETRY_STEP = 1.0
+#: threads for blocking calls (lookupd polls: each asks its lookupds at once, a thread each,
+#: so a poll costs 1 + lookupds threads while it runs)
+BLOCKING_THREADS = 2
 #: the due time of a step while it runs (any real due time is below it)
 RUNNING = float("inf")
 
@@ -199,12 +202,12 @@ class HandlerPool:
 
 
 TIMERS = Timers()
-BLOCKING = Blocking()
+BLOCKING = Blocking(BLOCKING_THREADS)
 
 
 def _after_fork() -> None:
     global TIMERS, BLOCKING
-    TIMERS, BLOCKING = Timers(), Blocking()  # the parent's threads do not exist in the child
+    TIMERS, BLOCKING = Timers(), Blocking(BLOCKING_THREADS)  # the parent's threads do not exist in the child
 
 
 os.register_at_fork(after_in_child=_after_fork)
