@@ -697,9 +697,6 @@ class Connection:
         with self._wlock:
             if self.state == CLOSED:
                 raise TransportError("connection is closed", self.address)
-            if self._pid != os.getpid():
-                raise TransportError("connection was opened by the parent process (after fork, connect "
-                                     "again)", self.address)
             if self._send_error is not None:
                 raise TransportError(f"connection failed: {self._send_error}", self.address)
             try:
