@@ -61,6 +61,7 @@ INIT, CONNECTED, CLOSING, CLOSED = "init", "connected", "closing", "closed"
 HANDSHAKE, IO, LINGER, DRAIN, DONE = "handshake", "io", "linger", "drain", "done"
 #: seconds to read nsqd's last words after a half-close or a failed write
 LINGER_TIME = 2.0
+NEVER = float("inf")
 
 
 class ConnStats(Record):
@@ -162,7 +163,7 @@ class Connection:
         self._on_connected = None
         self._drain_error: BaseException | None = None
         self._aborted: BaseException | None = None
-        self._close_by = float("inf")  # close(timeout): closed by then, lingering or not
+        self._close_by = NEVER  # close(timeout): closed by then, lingering or not
         self._pid = os.getpid()
         self.last_read = 0.0
 
@@ -441,8 +442,16 @@ class Connection:
                 return
             if phase == IO and now >= self._close_by:  # close()'s time is up: what is unsent stays so
                 self._shutdown(None)
+            elif phase == IO and not self._out and self._close_by == NEVER:
+                self._loop.watched.discard(self)  # nothing due soon: the loop's full sweeps will do
         except BaseException as e:
             self._fail(e)
+
+    def _watch(self) -> None:
+        """A deadline is near: the loop checks this connection every SWEEP, not FULL_SWEEP."""
+        loop = self._loop
+        if loop is not None:
+            loop.watched.add(self)
 
     def _fail(self, e: BaseException) -> None:
         phase = self._phase
@@ -589,6 +598,7 @@ class Connection:
         if not self._out:
             self._out, self._off = wire, 0
             self._out_since = time.monotonic()
+            self._watch()
         elif self._off:
             self._out, self._off = self._out[self._off:] + wire, 0
         else:
@@ -645,6 +655,7 @@ class Connection:
             self._phase = DRAIN
         self._drain_error = e
         self._end = time.monotonic() + LINGER_TIME
+        self._watch()
         self._set_events(selectors.EVENT_READ)
         if self._stream.pending():
             self._loop.again.add(self)
@@ -661,6 +672,7 @@ class Connection:
             return
         self._phase = LINGER
         self._end = time.monotonic() + LINGER_TIME
+        self._watch()
         self._set_events(selectors.EVENT_READ)
 
     def _shutdown(self, error: BaseException | None) -> None:
@@ -794,6 +806,7 @@ class Connection:
             self.state = CLOSED
             return
         self._close_by = min(self._close_by, time.monotonic() + max(0.0, timeout))
+        self._watch()
         if self._phase == HANDSHAKE:
             self.abort()
         else:

@@ -17,8 +17,10 @@ What a loop does, per turn:
   goes out in one ``send``);
 - connections whose stream holds data ``select`` cannot see (TLS records, a decompressor's
   unused input) are read again without waiting;
-- every ``SWEEP`` seconds, ``conn._sweep(now)``: handshake and linger deadlines, writes the
-  peer stopped taking, and reads that stopped (not even a heartbeat).
+- every ``SWEEP`` seconds, ``conn._sweep(now)`` for the connections with a deadline near
+  (handshake, linger, a close, writes the peer stopped taking), every ``FULL_SWEEP`` seconds
+  for all of them (reads that stopped: not even a heartbeat) - an idle connection costs a
+  check a second, not ten.
 
 Nothing on a loop may block: delegate callbacks and the code they call queue work and return.
 The number of loops is ``NSQCLI_IO_THREADS`` (default 1: on CPython one thread decodes as
@@ -39,8 +41,11 @@ def _log():
 
     return logging.getLogger("nsqcli.client.loop")
 
-#: seconds between deadline checks of every connection on a loop
+#: seconds between deadline checks of the connections that have one close (handshaking,
+#: lingering, draining, closing, or holding bytes the socket did not take)
 SWEEP = 0.1
+#: seconds between checks of every connection (reads that stopped: tens of seconds)
+FULL_SWEEP = 1.0
 
 
 class IOLoop:
@@ -60,6 +65,7 @@ class IOLoop:
         self._signalled = False
         self.conns: set = set()         # attached connections (loop thread only)
         self.again: set = set()         # connections with data select() cannot see
+        self.watched: set = set()       # connections with a deadline near (see SWEEP)
         self.load = 0                   # connections given this loop (any thread, under _POOL_LOCK)
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
         self.thread.start()
@@ -93,6 +99,7 @@ class IOLoop:
     def register(self, conn, fd: int, events: int) -> None:
         self.sel.register(fd, events, conn)
         self.conns.add(conn)
+        self.watched.add(conn)
 
     def modify(self, fd: int, events: int, conn) -> None:
         self.sel.modify(fd, events, conn)
@@ -106,10 +113,12 @@ class IOLoop:
             pass
         self.conns.discard(conn)
         self.again.discard(conn)
+        self.watched.discard(conn)
         self._dirty.pop(conn, None)
 
     def _run(self) -> None:
         next_sweep = time.monotonic() + SWEEP
+        next_full = time.monotonic() + FULL_SWEEP
         while True:
             timeout = 0.0 if self.again else max(0.0, next_sweep - time.monotonic())
             for key, mask in self.sel.select(timeout):
@@ -139,7 +148,10 @@ class IOLoop:
             now = time.monotonic()
             if now >= next_sweep:
                 next_sweep = now + SWEEP
-                for conn in list(self.conns):
+                full = now >= next_full
+                if full:
+                    next_full = now + FULL_SWEEP
+                for conn in list(self.conns if full else self.watched):
                     _guarded(conn._sweep, now)
 
 
