@@ -10,11 +10,11 @@ What a loop does, per turn:
 - ``select`` over its connections' sockets (read always; write while a connection has bytes
   the socket did not take) and its wake pipe, with a timeout no later than the next deadline
   check;
-- for each ready socket, ``conn._on_ready(readable, writable)``: one read (decoded,
-  dispatched: heartbeats answered at once) or one non-blocking write;
 - the work other threads handed over: ``call(fn)`` (attach a connection, abort a handshake)
   and ``wake(conn)`` (send what a writer queued: every command queued between two wake-ups
-  goes out in one ``send``);
+  goes out in one ``send``) - before the reads, as a thread of its own would have;
+- for each ready socket, ``conn._on_ready(readable, writable)``: one read (decoded,
+  dispatched: heartbeats answered at once) or one non-blocking write;
 - connections whose stream holds data ``select`` cannot see (TLS records, a decompressor's
   unused input) are read again without waiting;
 - every ``SWEEP`` seconds, ``conn._sweep(now)`` for the connections with a deadline near
@@ -121,22 +121,15 @@ class IOLoop:
         next_full = time.monotonic() + FULL_SWEEP
         while True:
             timeout = 0.0 if self.again else max(0.0, next_sweep - time.monotonic())
-            for key, mask in self.sel.select(timeout):
-                conn = key.data
-                if conn is None:
-                    try:
-                        while os.read(self._wake_r, 4096):
-                            pass
-                    except BlockingIOError:
+            events = self.sel.select(timeout)
+            if any(key.data is None for key, _ in events):  # drained before the hand-over is
+                try:                                        # taken: a later wake-up stays
+                    while os.read(self._wake_r, 4096):
                         pass
-                    continue
-                self.again.discard(conn)
-                _guarded(conn._on_ready, bool(mask & selectors.EVENT_READ), bool(mask & selectors.EVENT_WRITE))
-            if self.again:
-                for conn in list(self.again):
-                    self.again.discard(conn)
-                    if conn in self.conns:
-                        _guarded(conn._on_ready, True, False)
+                except BlockingIOError:
+                    pass
+            # what other threads handed over first: commands queued before a read are written
+            # before it (a publish queued before nsqd's close counts as sent, then lost)
             with self._lock:
                 calls, self._calls = self._calls, []
                 dirty, self._dirty = self._dirty, {}
@@ -145,6 +138,17 @@ class IOLoop:
                 _guarded(fn)
             for conn in dirty:
                 _guarded(conn._on_wake)
+            for key, mask in events:
+                conn = key.data
+                if conn is None:
+                    continue
+                self.again.discard(conn)
+                _guarded(conn._on_ready, bool(mask & selectors.EVENT_READ), bool(mask & selectors.EVENT_WRITE))
+            if self.again:
+                for conn in list(self.again):
+                    self.again.discard(conn)
+                    if conn in self.conns:
+                        _guarded(conn._on_ready, True, False)
             now = time.monotonic()
             if now >= next_sweep:
                 next_sweep = now + SWEEP
