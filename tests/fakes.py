@@ -233,9 +233,6 @@ class MemoryStream:
     def settimeout(self, timeout: float | None) -> None:
         self._timeout = timeout
 
-    def enter_io_mode(self, write_timeout: float) -> None:
-        self._timeout = None
-
     def fileno(self) -> int:
         return self._r
 

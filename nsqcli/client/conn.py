@@ -320,7 +320,6 @@ class Connection:
         self.msg_timeout = n.msg_timeout
         self.auth_info = hs.auth_info
         self._hs = None
-        self._stream.enter_io_mode(self.config.write_timeout)
         # other threads may send directly on a plain socket only: one SSL object must not read
         # in one thread while writing in another, and a compressed stream cannot hand a
         # half-sent compressed remainder back to the queue

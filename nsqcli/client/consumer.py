@@ -465,7 +465,8 @@ class Consumer(ConnectionDelegate):
     def on_messages(self, conn: Connection, msgs: list, nbytes: int) -> None:
         """``msgs`` from one read, ``nbytes`` the bytes of their bodies."""
         handle = conn.responder  # already attached to each message by the decoder
-        with self._lock:
+        chunks = None if self.pull else self._chunks(msgs)
+        with self._lock:  # one lock a batch: flow, held messages, outstanding batches
             changes = self.flow.received(conn, len(msgs), time.monotonic(), nbytes)
             if changes:
                 self._send_rdy(changes)
@@ -473,12 +474,11 @@ class Consumer(ConnectionDelegate):
                 held = self._held
                 for m in msgs:
                     held[id(m)] = m
+            else:
+                self._outstanding += len(chunks)
         if self.pull:
             self._queue.put((handle, msgs))
             return
-        chunks = self._chunks(msgs)
-        with self._lock:
-            self._outstanding += len(chunks)
         for chunk in chunks:
             self._pool.put((self, handle, chunk))
 

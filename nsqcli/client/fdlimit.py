@@ -89,8 +89,12 @@ def first_time() -> bool:
 
 def advice() -> str:
     """One line: how many descriptors are open, the limit, and what to do."""
-    limits = raise_soft_limit()
-    limit = f"{limits[0]}" if limits else "unknown"
+    try:
+        import resource
+
+        limit = str(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+    except ImportError:
+        limit = "unknown"
     return (f"out of file descriptors: {open_descriptors()} open, limit {limit} - connections that fit keep "
             f"working, the others are tried again later (raise the limit: ulimit -n, or LimitNOFILE= in a "
             f"systemd unit)")

@@ -7,7 +7,7 @@ a non-blocking connect (``connecting`` true until ``finish_connect()``), ``filen
 (readable when data may be there), ``recv() -> bytes | None`` (b"" for nothing yet),
 ``pending()`` (data buffered where select() cannot see it), ``encode(bytes)`` (commands as
 they go on the wire), ``send_nowait(wire) -> int``, ``start_tls(cfg)`` + ``tls_step()``,
-``upgrade_compression(kind, level)``, ``decompress(leftover)``, ``enter_io_mode(t)``,
+``upgrade_compression(kind, level)``, ``decompress(leftover)``,
 ``shutdown_write()``, ``close()``, ``plain``, ``tls_version``, ``compression``.
 
 Decompression is bounded: one ``recv`` returns at most ``MAX_DECOMPRESSED`` bytes and keeps the
@@ -22,7 +22,7 @@ import socket
 import zlib
 
 from .config import TLSConfig
-from ..errors import ConnectError, ReadError, Timeout, WriteError
+from ..errors import ConnectError, ReadError, WriteError
 
 RECV_SIZE = 256 * 1024
 #: most decompressed bytes one recv() returns; the rest waits in the decompressor's input
@@ -163,10 +163,6 @@ class Stream:
     def fileno(self) -> int:
         return self.sock.fileno()
 
-    def enter_io_mode(self, write_timeout: float) -> None:
-        """Nothing left to do: the socket is non-blocking from dial() on, and the I/O loop
-        enforces the write timeout (a peer that takes no bytes for that long)."""
-
     def pending(self) -> bool:
         """True when TLS has decrypted bytes, or the decompressor unused input, buffered where
         select() cannot see them."""
@@ -238,21 +234,6 @@ class Stream:
             raise WriteError(f"write failed: {e.strerror or e}", self.address) from e
         self._retry = None
         return n
-
-    def sendall(self, data: bytes) -> None:
-        """Blocking send of commands (tests and tools outside the loop; the loop never calls
-        it)."""
-        data = self.encode(data)
-        while data:
-            n = self.send_nowait(data)
-            data = data[n:]
-            if data and n == 0:
-                import selectors
-
-                with selectors.DefaultSelector() as sel:
-                    sel.register(self.sock, selectors.EVENT_WRITE)
-                    if not sel.select(5.0):
-                        raise Timeout("write timed out", self.address)
 
     # -- TLS, without blocking -------------------------------------------------------------------
     def start_tls(self, cfg: TLSConfig) -> None:

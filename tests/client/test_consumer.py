@@ -14,8 +14,9 @@ from nsqcli.protocol import MessageData
 
 
 def io_threads() -> list[str]:
-    return [t.name for t in threading.enumerate() if t.name.startswith(("nsqcli-io", "nsqcli-control",
-                                                                       "nsqcli-discovery", "nsqcli-handler"))]
+    """A consumer's own threads (its handler pool; loops, timers and blocking-call threads are
+    the process's, shared)."""
+    return [t.name for t in threading.enumerate() if t.name.startswith("nsqcli-handler")]
 
 
 
