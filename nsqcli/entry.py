@@ -18,6 +18,12 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
+
+# When this process started, as far as nsqcli can tell: `--timeout` counts from here, so the
+# interpreter's start-up, pre-checks, lookups and handshakes all spend the same budget
+# (nsqcli.cli.options.deadline_of).
+STARTED = time.monotonic()
 
 
 def _early_exit(signum, frame):

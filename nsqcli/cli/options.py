@@ -383,6 +383,17 @@ def relay_run_options(count_help: str):
     return apply
 
 
+def deadline_of(timeout: float | None) -> float | None:
+    """The monotonic instant ``--timeout`` ends, counted from process start (nsqcli.entry.STARTED),
+    not from when the command got round to its main work: lookups, pre-checks and handshakes
+    spend the same budget. ``None``: no deadline."""
+    if timeout is None:
+        return None
+    from ..entry import STARTED
+
+    return STARTED + timeout
+
+
 def check_timeout(timeout: float | None) -> None:
     if timeout is not None and timeout <= 0:
         raise click.BadParameter("must be more than 0 (leave it out for no deadline)", param_hint="'--timeout'")
