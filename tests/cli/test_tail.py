@@ -315,3 +315,19 @@ def test_tail_prints_a_healthy_nodes_messages_while_hung_ones_time_out(cluster, 
     assert r.returncode == 0, r.stderr
     assert sorted(r.stdout.splitlines()) == [b"1", b"2", b"3"]
     assert took < 4, took  # a hung node's handshake deadline is 5 s
+
+
+@pytest.mark.parametrize("topics", [1, 2])
+def test_tail_timeout_is_the_whole_commands_deadline_with_a_hung_lookupd(cluster, topic, topics):
+    """--timeout counts from process start: the backlog pre-checks and lookups against a hung
+    nsqlookupd spend the same budget (8.4 s for one topic and 11.4 s for two at --timeout 5s
+    before)."""
+    names = [f"{topic}{i}" for i in range(topics)]
+    with stopped(cluster.lookupd):
+        t0 = time.monotonic()
+        r = run_nsqcli(["tail", *names, "-n", "1", "--timeout", "3s",
+                        "--lookupd-http-address", cluster.lookupd.http_address], timeout=60)
+        took = time.monotonic() - t0
+    assert r.returncode == 3, r.stderr
+    assert "Traceback" not in r.stderr.decode()
+    assert 2.9 < took < 3.6, took

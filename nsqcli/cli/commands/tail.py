@@ -10,7 +10,7 @@ import time
 import click
 
 from ..command import command, option
-from ..options import build_config, connection_options, nsqd_addresses, pop_connection, topic_arguments
+from ..options import build_config, connection_options, deadline_of, nsqd_addresses, pop_connection, topic_arguments
 from ..types import DURATION, HTTP_ADDRESS
 
 
@@ -119,18 +119,25 @@ def tail(app, topics, channel, max_in_flight, count, idle_timeout, timeout, fmt,
     if live and app.stderr_is_tty and sys.stdout.isatty() and _same_terminal():
         raise click.UsageError("--live draws on the terminal that also gets the messages: redirect stdout "
                                "(nsqcli tail TOPIC --live > FILE) or leave out --live")
+    deadline = deadline_of(timeout)
+    # the pre-checks (backlog, shared channel) of every topic share one budget: 3 s, or what is
+    # left of --timeout; a hung nsqlookupd or nsqd costs that once, not once per topic and stage
+    check_by = time.monotonic() + 3.0 if deadline is None else min(time.monotonic() + 3.0, deadline)
     if count and count < max_in_flight:
         max_in_flight = count
     if channel is None:
         channel = f"nsqcli_tail{random.randrange(1_000_000):06d}#ephemeral"
     elif not channel.endswith("#ephemeral"):
         for topic in topics:
-            _warn_shared_channel(app, topic, channel, conn, list(nsqd_http), timeout)
+            _warn_shared_channel(app, topic, channel, conn, list(nsqd_http), check_by)
     cfg = build_config(conn, max_in_flight=max_in_flight, max_attempts=0)
     unchecked = {}  # topic -> why its backlog could not be checked (said once it is connected)
     if channel.endswith("#ephemeral") and not drain_backlog:
         for topic in topics:
-            unchecked[topic] = _refuse_backlog(topic, conn, list(nsqd_http), timeout)
+            unchecked[topic] = _refuse_backlog(topic, conn, list(nsqd_http), check_by)
+    if deadline is not None and time.monotonic() >= deadline:
+        raise DeadlineExceeded("--timeout passed while checking the topics for a backlog "
+                               f"({'; '.join(p for ps in unchecked.values() for p in ps) or 'no answer in time'})")
     done = threading.Event()
     sink = Sink(formatter, b"\0" if null else b"\n", count, done)
     consumers = []
@@ -145,7 +152,6 @@ def tail(app, topics, channel, max_in_flight, count, idle_timeout, timeout, fmt,
     from ..signals import GracefulStop
 
     stopper = GracefulStop(done).install()  # a signal while connecting ends it at once (130)
-    deadline = time.monotonic() + timeout if timeout else None
     try:
         for topic in topics:
             if done.is_set():
@@ -166,11 +172,14 @@ def tail(app, topics, channel, max_in_flight, count, idle_timeout, timeout, fmt,
                          f"({'; '.join(unchecked[topic])}); if it had one, this ephemeral channel took it and "
                          "keeps only nsqd's --mem-queue-size of it (give --nsqd-http-address to check)")
         app.debug(f"tailing {', '.join(topics)} on channel {channel}")
-        timed_out = _wait(done, sink, consumers, timeout, idle_timeout, live, app, conn, outages)
+        timed_out = _wait(done, sink, consumers, deadline, idle_timeout, live, app, conn, outages)
     finally:
         done.set()
+        # a clean stop (FINs out, CLS answered) takes milliseconds on healthy nodes; past the
+        # deadline a hung one is given half a second, not ten
+        stop_by = 10.0 if deadline is None else min(10.0, max(0.5, deadline + 0.3 - time.monotonic()))
         for c in consumers:
-            c.stop(timeout=10)
+            c.stop(timeout=stop_by)
     outages.say_still_failing()
     if sink.error is None:
         sys.stdout.flush()
@@ -198,7 +207,11 @@ def _same_terminal() -> bool:
     return (a.st_dev, a.st_ino, a.st_rdev) == (b.st_dev, b.st_ino, b.st_rdev)
 
 
-def _http_addresses(topic: str, conn: dict, nsqd_http: list[str], timeout: float) -> tuple[list[str], list[str]]:
+def _left(by: float) -> float:
+    return max(0.001, by - time.monotonic())
+
+
+def _http_addresses(topic: str, conn: dict, nsqd_http: list[str], by: float) -> tuple[list[str], list[str]]:
     """nsqd HTTP addresses to check for ``topic``: given ones; lookupd's producers; else the TCP
     port + 1 convention. Returns (addresses, problems)."""
     if nsqd_http:
@@ -211,21 +224,20 @@ def _http_addresses(topic: str, conn: dict, nsqd_http: list[str], timeout: float
         host, port = split_address(tcp)
         out.append(f"[{host}]:{port + 1}" if ":" in host else f"{host}:{port + 1}")
     if conn.get("lookupd_http_addresses"):
-        producers, errors = lookup_all(list(conn["lookupd_http_addresses"]), topic, timeout)
+        producers, errors = lookup_all(list(conn["lookupd_http_addresses"]), topic, _left(by))
         out += [p.http_address for p in producers]
         problems += [str(e) for e in errors]
     return list(dict.fromkeys(out)), problems
 
 
-def _refuse_backlog(topic: str, conn: dict, nsqd_http: list[str], timeout) -> list[str]:
+def _refuse_backlog(topic: str, conn: dict, nsqd_http: list[str], by: float) -> list[str]:
     """Refuse (exit 1) to subscribe an ephemeral channel to a topic that has a backlog and no
     channel: the first channel takes the whole backlog, an ephemeral one drops most of it.
     Returns what could not be checked."""
     from ...errors import NSQError
 
-    limit = min(3.0, timeout or 3.0)
-    addresses, problems = _http_addresses(topic, conn, nsqd_http, limit)
-    for address, a in zip(addresses, _stats_of(addresses, {"topic": topic}, limit)):
+    addresses, problems = _http_addresses(topic, conn, nsqd_http, by)
+    for address, a in zip(addresses, _stats_of(addresses, {"topic": topic}, _left(by))):
         if a.error is not None or not isinstance(a.value or {}, dict):
             problems.append(str(a.error) if a.error is not None else f"{address}: /stats is not a JSON object")
             continue
@@ -242,12 +254,11 @@ def _refuse_backlog(topic: str, conn: dict, nsqd_http: list[str], timeout) -> li
     return problems
 
 
-def _warn_shared_channel(app, topic: str, channel: str, conn: dict, nsqd_http: list[str], timeout) -> None:
+def _warn_shared_channel(app, topic: str, channel: str, conn: dict, nsqd_http: list[str], by: float) -> None:
     """A durable channel that already has consumers: what tail shows (and FINs) they never get."""
-    limit = min(3.0, timeout or 3.0)
-    addresses, _ = _http_addresses(topic, conn, nsqd_http, limit)
+    addresses, _ = _http_addresses(topic, conn, nsqd_http, by)
     others = 0
-    for a in _stats_of(addresses, {"topic": topic, "channel": channel}, limit):
+    for a in _stats_of(addresses, {"topic": topic, "channel": channel}, _left(by)):
         if a.error is not None or not isinstance(a.value, dict):
             continue
         for t in a.value.get("topics") or []:
@@ -279,11 +290,10 @@ def _waiting_reason(consumers, conn: dict) -> str | None:
     return f"waiting for topic {names}: no nsqd connection yet (retrying {', '.join(nsqd_addresses(conn))})"
 
 
-def _wait(done, sink, consumers, timeout, idle_timeout, live, app, conn, outages=None) -> bool:
-    """Block until done; returns True when the hard --timeout ended the run."""
+def _wait(done, sink, consumers, deadline, idle_timeout, live, app, conn, outages=None) -> bool:
+    """Block until done; returns True when the hard --timeout (``deadline``) ended the run."""
     from ..app import sources_recovered
 
-    deadline = time.monotonic() + timeout if timeout else None
     said_waiting = False
     started = time.monotonic()
     view = None
