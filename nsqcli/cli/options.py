@@ -404,12 +404,17 @@ class _Expired(BaseException):
 
 
 class deadline_alarm:
-    """Raise DeadlineExceeded(``message``) in the main thread when ``seconds`` pass (SIGALRM),
-    for commands whose waiting happens in code that has no deadline of its own; the command's
-    ``finally`` blocks stop its workers as on any error. ``None``: no deadline."""
+    """Raise DeadlineExceeded(``message``) in the main thread when ``--timeout`` ``seconds``
+    have passed since process start (SIGALRM), for commands whose waiting happens in code that
+    has no deadline of its own; the command's ``finally`` blocks stop its workers as on any
+    error. ``None``: no deadline."""
 
     def __init__(self, seconds: float | None, message: str):
-        self.seconds, self.message = seconds, message
+        import time
+
+        self.message = message
+        # already spent by the time the command got here: raised at once (a tiny interval)
+        self.seconds = None if seconds is None else max(1e-3, deadline_of(seconds) - time.monotonic())
 
     def __enter__(self):
         import signal
