@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import json
 
 from helpers import http_post, run_nsqcli, topic_stats
@@ -60,3 +61,13 @@ def test_a_thread_consumer_with_many_latencies_reports_and_exits(nsqd, topic):
     http_post(nsqd.http_address, "/channel/create", topic=topic, channel="many")
     doc = bench(nsqd, "sub", "-t", topic, "-c", "many", "-n", str(n))
     assert doc["sub"]["messages"] == n and doc["sub"]["latency_ms"]["max"] > 0
+
+
+def test_timeout_counts_from_process_start(nsqd, topic):
+    """`bench sub` of an empty topic: exit 3 when --timeout has passed since the command started."""
+    t0 = time.monotonic()
+    r = run_nsqcli(["bench", "sub", "-t", topic, "-n", "5", "--timeout", "1500ms", "--nsqd-tcp-address", nsqd.tcp_address])
+    took = time.monotonic() - t0
+    assert r.returncode == 3, r.stderr
+    assert r.stderr.decode().strip().splitlines()[-1] == "nsqcli: error: --timeout passed before 'bench sub' was done"
+    assert 1.4 < took < 2.2, took
