@@ -103,6 +103,8 @@ class PublishResult(Record):
     batches: int
     nsqd: list[str]
     retries: int = 0      # rounds over every address after all had failed (publish_iter retries)
+    resent: int = 0       # messages sent again after a connection was lost before nsqd answered
+                          # them: the nsqd they were first sent to may hold them too (duplicates)
 
 
 class Framed:
@@ -130,6 +132,9 @@ class Framed:
         return split_framed(self.payload)
 
 
+#: how often a wait for nsqd's answer looks at a stop event (Producer.stop, publish_iter's stop)
+STOP_POLL = 0.1
+
 #: nsqd errors after which the same batch may succeed later or elsewhere (nsqd exiting, disk)
 RETRIABLE = ("E_PUB_FAILED", "E_MPUB_FAILED", "E_DPUB_FAILED")
 
@@ -153,6 +158,15 @@ class Producer(ConnectionDelegate):
         #: a context manager around each connection attempt (the CLI's: a signal during a
         #: handshake that never ends raises there)
         self.connecting = None
+        #: a threading.Event: once set, a wait for nsqd's answer (publish, DPUB) ends within
+        #: STOP_POLL seconds with :class:`Stopped` instead of waiting out its timeout
+        self.stop = None
+        #: the publish_iter / publish_framed in progress (what it wrote and what nsqd answered
+        #: can be read at any moment: a forced exit reports it)
+        self.publishing: _IterPublish | None = None
+        #: ``on_publish(address, state)``: a single publish (``publish``) is about to be written
+        #: to ``address`` (state "sent"), or nsqd there acknowledged it ("acknowledged")
+        self.on_publish = None
 
     def __enter__(self) -> "Producer":
         return self
@@ -161,14 +175,22 @@ class Producer(ConnectionDelegate):
         self.close()
 
     # -- connection management -------------------------------------------------------------
-    def _link(self, address: str) -> Connection:
+    def _link(self, address: str, share: int = 1) -> Connection:
+        """The connection to ``address``, made now if there is none. With a ``deadline`` the
+        handshake may take the rest of it (divided by ``share``: the attempts still to make),
+        not just dial_timeout + handshake_timeout - the deadline is the caller's whole budget."""
         with self._lock:
             conn = self._links.get(address)
             if conn is not None and conn.alive:
                 return conn
             if self._closed:
                 raise TransportError("producer is closed", address)
-            conn = Connection(address, self.config, self, name="producer", dial=self._dial)
+            cfg = self.config
+            if self.deadline is not None:
+                budget = (self.deadline - time.monotonic()) / max(1, share) - cfg.dial_timeout
+                if budget > cfg.handshake_timeout:
+                    cfg = cfg.replace(handshake_timeout=budget)
+            conn = Connection(address, cfg, self, name="producer", dial=self._dial)
             if self.connecting is None:
                 conn.connect(deadline=self.deadline)
             else:
@@ -188,8 +210,8 @@ class Producer(ConnectionDelegate):
     def connect(self) -> list[str]:
         """Connect now (otherwise the first publish connects). Returns the connected addresses."""
         targets = self.addresses if self.fanout else [self._active_link().address]
-        for a in targets:
-            self._link(a)
+        for i, a in enumerate(targets):
+            self._link(a, len(targets) - i)
         return targets
 
     def rotate(self) -> None:
@@ -200,10 +222,11 @@ class Producer(ConnectionDelegate):
     def _active_link(self) -> Connection:
         """The current nsqd, failing over to the next address when it cannot be reached."""
         errors = []
-        for i in range(len(self.addresses)):
-            idx = (self._current + i) % len(self.addresses)
+        n = len(self.addresses)
+        for i in range(n):
+            idx = (self._current + i) % n
             try:
-                link = self._link(self.addresses[idx])
+                link = self._link(self.addresses[idx], n - i)
             except TransportError as e:
                 errors.append(e)
                 continue
@@ -242,6 +265,17 @@ class Producer(ConnectionDelegate):
         command = encode_pub(topic, body) if defer is None else encode_dpub(topic, int(defer * 1000), body)
         return self._sync(command, 1, timeout)
 
+    def _left(self, timeout: float) -> float:
+        """``timeout``, cut to what is left of ``deadline`` (counted when the wait starts: a
+        handshake before it has spent its share)."""
+        if self.deadline is not None:
+            timeout = min(timeout, self.deadline - time.monotonic())
+        return max(0.001, timeout)
+
+    def _sending(self, address: str, state: str) -> None:
+        if self.on_publish is not None:
+            self.on_publish(address, state)
+
     def _sync(self, command: bytes, count: int, timeout: float) -> list[str]:
         if self.fanout:
             return self._sync_fanout(command, count, timeout)
@@ -255,7 +289,9 @@ class Producer(ConnectionDelegate):
             except NSQError as e:  # refused at the handshake (AUTH)
                 raise PublishError(f"not published: {e}", 0, count, e) from e
             try:
-                self._wait(self._send(conn, command), timeout, conn)
+                self._sending(conn.address, "sent")
+                self._wait(self._send(conn, command), self._left(timeout), conn)
+                self._sending(conn.address, "acknowledged")
                 return [conn.address]
             except Timeout as e:  # no answer: it may be published; sending it again may duplicate it
                 raise PublishError(f"not known whether published: {e}", 0, count, e) from e
@@ -271,10 +307,13 @@ class Producer(ConnectionDelegate):
 
     def _sync_fanout(self, command: bytes, count: int, timeout: float) -> list[str]:
         ok, failed = [], []
-        for address in self.addresses:
+        n = len(self.addresses)
+        for i, address in enumerate(self.addresses):
             try:
-                conn = self._link(address)
-                self._wait(self._send(conn, command), timeout, conn)
+                conn = self._link(address, n - i)
+                self._sending(address, "sent")
+                self._wait(self._send(conn, command), self._left(timeout), conn)
+                self._sending(address, "acknowledged")
                 ok.append(address)
             except NSQError as e:
                 failed.append(e)
@@ -285,12 +324,24 @@ class Producer(ConnectionDelegate):
                 count if ok else 0, count, failed[0])
         return ok
 
-    def _wait(self, fut: Future, timeout: float, conn: Connection | None, what: str = "") -> bytes:
+    def _wait(self, fut: Future, timeout: float, conn: Connection | None, what: str = "",
+              stop=None) -> bytes:
         """nsqd's answer; after ``timeout`` seconds without one the connection is dropped (a
         late OK must not count, and must not be mistaken for another command's) and Timeout
-        raised (``what`` says what got no answer)."""
+        raised (``what`` says what got no answer). ``stop`` (default: the producer's) set
+        meanwhile: :class:`Stopped` within STOP_POLL seconds (nothing dropped: the caller
+        decides what the unanswered publish means)."""
+        stop = stop if stop is not None else self.stop
         try:
-            return fut.result(timeout)
+            if stop is None or fut.done():
+                return fut.result(timeout)
+            end = time.monotonic() + timeout
+            while not fut.wait(min(STOP_POLL, max(0.0, end - time.monotonic()))):
+                if stop.is_set():
+                    raise Stopped()
+                if time.monotonic() >= end:
+                    break
+            return fut.result(0)
         except Timeout:  # the answer itself was a Timeout: not ours to drop
             raise
         except TimeoutError:
@@ -450,6 +501,31 @@ def _answered(entry: Entry) -> bool:
     return entry.future is not None and entry.future.done()
 
 
+#: after a stop, how long the answers in flight may take in all before they count as unanswered
+STOP_GRACE = 1.0
+
+
+def _written(entries) -> list[Entry]:
+    """The sent entries nsqd may hold without their OK having been counted: no answer yet, an
+    OK not yet taken, or a connection lost after they were written. Not: never sent, certainly
+    not processed (closed before nsqd read it), refused by nsqd - nor anything sent after a
+    refusal (nsqd's errors to a publish are fatal: it reads nothing more on that connection, and
+    every sent entry is on one connection)."""
+    out = []
+    for entry in entries:
+        fut = entry.future
+        if fut is None:
+            continue
+        if fut.done():
+            err = fut._error
+            if isinstance(err, ServerError):
+                break
+            if err is not None and getattr(err, "not_processed", False) is True:
+                continue
+        out.append(entry)
+    return out
+
+
 def _as_body(body, number: int) -> bytes:
     """Message ``number`` as the bytes nsqd gets: a str as UTF-8, bytes-like as bytes; anything
     else is refused (bytes(5) would be five zero bytes)."""
@@ -503,6 +579,10 @@ class _IterPublish:
         self.retried = 0
         self.stop = stop
         self.source_error: BaseException | None = None
+        #: messages [acked, maybe_end) may be held by some nsqd without its OK having come:
+        #: written to a connection that was lost (or stalled, or timed out) before the answer
+        self.maybe_end = 0
+        self.resent = 0  # messages sent again after such a loss: possible duplicates
         self._sent = 0  # entries of the ledger (from the head) that are sent, all on _conn
         self._conn: Connection | None = None
 
@@ -596,6 +676,7 @@ class _IterPublish:
     def _drive(self, batches) -> PublishResult:
         """Send every batch (windowed, paced), settle them all; on any failure raise
         PublishError with the exact acknowledged count."""
+        self.p.publishing = self
         stop = self.stop
         try:
             for batch, count, nbytes, topic, lens in batches:
@@ -615,7 +696,8 @@ class _IterPublish:
             self._fail(e)
         if self.source_error is not None:
             self._fail(self.source_error)
-        return PublishResult(self.ledger.acked, self.ledger.batches, self.addresses, self.retried)
+        self.p.publishing = None
+        return PublishResult(self.ledger.acked, self.ledger.batches, self.addresses, self.retried, self.resent)
 
     def _fill(self) -> None:
         """Send the entries not sent yet, in order, up to ``window`` in flight (a new batch, or
@@ -670,7 +752,32 @@ class _IterPublish:
 
     def _wait(self, entry: Entry) -> None:
         self.p._wait(entry.future, self.timeout, self._conn, f" to messages {entry.start + 1}-"
-                     f"{entry.start + entry.count}: they may or may not be published")
+                     f"{entry.start + entry.count}: they may or may not be published", self.stop)
+
+    # -- what nsqd may hold without having said so -------------------------------------------
+    def unanswered(self) -> int:
+        """Messages after the acknowledged ones that some nsqd may hold: written to it, and
+        neither acknowledged nor certainly refused (no answer yet, or the connection was lost
+        before it). At any moment, without waiting (a forced exit reports it)."""
+        end = self.maybe_end
+        for entry in _written(list(self.ledger.entries)):
+            end = max(end, entry.start + entry.count)
+        return max(0, end - self.ledger.acked)
+
+    def _note_unanswered(self, grace: float = 0.0) -> int:
+        """Remember the sent batches nsqd may hold (their connection is gone or given up on);
+        returns how many messages they are. ``grace``: seconds to let the futures of a lost
+        connection settle (it resolves them all as it closes) before they are judged."""
+        end = time.monotonic() + grace
+        if grace:
+            for entry in self.ledger.entries:
+                if entry.future is not None and not entry.future.done():
+                    entry.future.wait(max(0.0, end - time.monotonic()))
+        count = 0
+        for entry in _written(self.ledger.entries):
+            self.maybe_end = max(self.maybe_end, entry.start + entry.count)
+            count += entry.count
+        return count
 
     def _split(self, entry: Entry, error: ServerError) -> None:
         """nsqd refused the head batch as too big (and closed the connection, so nothing after
@@ -690,11 +797,15 @@ class _IterPublish:
         self._fill()
 
     def _failover(self, error: BaseException) -> None:
-        """The head batch got no OK: send it and everything after it again on the next nsqd."""
+        """The head batch got no OK: send it and everything after it again on the next nsqd.
+        After a lost connection the batches it may have published are counted as resent
+        (possible duplicates); after nsqd's E_*_FAILED (fatal: nothing after it was read) none."""
+        maybe = self._note_unanswered(grace=1.0) if isinstance(error, TransportError) else 0
         if self.failovers >= len(self.p.addresses) - 1:
             self._retry_pause(error)
         else:
             self.failovers += 1
+        self.resent += maybe
         self.p._current = (self.p._current + 1) % len(self.p.addresses)
         self.ledger.unsend_all()
         self._sent = 0
@@ -705,7 +816,11 @@ class _IterPublish:
         if self.retries_left <= 0:
             raise error
         self.retries_left -= 1
-        time.sleep(min(30.0, self.retry_backoff * (2 ** self.retried)))
+        pause = min(30.0, self.retry_backoff * (2 ** self.retried))
+        if self.stop is None:
+            time.sleep(pause)
+        elif self.stop.wait(pause):
+            raise Stopped()
         self.retried += 1
         self.failovers = 0
 
@@ -718,21 +833,36 @@ class _IterPublish:
 
     def _fail(self, e: BaseException) -> None:
         """Settle what is in flight (OKs count, in order, until the first failure), then raise
-        PublishError with the exact acknowledged count."""
+        PublishError with the exact acknowledged count, and (``unanswered``) how many messages
+        after those some nsqd may hold all the same, and (``resent``) how many were sent again
+        after a lost connection. After a stop (a signal, a deadline) the answers in flight get
+        STOP_GRACE seconds in all: a stalled nsqd does not hold the stop for its timeout."""
         ledger = self.ledger
+        stopping = isinstance(e, Stopped) or not isinstance(e, Exception)
+        end = time.monotonic() + (STOP_GRACE if stopping else 0.0)
         try:
             while ledger.entries and ledger.head().future is not None:
-                ledger.head().future.result(self.timeout)
+                wait = max(0.0, end - time.monotonic()) if stopping else self.timeout
+                ledger.head().future.result(wait)
                 ledger.ack_head()
                 if self.on_progress is not None:
                     self.on_progress(ledger.acked)
         except BaseException:
             pass
+        self._note_unanswered()
+        self.p.publishing = None
+        unanswered = max(0, self.maybe_end - ledger.acked)
         if isinstance(e, PublishError):
             e.published, e.failed = ledger.acked, ledger.outstanding
+            e.unanswered, e.resent = unanswered, self.resent
             raise e
         if isinstance(e, Stopped) or not isinstance(e, Exception):  # stop event, a signal, SystemExit
             message = f"interrupted: published {ledger.acked} of {ledger.taken} messages"
         else:
             message = f"published {ledger.acked} of {ledger.taken} messages before an error: {e}"
-        raise PublishError(message, ledger.acked, ledger.outstanding, e) from e
+        if unanswered:
+            message += (f" (messages {ledger.acked + 1}-{ledger.acked + unanswered} were written and got no "
+                        "answer: nsqd may hold them)")
+        err = PublishError(message, ledger.acked, ledger.outstanding, e)
+        err.unanswered, err.resent = unanswered, self.resent
+        raise err from e

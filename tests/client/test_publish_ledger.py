@@ -159,6 +159,14 @@ def test_publish_iter_reports_exactly_what_the_server_holds(data):
     assert set(held[published:]) <= unanswered
     duplicated = {b for b in server.held if server.held.count(b) > 1}
     assert duplicated <= unanswered  # only an unanswered publish may be sent twice
+    # what the server may hold past the count is said: the messages after it that it may hold
+    # (the resume hint's "up to M more"), and how many were sent again (possible duplicates)
+    resent = error.resent if error is not None else result.resent
+    assert len(server.held) - len(held) <= resent
+    if error is not None:
+        assert set(held[published:]) <= set(bodies[published:published + error.unanswered]), error.unanswered
+        if server.published_without_answer and set(server.published_without_answer) - set(bodies[:published]):
+            assert error.unanswered > 0
     too_big = next((i for i, b in enumerate(bodies) if len(b) > server.max_msg_size), None)
     if "stall" in server.actions:
         assert error is not None and isinstance(error.cause, Timeout)
