@@ -62,3 +62,30 @@ class AuthServer:
     def __exit__(self, *exc) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def default_layout_nsqd(base_dir, *flags: str):
+    """A real nsqd laid out as nsqd's defaults are (HTTP port = TCP port + 1, as 4150/4151), with
+    extra ``flags``, on a free pair of ports; a started sandbox (``.nsqd`` is the server; stop
+    it with ``.stop()``). The sandbox's nsqd answers HTTP on any free port, which no client can
+    find from the TCP address alone."""
+    import socket
+
+    from nsqcli.sandbox import NsqdOptions, Sandbox
+
+    for _ in range(50):
+        with socket.socket() as a:
+            a.bind(("127.0.0.1", 0))
+            port = a.getsockname()[1]
+            if port >= 65535:
+                continue
+            with socket.socket() as b:
+                try:
+                    b.bind(("127.0.0.1", port + 1))
+                except OSError:
+                    continue
+        sb = Sandbox(NsqdOptions(extra_args=list(flags)), with_lookupd=False, base_dir=str(base_dir))
+        ports = iter((port, port + 1))
+        sb._addr = lambda: f"127.0.0.1:{next(ports)}"
+        return sb.start()
+    raise RuntimeError("no two free ports side by side")

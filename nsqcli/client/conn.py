@@ -43,7 +43,8 @@ from ..protocol import NEED_DATA, FrameDecoder
 from ..protocol.commands import CLS
 from ..protocol.constants import CLOSE_WAIT
 from ..protocol.session import (CLOSE_WAIT_EVENT, MUST_CLOSE, NOT_PROCESSED, Answered, Handshake, Negotiated, ServerErrorEvent,
-                                Session, Unanswered, Upgrade)
+                                Session, Unanswered, Upgrade, refused_identify_field)
+from . import limits
 from .message import Message
 from .record import Record, field
 from .transport import Stream
@@ -210,7 +211,7 @@ class Connection:
         if end <= now:
             raise Timeout("deadline passed before connecting", self.address)
         self.session.subscribed = subscribe is not None
-        identify = cfg.identify()
+        identify = limits.fit_identify(self.address, cfg.identify())
         self._hs_args = (identify, cfg.auth_secret, subscribe, self.address)
         self._hs = Handshake(*self._hs_args)  # checks the names before any I/O
         self._end = end
@@ -318,6 +319,7 @@ class Connection:
         self.features = n.features
         self.max_rdy_count = n.max_rdy_count
         self.msg_timeout = n.msg_timeout
+        limits.note_identify(self.address, n)
         self.auth_info = hs.auth_info
         self._hs = None
         # other threads may send directly on a plain socket only: one SSL object must not read
@@ -345,11 +347,23 @@ class Connection:
         if isinstance(e, RemoteProtocolError):
             e = self._located(e)
         identify = self._hs_args[0] if self._hs_args else {}
-        if (isinstance(e, ServerError) and self.config.output_buffer_size is None
-                and "output buffer size" in str(e) and "output_buffer_size" in identify):
+        refused = refused_identify_field(e) if isinstance(e, ServerError) else None
+        again = False
+        if (refused == "output_buffer_size" and self.config.output_buffer_size is None
+                and "output_buffer_size" in identify):
             # the 64 KiB buffer Config asks for on its own (see Config.output_buffer_size) is
             # above this nsqd's --max-output-buffer-size: again, with nsqd's default
             del identify["output_buffer_size"]
+            again = True
+        elif refused == "output_buffer_timeout" and identify.get("output_buffer_timeout", 0) != 0:
+            # outside this nsqd's [--min-output-buffer-timeout, --max-output-buffer-timeout]
+            # (nsqd >= 1.2 refuses below its minimum, 25 ms by default): again, once, with
+            # nsqd's own default (0); later connections to it do so at once, and fit into its
+            # range when its /config has told it (nsqcli.client.limits, asked in the background)
+            identify["output_buffer_timeout"] = 0
+            limits.refused(self.address, refused)
+            again = True
+        if again:
             try:
                 self._forget_socket()
                 self._decoder = FrameDecoder(self.config.max_frame_size)

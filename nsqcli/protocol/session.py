@@ -134,6 +134,26 @@ def parse_identify_reply(reply: bytes, requested: dict) -> Negotiated:
     )
 
 
+#: nsqd's words (client_v2.go, v1.0-1.3) when it refuses one IDENTIFY value -> the field
+_REFUSED_FIELDS = (("output buffer timeout", "output_buffer_timeout"), ("output buffer size", "output_buffer_size"),
+                   ("heartbeat interval", "heartbeat_interval"), ("sample rate", "sample_rate"),
+                   ("msg timeout", "msg_timeout"))
+
+
+def refused_identify_field(error) -> str | None:
+    """The IDENTIFY field an nsqd error refuses (``E_BAD_BODY IDENTIFY output buffer timeout
+    (50) is invalid`` -> ``"output_buffer_timeout"``), or None for any other error. nsqd
+    closes the connection after it; the same IDENTIFY without that field (0 = nsqd's own
+    default) is accepted. ``error``: a ServerError or its text."""
+    text = str(getattr(error, "detail", error))
+    if "E_BAD_BODY" not in text or "IDENTIFY" not in text or "invalid" not in text:
+        return None
+    for words, name in _REFUSED_FIELDS:
+        if words in text:
+            return name
+    return None
+
+
 def parse_auth_reply(reply: bytes) -> dict:
     return _json_object(reply, "AUTH")
 

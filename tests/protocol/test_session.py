@@ -13,7 +13,8 @@ from nsqcli.protocol.commands import NOP
 from nsqcli.protocol.constants import FRAME_ERROR, FRAME_MESSAGE, FRAME_RESPONSE
 from nsqcli.protocol.frames import Frame, FrameDecoder
 from nsqcli.protocol.session import (CLOSE_WAIT_EVENT, MUST_CLOSE, NOT_PROCESSED, UNKNOWN, Answered, Handshake,
-                                     ServerErrorEvent, Session, Unanswered, Upgrade, check_ok, parse_identify_reply)
+                                     ServerErrorEvent, Session, Unanswered, Upgrade, check_ok, parse_identify_reply,
+                                     refused_identify_field)
 
 ASK = {"feature_negotiation": True, "tls_v1": False, "snappy": False, "deflate": False, "deflate_level": 6}
 
@@ -330,3 +331,25 @@ class SessionMachine(RuleBasedStateMachine):
 TestSession = SessionMachine.TestCase
 TestSession.settings = settings(max_examples=150, stateful_step_count=40, deadline=None, derandomize=True,
                                 database=None)
+
+
+def test_the_identify_field_nsqd_refused_is_named():
+    """nsqd's words for a refused IDENTIFY value (client_v2.go, v1.0-1.3): the connection retries
+    without it (output buffer) instead of failing every command."""
+    hs = Handshake(ASK, address="n:4150")
+    hs.start()
+    with pytest.raises(ServerError) as e:
+        hs.receive_frame(FRAME_ERROR, b"E_BAD_BODY IDENTIFY output buffer timeout (50) is invalid")
+    assert refused_identify_field(e.value) == "output_buffer_timeout"
+    cases = {b"E_BAD_BODY IDENTIFY output buffer size (65536) is invalid": "output_buffer_size",
+             b"E_BAD_BODY IDENTIFY heartbeat interval (90000) is invalid": "heartbeat_interval",
+             b"E_BAD_BODY IDENTIFY sample rate (100) is invalid": "sample_rate",
+             b"E_BAD_BODY IDENTIFY msg timeout (999) is invalid": "msg_timeout",
+             b"E_BAD_BODY IDENTIFY failed to decode JSON body": None,
+             b"E_BAD_BODY MPUB body too big 9 > 5": None,
+             b"E_INVALID output buffer timeout (50) is invalid": None}
+    from nsqcli.errors import server_error
+
+    for data, field in cases.items():
+        assert refused_identify_field(server_error(data, "n:4150")) == field, data
+    assert refused_identify_field("E_BAD_BODY IDENTIFY output buffer timeout (9) is invalid") == "output_buffer_timeout"
