@@ -20,20 +20,30 @@ class DestinationError(Exception):
 _TOO_BIG = re.compile(r"too big (\d+) > (\d+)")
 
 
+#: distinct messages over the destination's limit said one by one; more are only counted
+SAY_TOO_BIG = 5
+
+
 class Copier:
     """The batch handler: filter/rewrite bodies, MPUB them to the destination, return (FIN) only
     after the destination acknowledged every one; raise DestinationError (REQ with backoff) when
     it did not. A message over the destination's message limit is taken out of its batch and
-    requeued alone (no backoff), and given up (FINed, said) after ``max_attempts``."""
+    requeued alone (no backoff, ``requeue_delay`` x its attempts, at most ``max_requeue_delay``),
+    said once per message; it is FINed (given up, said) only when the user asked for that with
+    ``max_attempts`` > 0. ``max_msg_size`` None: the destination's limit is not known - nsqd
+    judges, and its "message too big N > LIMIT" sets it."""
 
     def __init__(self, producer, topic: str | None, mode: str, require: tuple | None, whitelist: tuple,
-                 pacer, count: int, done: threading.Event, *, max_msg_size: int = 1024 * 1024,
-                 max_attempts: int = 5, requeue_delay: float = 90.0, outages=None, warn=None):
+                 pacer, count: int, done: threading.Event, *, max_msg_size: int | None = 1024 * 1024,
+                 max_attempts: int = 0, requeue_delay: float = 90.0, max_requeue_delay: float = 900.0,
+                 limit_source: str = "--destination-max-msg-size", outages=None, warn=None):
         self.producer, self.topic, self.mode = producer, topic, mode
         self.require, self.whitelist, self.pacer = require, whitelist, pacer
         self.count, self.done = count, done
         self.max_msg_size, self.max_attempts, self.requeue_delay = max_msg_size, max_attempts, requeue_delay
+        self.max_requeue_delay, self.limit_source = max_requeue_delay, limit_source
         self.outages, self.warn = outages, warn or (lambda text: None)
+        self.big_ids: set = set()  # the messages over the limit said so far
         self.lock = threading.Lock()
         self.pace_lock = threading.Lock()
         self.idle = threading.Condition(self.lock)
@@ -94,7 +104,7 @@ class Copier:
             body = self._body(m.body)
             if body is None:
                 skipped += 1
-            elif len(body) > self.max_msg_size:
+            elif self.max_msg_size is not None and len(body) > self.max_msg_size:
                 big += 1
                 self._too_big(m, len(body))
             else:
@@ -136,34 +146,45 @@ class Copier:
         """nsqd's E_BAD_MESSAGE "MPUB message too big N > LIMIT": messages over LIMIT are
         taken out of their batches from now on (the destination's limit is lower than ours)."""
         m = _TOO_BIG.search(str(err))
-        if m and int(m.group(2)) < self.max_msg_size:
-            self.max_msg_size = int(m.group(2))
+        if not m:
+            return
+        with self.lock:  # handler threads fail side by side
+            if self.max_msg_size is None or int(m.group(2)) < self.max_msg_size:
+                self.max_msg_size = int(m.group(2))
+                self.limit_source = "the destination nsqd said so"
 
     def _too_big(self, m, size: int) -> None:
-        """Never copyable as it is: requeue it alone (no backoff: the rest flows on), and after
-        max_attempts give up on it (FIN), saying so once."""
+        """Not copyable as it is: requeued alone (no backoff: the rest flows on), said once per
+        message (the first SAY_TOO_BIG of them), never FINed - unless the user asked for that
+        with max_attempts: then FINed after that many deliveries, said."""
+        limit = self.max_msg_size
+        msg_id = m.id.decode(errors="replace")
         with self.lock:
             self.too_big += 1
-        limit = self.max_msg_size
+            new = msg_id not in self.big_ids
+            if new:
+                self.big_ids.add(msg_id)
+            said = len(self.big_ids)
         if self.max_attempts and m.attempts >= self.max_attempts:
             m.finish()
             with self.lock:
                 self.given_up += 1
-            self.warn(f"gave up on message {m.id.decode(errors='replace')} of topic {m.topic} after "
-                      f"{m.attempts} attempts: {size:,} bytes, over the destination's {limit:,}-byte "
-                      "message limit; FINed, NOT copied")
+            self.warn(f"gave up on message {msg_id} of topic {m.topic} after {m.attempts} attempts "
+                      f"(--max-attempts): {size:,} bytes, over the destination's {limit:,}-byte message limit; "
+                      "FINed, NOT copied")
             return
-        text = (f"a message of {size:,} bytes is over the destination's {limit:,}-byte message limit "
-                f"(--destination-max-msg-size): requeued alone, given up after --max-attempts "
-                f"{self.max_attempts}" if self.max_attempts else
-                f"a message of {size:,} bytes is over the destination's {limit:,}-byte message limit "
-                "(--destination-max-msg-size): requeued alone, again and again (--max-attempts 0)")
-        if self.outages is not None:
-            self.outages.failed("too-big", text)
-        m.requeue(delay=min(900.0, self.requeue_delay * max(1, m.attempts)), backoff=False)
+        delay = min(self.max_requeue_delay, self.requeue_delay * max(1, m.attempts))
+        if new and said <= SAY_TOO_BIG:
+            then = (f"FINed (NOT copied) after --max-attempts {self.max_attempts}" if self.max_attempts else
+                    "it stays in the source, requeued with backoff (raise the destination's --max-msg-size "
+                    "to copy it)")
+            more = "; further ones are counted in the status line" if said == SAY_TOO_BIG else ""
+            self.warn(f"message {msg_id} of topic {m.topic} ({size:,} bytes) is over the destination's "
+                      f"{limit:,}-byte message limit ({self.limit_source}): not copied; {then}{more}")
+        m.requeue(delay=delay, backoff=False)
 
     def status(self, elapsed: float) -> str:
-        big = (f", over the destination's message limit {self.too_big:,} (given up {self.given_up:,})"
-               if self.too_big else "")
+        big = (f", over the destination's message limit {len(self.big_ids):,} (deliveries {self.too_big:,}, "
+               f"given up {self.given_up:,}; the rest stay in the source)" if self.too_big else "")
         return (f"copied {self.copied:,}, left out by filters {self.filtered:,}, failed batches "
                 f"{self.failed_batches} (requeued){big}, {self.copied / max(elapsed, 1e-9):,.0f} msg/s")

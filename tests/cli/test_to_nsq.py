@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import time
 
-from helpers import NSQCLI, clean_env, http_post, run_nsqcli, topic_stats, wait_for
+import pytest
+
+from helpers import NSQCLI, clean_env, http_post, one_error_line, run_nsqcli, topic_stats, wait_for
+from nsq_fixtures import default_layout_nsqd
 
 
 def count(node, topic) -> int:
@@ -177,27 +181,124 @@ def test_a_2_mib_message_is_copied_when_both_nsqd_accept_it(nsqd_factory, topic)
     assert sorted(drain(dst, topic, "check"), key=len) == [b"small-1", b"small-2", big]
 
 
-def test_a_message_over_the_destination_limit_is_said_once_and_given_up(nsqd_factory, topic):
-    """Without --destination-max-msg-size the 2 MiB message cannot be copied: the small ones are
-    copied all the same, the big one is requeued alone, said once with its size and the limit
-    (not per retry), and after --max-attempts given up (FINed) with one line."""
-    src = nsqd_factory(max_msg_size=4 << 20, max_body_size=8 << 20)
-    dst = nsqd_factory(max_msg_size=4 << 20, max_body_size=8 << 20)
-    http_post(src.http_address, "/pub", b"x" * (2 << 20), topic=topic)
+@pytest.fixture
+def laid_out(tmp_path):
+    """nsqd laid out as by default (HTTP = TCP port + 1): its /config can be found from its TCP
+    address. ``laid_out(*flags)`` starts one; all are stopped after the test."""
+    boxes = []
+
+    def start(*flags):
+        boxes.append(default_layout_nsqd(tmp_path / f"box{len(boxes)}", *flags))
+        return boxes[-1].nsqd
+
+    yield start
+    for sb in boxes:
+        sb.stop()
+
+
+BIG = (bytes(range(1, 256)) * 5900)[:1500000]  # 1.5 MB, no NUL (drain splits on it)
+
+
+@pytest.mark.parametrize("layout", ["default", "any-port"])
+def test_both_nsqd_at_3000000_copy_a_1_5_mb_message_without_any_flag(laid_out, nsqd_factory, topic, layout):
+    """Issue 33: the 1.5 MB message was requeued for 15 min and then FINed, NOT copied, because
+    --destination-max-msg-size guessed 1M. The destination's limit is asked of its /config
+    (default layout) - or, where its HTTP port cannot be found, left to nsqd to judge."""
+    if layout == "default":
+        src, dst = laid_out("--max-msg-size=3000000"), laid_out("--max-msg-size=3000000")
+    else:
+        src, dst = nsqd_factory(max_msg_size=3000000), nsqd_factory(max_msg_size=3000000)
+    http_post(src.http_address, "/pub", BIG, topic=topic)
+    http_post(dst.http_address, "/topic/create", topic=topic)
+    http_post(dst.http_address, "/channel/create", topic=topic, channel="check")
+    t0 = time.monotonic()
+    r = run_nsqcli(["to-nsq", "-t", topic, "--nsqd-tcp-address", src.tcp_address, "--destination-nsqd-tcp-address",
+                    dst.tcp_address, "-n", "1", "--timeout", "20s"], timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert time.monotonic() - t0 < 10
+    assert r.stderr.decode().splitlines() == ["nsqcli: copied 1, left out by filters 0, failed batches 0 (requeued), "
+                                              + r.stderr.decode().rsplit("(requeued), ", 1)[1].strip()]
+    assert drain(dst, topic, "check") == [BIG]
+    ch = topic_stats(src, topic)["channels"][0]
+    assert (ch["depth"], ch["in_flight_count"], ch["deferred_count"], ch["message_count"]) == (0, 0, 0, 1)
+
+
+def test_a_message_over_the_destination_limit_stays_in_the_source_said_once(laid_out, topic):
+    """The destination's --max-msg-size (1 MB here, from its /config) is below the message: the
+    small ones are copied, the big one is NOT FINed - it stays in the source, requeued, said in
+    one line naming its size and the limit (not again per delivery)."""
+    src, dst = laid_out("--max-msg-size=3000000"), laid_out("--max-msg-size=1000000")
+    http_post(src.http_address, "/pub", BIG, topic=topic)
     publish(src, topic, [b"small-1", b"small-2"])
     r = run_nsqcli(["to-nsq", "-t", topic, "--nsqd-tcp-address", src.tcp_address, "--destination-nsqd-tcp-address",
-                    dst.tcp_address, "--max-attempts", "3", "--requeue-delay", "0.2s", "--idle-timeout", "8s"],
-                   timeout=60)  # 8 s: nsqd looks at a new channel's deferred messages only every 5 s
+                    dst.tcp_address, "--requeue-delay", "0.2s", "--idle-timeout", "7s"], timeout=60)
+    assert r.returncode == 0, r.stderr
+    err = r.stderr.decode()
+    warnings = [ln for ln in err.splitlines() if ln.startswith("nsqcli: warning:")]
+    assert len(warnings) == 1, err
+    assert "(1,500,000 bytes) is over the destination's 1,000,000-byte message limit (its --max-msg-size): not " \
+           "copied; it stays in the source" in warnings[0]
+    assert "copied 2," in err.splitlines()[-1] and "over the destination's message limit 1 (deliveries " in err
+    assert count(dst, topic) == 2
+    ch = topic_stats(src, topic)["channels"][0]
+    assert ch["depth"] + ch["in_flight_count"] + ch["deferred_count"] == 1 and ch["requeue_count"] >= 2
+    assert ch["message_count"] == 3
+
+
+def test_a_limit_nsqd_tells_by_refusing_is_learnt_and_the_message_kept(nsqd_factory, topic):
+    """The destination's HTTP port cannot be found: nsqd judges. Its "MPUB message too big"
+    fails that batch once (requeued); the limit it named keeps the message out of later batches,
+    and the message stays in the source."""
+    src, dst = nsqd_factory(max_msg_size=3000000), nsqd_factory(max_msg_size=1000000)
+    http_post(src.http_address, "/pub", BIG, topic=topic)
+    publish(src, topic, [b"small-1", b"small-2"])
+    r = run_nsqcli(["to-nsq", "-t", topic, "--nsqd-tcp-address", src.tcp_address, "--destination-nsqd-tcp-address",
+                    dst.tcp_address, "--requeue-delay", "0.2s", "--idle-timeout", "7s"], timeout=60)
+    assert r.returncode == 0, r.stderr
+    err = r.stderr.decode()
+    assert "1,000,000-byte message limit (the destination nsqd said so): not copied; it stays in the source" in err
+    assert set(drain(dst, topic, "check_after")) <= {b"small-1", b"small-2"}
+    ch = topic_stats(src, topic)["channels"][0]
+    assert ch["depth"] + ch["in_flight_count"] + ch["deferred_count"] == 1
+
+
+def test_a_message_over_the_limit_is_fined_only_with_max_attempts(laid_out, topic):
+    """--max-attempts N is the user asking to give up: after N deliveries FINed, said."""
+    src, dst = laid_out("--max-msg-size=3000000"), laid_out()
+    http_post(src.http_address, "/pub", BIG, topic=topic)
+    r = run_nsqcli(["to-nsq", "-t", topic, "--nsqd-tcp-address", src.tcp_address, "--destination-nsqd-tcp-address",
+                    dst.tcp_address, "--max-attempts", "2", "--requeue-delay", "0.2s", "--idle-timeout", "7s"],
+                   timeout=60)  # 7 s: nsqd looks at a new channel's deferred messages only every 5 s
     assert r.returncode == 0, r.stderr
     err = r.stderr.decode()
     warnings = [ln for ln in err.splitlines() if ln.startswith("nsqcli: warning:")]
     assert len(warnings) == 2, err
-    assert "a message of 2,097,152 bytes is over the destination's 1,048,576-byte message limit" in warnings[0]
-    assert "gave up on message" in warnings[1] and "after 3 attempts" in warnings[1] and "NOT copied" in warnings[1]
-    assert "copied 2," in err.splitlines()[-1] and "over the destination's message limit 3 (given up 1)" in err
-    assert count(dst, topic) == 2
+    assert "1,048,576-byte message limit (its --max-msg-size): not copied; FINed (NOT copied) after --max-attempts 2" \
+        in warnings[0]
+    assert "gave up on message" in warnings[1] and "after 2 attempts (--max-attempts)" in warnings[1]
+    assert "given up 1" in err.splitlines()[-1]
+    assert count(dst, topic) == 0
     ch = topic_stats(src, topic)["channels"][0]
-    assert ch["depth"] == ch["in_flight_count"] == ch["deferred_count"] == 0  # the big one was FINed at last
+    assert ch["depth"] == ch["in_flight_count"] == ch["deferred_count"] == 0  # FINed, as asked
+
+
+@pytest.mark.parametrize("side", ["source", "destination"])
+def test_timeout_with_a_hung_nsqlookupd(nsqd_factory, topic, side):
+    """--timeout 3s is the whole command's: a hung nsqlookupd (accepts, never answers) ends it at
+    3 s (was 5.2 s), exit 3 with one line - the copy was not done."""
+    node = nsqd_factory()
+    with socket.socket() as hung:
+        hung.bind(("127.0.0.1", 0))
+        hung.listen(16)
+        h = f"127.0.0.1:{hung.getsockname()[1]}"
+        where = (["--lookupd-http-address", h, "--destination-nsqd-tcp-address", node.tcp_address] if side == "source"
+                 else ["--nsqd-tcp-address", node.tcp_address, "--destination-lookupd-http-address", h])
+        t0 = time.monotonic()
+        r = run_nsqcli(["to-nsq", "-t", topic, *where, "--destination-topic", topic + "_copy", "--timeout", "3s"],
+                       timeout=30)
+        took = time.monotonic() - t0
+    one_error_line(r, 3, r"--timeout passed while .*nsqlookupd|--timeout passed while connecting to the source")
+    assert 2.8 <= took <= 3.5, took
 
 
 def test_copying_a_topic_onto_itself_is_a_usage_error(sandbox, topic):

@@ -11,27 +11,85 @@ import time
 import click
 
 from ..command import command, option
-from ..options import (build_config, check_timeout, connection_options, destination_options, nsqd_addresses,
-                       pop_connection, pop_destination, relay_run_options, topic_arguments)
+from ..options import (build_config, check_timeout, connection_options, deadline_of, destination_options,
+                       nsqd_addresses, pop_connection, pop_destination, relay_run_options, topic_arguments)
 from ...relay.copier import Copier, DestinationError
 from ..types import DURATION, TOPIC, Size
 
 
-def destination_addresses(app, dest: dict, topics: list[str]) -> list[str]:
-    """Destination nsqd: given ones, else those lookupd says carry the (first) topic, else all."""
+def destination_addresses(app, dest: dict, topics: list[str], deadline: float | None = None) -> list[str]:
+    """Destination nsqd: given ones, else those lookupd says carry the (first) topic, else all
+    (their HTTP addresses noted for nsqcli.client.limits). Within ``deadline``."""
     if dest.get("nsqd_tcp_addresses"):
         return list(dest["nsqd_tcp_addresses"])
+    from ...client import limits
     from ...client.http import cluster_view
     from ...errors import NSQError
 
     lookupds = list(dest.get("lookupd_http_addresses") or ())
-    view = cluster_view(lookupds, topics[0])
+    view = cluster_view(lookupds, topics[0], timeout=_left(deadline, 5.0, "asking the destination nsqlookupd"))
+    nodes = view.producers(topics[0]) or list(view.nodes.values())
+    if not nodes and view.errors:
+        # no answer before --timeout: exit 3 (the work was not done), the reason in the same line
+        _left(deadline, 5.0, f"asking the destination nsqlookupd ({view.errors[0]})")
     for e in view.errors:
         app.warn(f"destination nsqlookupd failed: {e}")
-    nodes = view.producers(topics[0]) or list(view.nodes.values())
     if not nodes:
         raise NSQError(f"the destination nsqlookupd {', '.join(lookupds)} knows no nsqd")
+    for n in nodes:
+        limits.note_http(n.tcp_address, n.http_address)
     return sorted(n.tcp_address for n in nodes)
+
+
+def _left(deadline: float | None, most: float, doing: str) -> float:
+    """Seconds left for a step (at most ``most``); DeadlineExceeded when --timeout has passed."""
+    if deadline is None:
+        return most
+    left = deadline - time.monotonic()
+    if left <= 0:
+        from ..app import DeadlineExceeded
+
+        raise DeadlineExceeded(f"--timeout passed while {doing}; nothing was copied")
+    return min(most, left)
+
+
+class Limit:
+    """The largest message to send the destination, and where that number came from."""
+
+    def __init__(self, size: int | None, body: int, source: str):
+        self.size, self.body, self.source = size, body, source
+
+
+def ask_limits(app, sources: list[str], destinations: list[str], given: int | None,
+               deadline: float | None) -> tuple[Limit, float]:
+    """What the nsqd say of themselves (nsqcli.client.limits: /config, one round for all):
+
+    - the largest message to send the destination: --destination-max-msg-size when given,
+      else the smallest destination's --max-msg-size (a message may go to any of them), else
+      None - nsqd judges, and its "too big" answer sets it (nsqcli.relay.copier);
+    - the longest REQ delay for the source: 15 min, or its --max-req-timeout when lower (nsqd
+      1.0 closes the connection on a REQ beyond it; later ones clamp)."""
+    from ...client import limits
+
+    asked = list(destinations if given is None else ()) + list(sources)
+    found = limits.ask(asked, timeout=_left(deadline, limits.ASK_TIMEOUT, "asking nsqd's limits"),
+                       deadline=deadline) if asked else {}
+    caps = [found[a].max_req_timeout for a in sources if a in found and found[a].max_req_timeout]
+    cap = min([900.0] + caps)
+    if given is not None:
+        return Limit(given, max(5 * 1024 * 1024, given + 8), "--destination-max-msg-size"), cap
+    dest = [found[a] for a in destinations]
+    sizes = [lim.max_message for lim in dest if lim.max_message is not None]
+    bodies = [lim.max_body_size for lim in dest if lim.max_body_size is not None]
+    body = min(bodies) if bodies else 5 * 1024 * 1024
+    unknown = [lim for lim in dest if lim.max_message is None]
+    for lim in unknown:
+        app.debug(f"destination nsqd {lim.address}: its --max-msg-size could not be asked ({lim.error or 'no answer'}): "
+                  "nsqd judges each message, one it refuses as too big stays in the source")
+    if unknown and not sizes:
+        return Limit(None, body, ""), cap
+    return Limit(min(sizes), body, "its --max-msg-size" if len(dest) == 1 else
+                 "the smallest --max-msg-size of the destination nsqd"), cap
 
 
 @command("to-nsq", examples="""
@@ -58,12 +116,13 @@ nsqcli to-nsq -t events --destination-nsqd-tcp-address 10.1.0.7:4150 --destinati
         help="Copy only these top-level fields of each JSON message (repeatable).")
 @option("--requeue-delay", type=DURATION, default="90s", show_default=True,
         help="A batch the destination refused comes back after this x its attempts (capped at 15m).")
-@option("--destination-max-msg-size", type=Size(), default="1M", show_default=True, group="Destination",
-        help="The largest message the destination nsqd accepts (its --max-msg-size; raise both to copy "
-             "bigger messages). A bigger message is requeued alone, then given up after --max-attempts.")
-@option("--max-attempts", type=click.IntRange(0), default=5, show_default=True,
-        help="Give up on a message over --destination-max-msg-size after this many deliveries: FIN it and "
-             "say so (0 = requeue it forever). Other failures are retried without limit.")
+@option("--destination-max-msg-size", type=Size(), default=None, group="Destination",
+        help="The largest message to send the destination (default: asked of each destination nsqd's "
+             "/config/max_msg_size; the smallest of them). A bigger message is not copied: it stays in the "
+             "source, requeued with backoff, said once.")
+@option("--max-attempts", type=click.IntRange(0), default=0, show_default=True,
+        help="FIN a message over the destination's message limit after this many deliveries, saying so "
+             "(0 = never: it stays in the source). Other failures are retried without limit.")
 @relay_run_options("Stop after copying N messages (0 = run until stopped).")
 @destination_options
 @connection_options(consumer=True)
@@ -76,14 +135,19 @@ def to_nsq(app, topics, channel, destination_topic, mode, max_in_flight, concurr
     A message is FINed only after the destination acknowledged it; when the destination fails,
     the batch is requeued and the consumer backs off. Delivery is at least once: killed at any
     moment, nothing is lost (messages being copied are redelivered and copied again). JSON
-    filters FIN what they leave out. A message over --destination-max-msg-size cannot be copied:
-    it is requeued on its own and, after --max-attempts, FINed with a warning. Copying a topic
+    filters FIN what they leave out. The largest message the destination takes is asked of each
+    destination nsqd (its /config/max_msg_size; where its HTTP port cannot be found, nsqd's own
+    "too big" answer tells it); a bigger message is not copied and not FINed: it stays in the
+    source, requeued with backoff, said once (--max-attempts N: FINed after N deliveries,
+    said). --timeout bounds the whole run, lookups included. Copying a topic
     onto itself (same nsqd or lookupd, same topic) is refused. SIGINT/SIGTERM stop cleanly
     (exit 0) after the last publish was answered; the summary comes last.
     """
     check_timeout(timeout)
+    deadline = deadline_of(timeout)
     from ...client.consumer import Consumer
     from ...client.producer import Pacer, Producer
+    from ...errors import NSQError
     from ..app import Outages, sources_recovered
 
     dest = pop_destination(kwargs)
@@ -97,19 +161,22 @@ def to_nsq(app, topics, channel, destination_topic, mode, max_in_flight, concurr
         raise click.BadParameter("must be more than 0", param_hint="'--idle-timeout'")
     if rate:  # a batch is at most ~100 ms of the rate
         max_in_flight = min(max_in_flight, max(1, int(rate / 10)))
+    addresses = destination_addresses(app, dest, list(topics), deadline)
+    limit, requeue_cap = ask_limits(app, nsqd_addresses(conn), addresses, destination_max_msg_size, deadline)
     cfg = build_config(conn, max_in_flight=max_in_flight, max_attempts=0, concurrency=concurrency,
-                       default_requeue_delay=requeue_delay)
-    # an MPUB of one message of the largest size: 4 (count) + 4 (size) + body
-    dest_cfg = build_config(dest, max_msg_size=destination_max_msg_size,
-                            max_body_size=max(5 * 1024 * 1024, destination_max_msg_size + 8))
+                       default_requeue_delay=requeue_delay, max_requeue_delay=requeue_cap)
+    # the producer refuses nothing itself when the limit is not known: nsqd judges. An MPUB of
+    # one message of the largest size: 4 (count) + 4 (size) + body
+    dest_cfg = build_config(dest, max_msg_size=limit.size if limit.size is not None else 1 << 31,
+                            max_body_size=max(limit.body, (limit.size or 0) + 8))
     done = threading.Event()
     outages = Outages(app)
-    producer = Producer(destination_addresses(app, dest, list(topics)), dest_cfg, fanout=mode == "fanout")
+    producer = Producer(addresses, dest_cfg, fanout=mode == "fanout")
     copier = Copier(producer, destination_topic, mode,
                     (require_json_field, require_json_value) if require_json_field else None,
                     tuple(whitelist), Pacer(rate) if rate else None, count, done,
-                    max_msg_size=destination_max_msg_size, max_attempts=max_attempts,
-                    requeue_delay=requeue_delay, outages=outages, warn=app.warn)
+                    max_msg_size=limit.size, max_attempts=max_attempts, requeue_delay=requeue_delay,
+                    max_requeue_delay=requeue_cap, limit_source=limit.source, outages=outages, warn=app.warn)
     consumers = []
     from ..signals import GracefulStop
 
@@ -122,8 +189,16 @@ def to_nsq(app, topics, channel, destination_topic, mode, max_in_flight, concurr
             c = Consumer(topic, channel, batch_handler=copier, config=cfg, on_error=lambda e: _say(outages, e),
                          nsqd_tcp_addresses=nsqd_addresses(conn),
                          lookupd_http_addresses=list(conn.get("lookupd_http_addresses") or ()))
-            with stopper.blocking():  # a signal while connecting ends it at once (130)
-                c.start()
+            try:
+                with stopper.blocking():  # a signal while connecting ends it at once (130)
+                    c.start(deadline=deadline)
+            except NSQError as e:
+                if deadline is not None and time.monotonic() >= deadline - 0.25:  # cut short by --timeout
+                    from ..app import DeadlineExceeded
+
+                    raise DeadlineExceeded(f"--timeout passed while connecting to the source ({e}); "
+                                           "nothing was copied") from None
+                raise
             consumers.append(c)
         if live or (live is None and app.stderr_is_tty):
             from ..views import LiveConnections
@@ -132,7 +207,7 @@ def to_nsq(app, topics, channel, destination_topic, mode, max_in_flight, concurr
         next_status = start + status_interval if status_interval and view is None else None
         while not done.wait(0.2):
             now = time.monotonic()
-            if timeout and now - start >= timeout:
+            if deadline is not None and now >= deadline:
                 expired = True
                 break
             if idle_timeout and now - copier.last >= idle_timeout:
@@ -145,10 +220,24 @@ def to_nsq(app, topics, channel, destination_topic, mode, max_in_flight, concurr
         done.set()
         if view is not None:
             view.stop()
-        for c in consumers:
-            c.stop(timeout=15)
-        copier.wait_idle(60)  # a publish still waiting for its answer (bounded by its own timeout)
-        producer.close()
+        # past --timeout the stop has what is left of 0.25 s: a publish still unanswered then (a
+        # hung destination: its connection attempt is bounded by its own deadline only) is
+        # neither FINed nor counted, and its messages come back after nsqd's msg_timeout
+        late = deadline is not None and time.monotonic() >= deadline
+        budget = (lambda most: max(0.05, min(most, deadline + 0.25 - time.monotonic()))) if late else (lambda most: most)
+
+        def stop_all():
+            for c in consumers:
+                c.stop(timeout=budget(15))
+            copier.wait_idle(budget(60))  # a publish still waiting for its answer (bounded by its own timeout)
+            producer.close(budget(10))
+
+        if late:
+            stopping = threading.Thread(target=stop_all, name="nsqcli-stop", daemon=True)
+            stopping.start()
+            stopping.join(budget(15) + 0.05)
+        else:
+            stop_all()
     elapsed = time.monotonic() - start
     short = expired and count and copier.copied < count  # then the error line says the count
     if not short:
