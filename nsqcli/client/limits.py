@@ -7,8 +7,9 @@ the life of the process.
   (TCP port + 1) confirmed by its ``/info`` naming that TCP port - and asks ``/config`` for
   every option in :data:`OPTIONS` at once, all under one short deadline and the caller's.
   An option an older nsqd does not have (``min_output_buffer_timeout`` before 1.2) is None.
-- :func:`note_identify` records what a connection's IDENTIFY answer said (max_rdy_count,
-  msg_timeout, max_msg_timeout, version, the output buffer nsqd granted).
+- :func:`note_identify` records what a connection's IDENTIFY answer said of nsqd (max_rdy_count,
+  max_msg_timeout, version, the output buffer it granted; the msg_timeout it granted is the
+  connection's own, on Connection.negotiated).
 - :func:`known` returns what is known without asking (never blocks): the connection's
   handshake uses it to fit its output buffer timeout into nsqd's range (:func:`fit_identify`).
 - :func:`refused` remembers an IDENTIFY value an nsqd refused (``E_BAD_BODY IDENTIFY output
@@ -137,8 +138,6 @@ def note_identify(address: str, negotiated) -> None:
             lim.max_rdy_count = f["max_rdy_count"]
         if f.get("max_msg_timeout"):
             lim.max_msg_timeout = f["max_msg_timeout"] / 1000.0
-        if f.get("msg_timeout") and lim.msg_timeout is None:
-            lim.msg_timeout = f["msg_timeout"] / 1000.0
         if f.get("version"):
             lim.version = f["version"]
         if "output_buffer_timeout" in f:

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from helpers import run_nsqcli
+from helpers import run_nsqcli, wait_for
 from nsq_fixtures import default_layout_nsqd
 from nsqcli import Config, Producer
 from nsqcli.client import limits
@@ -42,6 +42,26 @@ def test_config_is_read_where_nsqd_answers_http_at_its_tcp_port_plus_one(tmp_pat
             assert limits.known(nsqd.tcp_address).version == "1.3.0"  # the IDENTIFY answer, noted
         finally:
             p.close()
+    finally:
+        sb.stop()
+
+
+def test_a_refused_output_buffer_timeout_is_learnt_for_the_next_connections(tmp_path):
+    """The first connection knows nothing: refused, dialled again with nsqd's default (250 ms);
+    the range is learnt in the background, and the next connection asks for its minimum."""
+    sb = default_layout_nsqd(tmp_path, "--min-output-buffer-timeout=100ms")
+    try:
+        address = sb.nsqd.tcp_address
+        granted = []
+        for _ in range(2):
+            p = Producer([address], Config())
+            try:
+                p.publish("t", b"x")
+                granted.append(next(iter(p._links.values())).features["output_buffer_timeout"])
+            finally:
+                p.close()
+            wait_for(lambda: limits.known(address).min_output_buffer_timeout == 0.1, timeout=5, what="/config learnt")
+        assert granted == [250, 100]
     finally:
         sb.stop()
 
