@@ -26,12 +26,27 @@ import time
 STARTED = time.monotonic()
 
 
+#: what an early exit adds to its line (`pub`: whether its message may be published already)
+_interrupt_note = ""
+
+
 def _early_exit(signum, frame):
     name = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM"}.get(signum, str(signum))
     try:
-        os.write(2, f"nsqcli: interrupted ({name})\n".encode())
+        os.write(2, f"nsqcli: interrupted ({name}){_interrupt_note}\n".encode())
     finally:
         os._exit(128 + signum)
+
+
+def pub_progress(address: str, state: str) -> None:
+    """Producer.on_publish for `pub` (both paths): a signal after the PUB was written says the
+    message may be published, not just "interrupted" (which reads as: nothing happened)."""
+    global _interrupt_note
+    if state == "sent":
+        _interrupt_note = (f": the message was sent to {address} and may have been published "
+                           "(no answer from nsqd yet)")
+    else:
+        _interrupt_note = f": the message was published ({address} acknowledged it)"
 
 
 def install_early_signals() -> None:
@@ -183,6 +198,13 @@ class _Deadline(Exception):
     pass
 
 
+def deadline_passed(deadline: float) -> bool:
+    """Exit 3 only when the deadline did pass (a Timeout of its own - a handshake's share of
+    it given to one of several nsqd - is a failure, 1). A wait that ended at the deadline may
+    wake a hair before it."""
+    return time.monotonic() >= deadline - 0.01
+
+
 def _guarded(plan: dict) -> int:
     """nsqcli.cli.app.run's mapping of outcomes to messages and exit codes, for what pub raises."""
     from .errors import NSQError
@@ -228,7 +250,7 @@ def _publish(plan: dict) -> int:
 
     from .client.config import Config
     from .client.producer import Producer
-    from .errors import PublishError, Timeout
+    from .errors import PublishError
 
     cfg = Config()  # what cli.options.build_config makes when no connection option but nsqd is given
     message = plan["message"]
@@ -243,14 +265,14 @@ def _publish(plan: dict) -> int:
         return 2
     if len(body) > cfg.max_msg_size and not plan["quiet"]:
         _say(f"nsqcli: warning: message is {len(body)} bytes; nsqd's default --max-msg-size is {cfg.max_msg_size}")
-    deadline = time.monotonic() + plan["timeout"]
+    deadline = STARTED + plan["timeout"]  # cli.options.deadline_of: from process start
     producer = Producer(plan["nsqd"], cfg, fanout=plan["fanout"], deadline=deadline)
+    producer.on_publish = pub_progress
     try:
-        acked = producer.publish(plan["topic"], body, defer=plan["defer"],
-                                 timeout=max(0.001, deadline - time.monotonic()))
+        acked = producer.publish(plan["topic"], body, defer=plan["defer"], timeout=plan["timeout"])
     except PublishError as e:
-        if isinstance(e.cause, Timeout) or time.monotonic() >= deadline:
-            raise _Deadline(str(e)) from e
+        if deadline_passed(deadline):
+            raise _Deadline(f"--timeout passed: {e}") from e
         raise
     finally:
         producer.close(timeout=max(0.1, deadline - time.monotonic()))

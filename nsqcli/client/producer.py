@@ -205,7 +205,8 @@ class Producer(ConnectionDelegate):
         with self._lock:
             if self._links.get(conn.address) is conn:
                 del self._links[conn.address]
-        conn.close(0.5)
+        linger = 0.5 if self.deadline is None else max(0.0, min(0.5, self.deadline - time.monotonic()))
+        conn.close(linger)  # nothing to wait for past the deadline
 
     def connect(self) -> list[str]:
         """Connect now (otherwise the first publish connects). Returns the connected addresses."""
@@ -347,7 +348,9 @@ class Producer(ConnectionDelegate):
         except TimeoutError:
             if conn is not None:
                 self._drop(conn)
-            raise Timeout(f"no answer from nsqd within {round(timeout, 1):g}s{what}",
+            cut = self.deadline is not None and time.monotonic() >= self.deadline - 0.01
+            within = "before the deadline" if cut else f"within {round(timeout, 1):g}s"  # (a cut wait's length is chance)
+            raise Timeout(f"no answer from nsqd {within}{what}",
                           conn.address if conn is not None else None) from None
 
     # -- MPUB -------------------------------------------------------------------------------

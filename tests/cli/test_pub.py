@@ -8,7 +8,8 @@ import sys
 
 import pytest
 from fakes import FakeNsqd
-from helpers import clean_env, lookup_producers, run_nsqcli, topic_stats, wait_for
+from faultproxy import FaultProxy
+from helpers import NSQCLI, clean_env, lookup_producers, run_nsqcli, topic_stats, wait_for
 from helpers import run_nsqcli as run
 
 
@@ -106,3 +107,74 @@ def test_pub_fails_unless_nsqd_said_ok(reply):
         r = run(["pub", "-t", "t", "--nsqd-tcp-address", fake.address, "--timeout", "3s", "x"])
     assert r.returncode == 1, r.stderr
     assert reply[:10] in r.stderr and b"expected OK" in r.stderr or b"CLOSE_WAIT" in r.stderr
+
+
+# -- issue 33: the deadline counts from process start; an interrupt after the PUB says so ---------
+def _both_paths(args, env=None):
+    """Run `nsqcli pub ARGS` on the fast path and through click at the same time: [(rc, stdout,
+    stderr, seconds from Popen to exit)] for (fast, click)."""
+    import time
+
+    procs = []
+    for off in ("0", "1"):
+        t0 = time.monotonic()
+        procs.append((subprocess.Popen(NSQCLI + ["pub", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                       stdin=subprocess.DEVNULL,
+                                       env=clean_env({**(env or {}), "NSQCLI_NO_FAST_PATH": off})), t0))
+    out = []
+    for p, t0 in procs:
+        o, e = p.communicate(timeout=60)
+        out.append((p.returncode, o, e, time.monotonic() - t0))
+    return out
+
+
+def test_the_deadline_includes_the_handshake(nsqd, topic):
+    """Every answer 1.5 s late: the handshake spends 1.5 s of --timeout 2s, so PUB's OK (at ~3 s)
+    comes after it - exit 3 at 2 s, not 0 at 3 s (the wait for OK was the whole --timeout,
+    counted after the handshake); the same line on both paths."""
+    with FaultProxy(nsqd.tcp_address, latency=1.5) as proxy:
+        runs = _both_paths([topic, "m", "--timeout", "2s", "--nsqd-tcp-address", proxy.address])
+    for rc, out, err, secs in runs:
+        assert rc == 3 and out == b"", err
+        assert err.startswith(b"nsqcli: error: --timeout passed: not known whether published: ") \
+            and err.count(b"\n") == 1 and b"no answer from nsqd before the deadline" in err, err
+        assert 1.9 <= secs <= 2.8, secs  # from Popen: the interpreter's start-up is inside the deadline too
+    assert runs[0][:3] == runs[1][:3]
+
+
+def test_a_slow_handshake_may_spend_the_whole_deadline(nsqd, topic):
+    """nsqd's answers trickled a byte at a time: the handshake takes ~7 s, more than the 6 s a
+    handshake gets on its own (dial 1 s + 5 s) - with --timeout 15s it is given the time (it
+    failed with exit 3 at 6 s, the deadline unspent)."""
+    with FaultProxy(nsqd.tcp_address, trickle=0.028) as proxy:
+        runs = _both_paths([topic, "m", "--timeout", "15s", "--json", "--nsqd-tcp-address", proxy.address])
+    for rc, out, err, secs in runs:
+        assert rc == 0 and err == b"", err
+        assert json.loads(out)["acknowledged_by"] == [proxy.address]
+        assert 6.3 < secs < 14, secs  # past the old 6 s bound: the test could fail
+    assert topic_stats(nsqd, topic)["message_count"] == 2
+
+
+def test_an_interrupt_after_the_pub_was_written_says_it_may_be_published(nsqd, topic):
+    """nsqd got the PUB (and published it) but its OK never comes back: SIGINT then must not say
+    only "interrupted" - the message is in nsqd."""
+    import signal
+
+    with FaultProxy(nsqd.tcp_address, stall_on=b"PUB ") as proxy:
+        results = []
+        for off in ("0", "1"):
+            p = subprocess.Popen(NSQCLI + ["pub", topic, "m", "--nsqd-tcp-address", proxy.address], stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 env=clean_env({"NSQCLI_NO_FAST_PATH": off}))
+            held = len(results) + 1
+            wait_for(lambda: (topic_stats(nsqd, topic) or {}).get("message_count") == held or p.poll() is not None,
+                     20, what="the PUB in nsqd")
+            p.send_signal(signal.SIGINT)
+            out, err = p.communicate(timeout=10)
+            proxy.stalled.clear()  # the next run's handshake is answered
+            results.append((p.returncode, out, err))
+    for rc, out, err in results:
+        assert rc == 130 and out == b"", err
+        assert err == (f"nsqcli: interrupted (SIGINT): the message was sent to {proxy.address} and may have been "
+                       "published (no answer from nsqd yet)\n").encode(), err
+    assert topic_stats(nsqd, topic)["message_count"] == 2

@@ -37,9 +37,11 @@ def pub(app, topic, rest, defer, fanout, timeout, as_json, **kwargs):
     """
     import time
 
-    from ...errors import NSQError, PublishError, Timeout
+    from ...entry import deadline_passed, pub_progress
+    from ...errors import NSQError, PublishError
     from ...client.producer import Producer
     from ..app import DeadlineExceeded
+    from ..options import deadline_of
 
     message = rest[0] if rest else None
     if timeout <= 0:
@@ -56,19 +58,20 @@ def pub(app, topic, rest, defer, fanout, timeout, as_json, **kwargs):
         raise click.UsageError("the message is empty (nsqd rejects empty messages)")
     if len(body) > cfg.max_msg_size:
         app.warn(f"message is {len(body)} bytes; nsqd's default --max-msg-size is {cfg.max_msg_size}")
-    deadline = time.monotonic() + timeout  # for the whole command: lookups, handshakes, failover
+    deadline = deadline_of(timeout)  # the whole command from process start: lookups, handshakes, failover
     try:
         addresses = resolve_producers(app, conn, topic, deadline)
     except NSQError as e:
-        if time.monotonic() >= deadline:
+        if deadline_passed(deadline):
             raise DeadlineExceeded(f"--timeout passed: {e}") from e
         raise
     producer = Producer(addresses, cfg, fanout=fanout, deadline=deadline)
+    producer.on_publish = pub_progress
     try:
-        acked = producer.publish(topic, body, defer=defer, timeout=max(0.001, deadline - time.monotonic()))
+        acked = producer.publish(topic, body, defer=defer, timeout=timeout)
     except PublishError as e:
-        if isinstance(e.cause, Timeout) or time.monotonic() >= deadline:
-            raise DeadlineExceeded(str(e)) from e
+        if deadline_passed(deadline):
+            raise DeadlineExceeded(f"--timeout passed: {e}") from e
         raise
     finally:
         producer.close(timeout=max(0.1, deadline - time.monotonic()))
