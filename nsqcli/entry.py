@@ -20,10 +20,7 @@ import signal
 import sys
 import time
 
-# When this process started, as far as nsqcli can tell: `--timeout` counts from here, so the
-# interpreter's start-up, pre-checks, lookups and handshakes all spend the same budget
-# (nsqcli.cli.options.deadline_of).
-STARTED = time.monotonic()
+from .clock import STARTED  # noqa: F401 - first: `--timeout` counts from process start (nsqcli.clock)
 
 
 #: what an early exit adds to its line (`pub`: whether its message may be published already)

@@ -383,15 +383,7 @@ def relay_run_options(count_help: str):
     return apply
 
 
-def deadline_of(timeout: float | None) -> float | None:
-    """The monotonic instant ``--timeout`` ends, counted from process start (nsqcli.entry.STARTED),
-    not from when the command got round to its main work: lookups, pre-checks and handshakes
-    spend the same budget. ``None``: no deadline."""
-    if timeout is None:
-        return None
-    from ..entry import STARTED
-
-    return STARTED + timeout
+from ..clock import deadline_of  # noqa: E402,F401 - --timeout counted from process start
 
 
 def check_timeout(timeout: float | None) -> None:
