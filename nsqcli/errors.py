@@ -32,12 +32,15 @@ class RemoteProtocolError(NSQError):
 
 
 class TransportError(NSQError):
-    """A socket-level failure talking to ``address``."""
+    """A socket-level failure talking to ``address``: ``reason`` says what, ``fix`` (may be
+    "") what to do about it; the message is "address: reason: fix"."""
 
-    def __init__(self, message: str, address: str | None = None):
-        super().__init__(f"{address}: {message}" if address else message)
+    def __init__(self, message: str, address: str | None = None, fix: str = ""):
+        text = f"{message}: {fix}" if fix else message
+        super().__init__(f"{address}: {text}" if address else text)
         self.address = address
         self.reason = message
+        self.fix = fix
 
 
 class ConnectError(TransportError):

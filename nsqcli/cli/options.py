@@ -16,8 +16,10 @@ def _opt(*decls, group: str = "Connection", **kw):
     return option(*decls, group=group, **kw)
 
 
-def connection_options(consumer: bool = False):
-    """Decorator adding --nsqd-tcp-address, --lookupd-http-address, TLS, compression, auth..."""
+def connection_options(consumer: bool = False, lookupd_poll: bool | None = None):
+    """Decorator adding --nsqd-tcp-address, --lookupd-http-address, TLS, compression, auth...;
+    a ``consumer`` also gets --lookupd-poll-interval and --sample-rate (``lookupd_poll``: the
+    first without the second, as to-file takes it)."""
     opts = [
         _opt("--nsqd-tcp-address", "nsqd_tcp_addresses", multiple=True, type=HOST_PORT,
              envvar="NSQCLI_NSQD_TCP_ADDRESS",
@@ -52,9 +54,10 @@ def connection_options(consumer: bool = False):
         _opt("--msg-timeout", type=DURATION, envvar="NSQCLI_MSG_TIMEOUT",
              help="Server-side message timeout for this client (default: nsqd's)."),
     ]
-    if consumer:
+    if consumer if lookupd_poll is None else lookupd_poll:
         opts.append(_opt("--lookupd-poll-interval", type=DURATION, default="60s", envvar="NSQCLI_LOOKUPD_POLL_INTERVAL",
                          help="How often to ask nsqlookupd for new nsqd (a lost nsqd is looked for sooner)."))
+    if consumer:
         opts.append(_opt("--sample-rate", type=click.IntRange(0, 99), default=0, envvar="NSQCLI_SAMPLE_RATE",
                          help="Deliver only this percentage of messages (0 = all)."))
 
@@ -64,6 +67,58 @@ def connection_options(consumer: bool = False):
         return f
 
     return decorate
+
+
+def http_tls_options(f):
+    """--tls-ca-file, --tls-cert, --tls-key, --tls-insecure-skip-verify for commands that speak
+    only HTTP (stat, lookup, topic/channel/node): how https:// nsqd and nsqlookupd HTTP
+    addresses are verified. See setup_http_tls."""
+    opts = [
+        _opt("--tls-ca-file", group="TLS", type=click.Path(exists=True, dir_okay=False), envvar="NSQCLI_TLS_CA_FILE",
+             help="CA bundle to verify https:// nsqd/nsqlookupd addresses (default: the system's CAs)."),
+        _opt("--tls-cert", group="TLS", type=click.Path(exists=True, dir_okay=False), envvar="NSQCLI_TLS_CERT",
+             help="Client certificate (PEM) for https:// addresses that require one."),
+        _opt("--tls-key", group="TLS", type=click.Path(exists=True, dir_okay=False), envvar="NSQCLI_TLS_KEY",
+             help="Client key (PEM)."),
+        _opt("--tls-insecure-skip-verify", group="TLS", is_flag=True, envvar="NSQCLI_TLS_INSECURE_SKIP_VERIFY",
+             help="Do not verify https:// certificates or hostnames (insecure)."),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+HTTP_TLS_KEYS = ("tls_ca_file", "tls_cert", "tls_key", "tls_insecure_skip_verify")
+
+
+def setup_http_tls(conn: dict) -> None:
+    """Check the TLS files of ``conn`` (usage errors naming the option) and verify every
+    https:// request of this run with them (nsqcli.client.http.configure_tls; one context)."""
+    from ..client.config import TLSConfig
+    from ..client.http import configure_tls
+
+    check_tls_files(conn)
+    if not any(conn.get(k) for k in HTTP_TLS_KEYS + ("tls_min_version",)):
+        return
+    security_hints(conn)
+    configure_tls(TLSConfig(enabled=True, ca_file=conn.get("tls_ca_file"), cert_file=conn.get("tls_cert"),
+                            key_file=conn.get("tls_key"), min_version=conn.get("tls_min_version"),
+                            insecure_skip_verify=bool(conn.get("tls_insecure_skip_verify"))))
+
+
+def check_tls_files(conn: dict) -> None:
+    """A --tls-ca-file / --tls-cert / --tls-key that is empty or not PEM, and a certificate
+    without its key, are usage errors naming the option and the file - before any connection."""
+    from ..client.transport import pem_problem
+
+    prefix = conn.get("option_prefix", "")
+    if bool(conn.get("tls_cert")) != bool(conn.get("tls_key")):
+        raise click.UsageError(f"--{prefix}tls-cert and --{prefix}tls-key go together")
+    for key, kind in (("tls_ca_file", "ca"), ("tls_cert", "cert"), ("tls_key", "key")):
+        path = conn.get(key)
+        why = path and pem_problem(path, kind)
+        if why:
+            raise click.BadParameter(f"{path} {why}", param_hint=f"'--{prefix}{key.replace('_', '-')}'")
 
 
 def destination_options(f):
@@ -121,8 +176,7 @@ def build_config(conn: dict, **extra):
 
     if conn.get("snappy") and conn.get("deflate"):
         raise click.UsageError("--snappy and --deflate cannot be used together")
-    if bool(conn.get("tls_cert")) != bool(conn.get("tls_key")):
-        raise click.UsageError("--tls-cert and --tls-key go together")
+    check_tls_files(conn)
     security_hints(conn)
     secret = conn.get("auth_secret")
     if conn.get("auth_secret_file"):
@@ -133,6 +187,10 @@ def build_config(conn: dict, **extra):
     tls = TLSConfig(enabled=bool(tls_wanted), ca_file=conn.get("tls_ca_file"), cert_file=conn.get("tls_cert"),
                     key_file=conn.get("tls_key"), min_version=conn.get("tls_min_version"),
                     insecure_skip_verify=bool(conn.get("tls_insecure_skip_verify")))
+    if tls_wanted and not conn.get("option_prefix"):
+        from ..client.http import configure_tls
+
+        configure_tls(tls)  # https:// lookupd and nsqd HTTP addresses: verified the same way
     fields = dict(tls=tls, snappy=bool(conn.get("snappy")), deflate=bool(conn.get("deflate")),
                   deflate_level=conn.get("deflate_level") or 6, auth_secret=secret or None,
                   heartbeat_interval=conn.get("heartbeat_interval") or 30.0,
@@ -166,6 +224,9 @@ def security_hints(conn: dict) -> None:
         if mode & 0o077:
             _hint_once(f"--{prefix}auth-secret-file {path} has mode {mode:04o}: other users may read the "
                        f"secret; chmod 600 {path}")
+    plain = plain_auth_warning(conn)
+    if plain:
+        _hint_once(plain)
     ctx = click.get_current_context(silent=True)
     name = ("dest_" if prefix else "") + "auth_secret"
     if conn.get("auth_secret") and ctx is not None and name in ctx.params:
@@ -175,6 +236,44 @@ def security_hints(conn: dict) -> None:
             env = "NSQCLI_" + (prefix.upper().replace("-", "_")) + "AUTH_SECRET"
             _hint_once(f"--{prefix}auth-secret on the command line is visible to every user in 'ps': use "
                        f"--{prefix}auth-secret-file or {env}")
+
+
+def _is_loopback(address: str) -> bool:
+    """HOST:PORT or an HTTP URL on this machine (127.0.0.0/8, ::1, localhost); a name is not
+    looked up (only localhost counts)."""
+    import ipaddress
+    import urllib.parse
+
+    host = urllib.parse.urlsplit(address if "://" in address else "//" + address).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def plain_auth_warning(conn: dict) -> str | None:
+    """The warning for an AUTH secret that would cross the network unencrypted: a secret given
+    without TLS for an nsqd (or an nsqlookupd naming the nsqd) that is not on this machine.
+    On loopback nothing is said: the secret does not leave the host (and the sandbox and tests
+    use AUTH there without TLS on purpose)."""
+    prefix = conn.get("option_prefix", "")
+    if not (conn.get("auth_secret") or conn.get("auth_secret_file")):
+        return None
+    if conn.get("tls") or any(conn.get(k) for k in ("tls_ca_file", "tls_cert", "tls_insecure_skip_verify",
+                                                    "tls_min_version")):
+        return None
+    nsqd = [a for a in conn.get("nsqd_tcp_addresses") or () if not _is_loopback(a)]
+    lookupd = [a for a in conn.get("lookupd_http_addresses") or () if not _is_loopback(a)]
+    if nsqd:
+        where = f"nsqd {nsqd[0]}" + (f" (and {len(nsqd) - 1} more)" if len(nsqd) > 1 else "")
+    elif lookupd:
+        where = f"the nsqd nsqlookupd {lookupd[0]} names"
+    else:
+        return None
+    return (f"the AUTH secret goes to {where} over plain TCP, without TLS: anyone on the path can read it; "
+            f"add --{prefix}tls (nsqd needs --tls-cert/--tls-key)")
 
 
 def _hint_once(text: str) -> None:

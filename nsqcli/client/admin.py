@@ -34,7 +34,9 @@ class Step:
 
 
 def _short(address: str) -> str:
-    return base_url(address).split("://", 1)[1]
+    """'http://h:p/x' -> 'h:p'; an https:// address keeps its scheme (it is asked over TLS)."""
+    url = base_url(address)
+    return url if url.startswith("https://") else url.split("://", 1)[1]
 
 
 def plan(action: str, topic: str, channel: str | None, nsqd: list[str], lookupd: list[str],
@@ -81,7 +83,7 @@ def _node_http_address(node: str, view) -> str:
     raise ValueError(f"node {node!r} is not registered with nsqlookupd (nodes: {known})")
 
 
-def apply(steps: list[Step], timeout: float = 5.0) -> list[Step]:
+def apply(steps: list[Step], timeout: float = 5.0, deadline: float | None = None) -> list[Step]:
     """Run the steps: every nsqd step at once, then every nsqlookupd step at once, each node
     under its own deadline (``timeout`` per request: a hung node costs one round, not one per
     node). Every step gets ok/error, or ``skipped``: a delete that failed on any nsqd leaves
@@ -90,37 +92,56 @@ def apply(steps: list[Step], timeout: float = 5.0) -> list[Step]:
 
     A step meant for an nsqd first checks that the address is one: nsqlookupd also answers
     /topic/create (and more), so an nsqlookupd HTTP port given as --nsqd-http-address would
-    be 'ok' with no nsqd changed."""
+    be 'ok' with no nsqd changed.
+
+    ``deadline`` (time.monotonic()): the whole of it ends by then - every request is cut to the
+    time left, and steps not started by then are ``skipped`` ("not run: --timeout passed")."""
     nsqd = [s for s in steps if s.kind == "nsqd"]
     lookupd = [s for s in steps if s.kind != "nsqd"]
-    _run_at_once(nsqd, timeout)
+    _run_at_once(nsqd, timeout, deadline)
     failed = [s.address for s in nsqd if not s.ok]
     if failed and any(s.path.endswith("/delete") for s in lookupd):
         for s in lookupd:
             s.skipped, s.error = True, f"not run: the delete failed on nsqd {', '.join(failed)}"
         return steps
-    _run_at_once(lookupd, timeout)
+    _run_at_once(lookupd, timeout, deadline)
     return steps
 
 
-def _run_at_once(steps: list[Step], timeout: float) -> None:
+def _run_at_once(steps: list[Step], timeout: float, deadline: float | None = None) -> None:
+    import time
+
     from .fanout import ask_all
 
-    answers = ask_all(steps, lambda s: _run(s, timeout), 2 * timeout, catch=LookupdError,
-                      name=lambda s: base_url(s.address))
+    if not steps:
+        return
+    end = time.monotonic() + 2 * timeout
+    if deadline is not None:
+        if deadline - time.monotonic() <= 0:
+            for s in steps:
+                s.skipped, s.error = True, "not run: --timeout passed"
+            return
+        end = min(end, deadline)
+    answers = ask_all(steps, lambda s: _run(s, timeout, end), max(0.0, end - time.monotonic()),
+                      catch=LookupdError, name=lambda s: base_url(s.address), slack=0.1)
     for s, a in zip(steps, answers):
         s.error = a.value if a.ok else str(a.error)
         s.ok = not s.error
 
 
-def _run(step: Step, timeout: float) -> str:
+def _run(step: Step, timeout: float, end: float) -> str:
     """One step (an nsqd's /info check first): '' when done, else why it was not done (or
-    LookupdError)."""
+    LookupdError). Each request within ``timeout``, both by ``end`` (time.monotonic())."""
+    import time
+
     if step.kind == "nsqd":
-        why = _not_nsqd(step.address, timeout)
+        why = _not_nsqd(step.address, min(timeout, max(0.001, end - time.monotonic())))
         if why:
             return why
-    http_json(step.address, step.path, step.params, timeout, method="POST")
+    left = min(timeout, end - time.monotonic())
+    if left <= 0:
+        raise LookupdError("not sent: no time was left after the /info check", base_url(step.address))
+    http_json(step.address, step.path, step.params, left, method="POST")
     return ""
 
 

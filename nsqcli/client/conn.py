@@ -292,6 +292,7 @@ class Connection:
 
     def _upgrade(self, up: Upgrade) -> None:
         if up.kind == "tls":
+            self._stream.peer_version = self._hs.negotiated.version  # named in a TLS failure (transport)
             self._stream.start_tls(self.config.tls)
             self._tls_wants = "start"
             self._tls_step()

@@ -3,14 +3,19 @@ and its response reader, used by to-http's delivery (nsqcli.relay) and, one requ
 connection, by the nsqlookupd and nsqd helpers here (v1 JSON, and the pre-1.0
 status_code/data envelope).
 
-Addresses may be ``host:port`` or a URL (``http://host:port[/path]``). Every failure of the
-nsqlookupd/nsqd helpers raises LookupdError(endpoint, status) with the server's message when
-it sent one.
+Addresses may be ``host:port`` or a URL (``http://host:port[/path]``, ``https://...``): the
+scheme is kept end to end. HTTPS is verified with the context :func:`configure_tls` set up once
+per run from the command's --tls-ca-file/--tls-cert/--tls-key (the system CAs otherwise). An nsqd
+started with --tls-required answers plain HTTP with 403 TLS_REQUIRED and its HTTPS port: the
+nsqd helpers then ask https://HOST:HTTPS_PORT instead, within the same deadline. Every failure
+of the nsqlookupd/nsqd helpers raises LookupdError(endpoint, status) with the server's message
+when it sent one (a TLS failure: its cause and fix).
 """
 
 from __future__ import annotations
 
 import json
+import sys
 import urllib.parse
 
 from ..errors import LookupdError
@@ -36,6 +41,33 @@ def base_url(address: str) -> str:
 #: the most an HTTP answer may be (nsqd's /stats of a large node is a few MB)
 MAX_RESPONSE = 64 * 1024 * 1024
 
+#: the TLSConfig https:// requests are verified with (configure_tls); None: the system CAs
+_tls_cfg = None
+
+
+def configure_tls(cfg) -> None:
+    """Verify every https:// request of this run with ``cfg`` (a TLSConfig: CA file, client
+    certificate and key, insecure_skip_verify); the context is built once, now, so a CA file
+    that does not load is said before any request (ConnectError)."""
+    global _tls_cfg
+    from .transport import ssl_context
+
+    ssl_context(cfg)
+    _tls_cfg = cfg
+
+
+def https_context():
+    """The SSLContext for https:// requests (see configure_tls)."""
+    from .config import TLSConfig
+    from .transport import ssl_context
+
+    return ssl_context(_tls_cfg if _tls_cfg is not None else TLSConfig())
+
+
+def seconds(t: float) -> str:
+    """A duration for a message: '2s', '0.25s' (not '1.99935s')."""
+    return f"{t:.2g}s" if t < 10 else f"{t:.0f}s"
+
 
 def http_json(address: str, path: str, params: dict | None = None, timeout: float = 5.0,
               method: str = "GET", body: bytes | None = None):
@@ -43,12 +75,22 @@ def http_json(address: str, path: str, params: dict | None = None, timeout: floa
 
     ``timeout`` is a deadline for the whole request - connect, send, every byte of the answer -
     so a server that trickles its answer cannot hold the caller longer than that."""
+    import time
+
+    end = time.monotonic() + timeout
     url = base_url(address) + path
     if params:
         url += "?" + urllib.parse.urlencode(params)
     status, headers, raw = _request(url, method, body, timeout)
+    https = _tls_required(status, raw, url)
+    if https:  # nsqd --tls-required: the same request on its HTTPS port, in the time left
+        url = https + url[len(base_url(address)):]
+        left = end - time.monotonic()
+        if left <= 0:
+            raise LookupdError(f"no complete answer within {seconds(timeout)} (slow to answer)", url)
+        status, headers, raw = _request(url, method, body, left)
     if status >= 400:
-        raise LookupdError(_error_message(status, raw), url, status)
+        raise LookupdError(_error_message(status, raw, url), url, status)
     if not raw:
         return None
     try:
@@ -60,6 +102,24 @@ def http_json(address: str, path: str, params: dict | None = None, timeout: floa
             raise LookupdError(str(data.get("status_txt")), url, data.get("status_code"))
         data = data.get("data")
     return data
+
+
+def _tls_required(status: int, raw: bytes, url: str) -> str | None:
+    """https://HOST:PORT when an http:// request got nsqd's 403 TLS_REQUIRED naming its HTTPS port."""
+    if status != 403 or not url.startswith("http://") or b"TLS_REQUIRED" not in raw[:200]:
+        return None
+    try:
+        port = int(json.loads(raw)["https_port"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    host = urllib.parse.urlsplit(url).hostname or ""
+    return f"https://{'[' + host + ']' if ':' in host else host}:{port}"
+
+
+def tls_required_port(status: int, raw: bytes) -> int | None:
+    """nsqd's HTTPS port when an answer is its 403 TLS_REQUIRED (nsqd --tls-required), else None."""
+    found = _tls_required(status, raw, "http://x")
+    return int(found.rsplit(":", 1)[1]) if found else None
 
 
 def http_get(address: str, path: str, params: dict | None = None, timeout: float = 5.0
@@ -80,11 +140,20 @@ def _request(url: str, method: str, body: bytes | None, timeout: float) -> tuple
     try:
         status, _, headers, payload = conn.request(method, target, t0 + timeout, body or b"", _ONE_SHOT)
     except TimeoutError:
-        raise LookupdError(f"no complete answer within {timeout:g}s (slow to answer)", url) from None
+        raise LookupdError(f"no complete answer within {seconds(timeout)} (slow to answer)", url) from None
     except ResponseError as e:
         took = time.monotonic() - t0
         raise LookupdError(f"{e} ({took:.1f}s after the request)" if took >= 1 else str(e), url) from None
     except OSError as e:
+        ssl = sys.modules.get("ssl")
+        if ssl is not None and isinstance(e, ssl.SSLError) and not isinstance(e, ssl.SSLEOFError):
+            from .config import TLSConfig
+            from .transport import tls_failure
+
+            cause, fix = tls_failure(e, _tls_cfg or TLSConfig(), "the server")
+            if not fix and "did not answer in TLS" in cause:
+                fix = f"it speaks plain HTTP: use {'http://' + url.split('://', 1)[1].split('/', 1)[0]}"
+            raise LookupdError(f"{cause}: {fix}" if fix else cause, url) from None
         raise LookupdError(f"unreachable ({e.strerror or e})", url) from None
     finally:
         conn.close()
@@ -106,7 +175,8 @@ class HTTPConnection:
     close``, it is closed; the next request opens a new one. One thread at a time."""
 
     def __init__(self, scheme: str, host: str, port: int | None = None, host_header: str | None = None,
-                 connect_timeout: float | None = None, max_size: int = MAX_RESPONSE):
+                 connect_timeout: float | None = None, max_size: int = MAX_RESPONSE, ssl_context=None):
+        self.ssl_context = ssl_context  # https: None = https_context()
         self.scheme, self.host = scheme, host
         self.port = port or (443 if scheme == "https" else 80)
         self.host_header = host_header or host
@@ -149,9 +219,8 @@ class HTTPConnection:
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if self.scheme == "https":
-                import ssl
-
-                sock = ssl.create_default_context().wrap_socket(sock, server_hostname=self.host)
+                ctx = self.ssl_context or https_context()
+                sock = ctx.wrap_socket(sock, server_hostname=self.host)
         except BaseException:
             sock.close()
             raise
@@ -329,12 +398,17 @@ def read_response(sock, buf: bytes, deadline: float, max_size: int = MAX_RESPONS
     return p.status, p.reason, p.headers, p.body, p.rest
 
 
-def _error_message(status: int, raw: bytes) -> str:
+def _error_message(status: int, raw: bytes, url: str = "") -> str:
     try:
         msg = json.loads(raw).get("message") or raw.decode()
     except (ValueError, AttributeError):
         msg = raw.decode("utf-8", "replace").strip()[:200]
-    return f"HTTP {status} {msg}".rstrip()
+    text = f"HTTP {status} {msg}".rstrip()
+    if status == 400 and b"HTTP request to an HTTPS server" in raw[:200] and url.startswith("http://"):
+        text += f" (an HTTPS port: use {'https://' + url[len('http://'):].split('/', 1)[0]})"
+    elif status == 403 and msg == "TLS_REQUIRED":
+        text += " (this nsqd requires TLS for its HTTP API: give its https://HOST:HTTPS_PORT)"
+    return text
 
 
 class Producer(Record, frozen=True):

@@ -43,16 +43,62 @@ def split_address(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+#: (what the file must hold, the line that starts it) per TLS file
+_PEM = {"ca": ("the PEM certificate(s) of the CA that signed the server's certificate", b"-----BEGIN CERTIFICATE-----"),
+        "cert": ("a PEM certificate", b"-----BEGIN CERTIFICATE-----"),
+        "key": ("a PEM private key", b"-----BEGIN ")}
+
+
+def pem_problem(path: str, kind: str = "ca") -> str | None:
+    """Why the TLS file ``path`` cannot be what it is given as (``kind``: "ca", "cert" or
+    "key"): "is empty: ...", "is not PEM: ..." or "cannot be read: ..."; None when it looks
+    right. Cheap (the first MiB is read), so it runs when the options are checked, before any
+    connection."""
+    what, marker = _PEM[kind]
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1 << 20)
+    except OSError as e:
+        return f"cannot be read ({e.strerror or e})"
+    if not head.strip():
+        return f"is empty: it must hold {what}"
+    if marker not in head:
+        return f"is not PEM (no '{marker.decode().strip()}' line): it must hold {what}"
+    return None
+
+
+#: TLSConfig -> its SSLContext: built once per run (reading the CA bundle per connection costs
+#: ~1 ms each), shared by every connection (an SSLContext may wrap sockets in many threads)
+_contexts: dict = {}
+
+
 def ssl_context(cfg: TLSConfig):
-    """A client context that verifies the certificate and hostname unless told otherwise."""
+    """A client context that verifies the certificate and hostname unless told otherwise.
+    Raises ConnectError naming a CA, certificate or key file that is empty, not PEM or does
+    not load."""
+    ctx = _contexts.get(cfg)
+    if ctx is None:
+        ctx = _contexts[cfg] = _new_context(cfg)
+    return ctx
+
+
+def _new_context(cfg: TLSConfig):
     import ssl  # lazy: most runs never use TLS, and `nsqcli pub` start-up time matters
 
+    for kind, path in (("ca", cfg.ca_file), ("cert", cfg.cert_file), ("key", cfg.key_file)):
+        why = path and pem_problem(path, kind)
+        if why:
+            raise ConnectError(f"TLS {'CA' if kind == 'ca' else kind} file {path} {why}")
     try:
         ctx = ssl.create_default_context(cafile=cfg.ca_file)
-        if cfg.cert_file:
-            ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
     except (OSError, ssl.SSLError) as e:
-        raise ConnectError(f"cannot load TLS certificates: {e}") from e
+        raise ConnectError(f"cannot load the TLS CA file {cfg.ca_file}: {_ssl_text(e)}") from e
+    if cfg.cert_file:
+        try:
+            ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
+        except (OSError, ssl.SSLError) as e:
+            raise ConnectError(f"cannot load the TLS client certificate {cfg.cert_file} with key "
+                               f"{cfg.key_file}: {_ssl_text(e)} (do they belong together?)") from e
     if cfg.min_version:
         if cfg.min_version not in TLS_VERSIONS:
             raise ValueError(f"invalid TLS minimum version {cfg.min_version!r}: use 1.0, 1.1, 1.2 or 1.3")
@@ -62,6 +108,61 @@ def ssl_context(cfg: TLSConfig):
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
     return ctx
+
+
+def _ssl_text(e: BaseException) -> str:
+    """An SSLError's reason without OpenSSL's source location: "NO_CERTIFICATE_OR_CRL_FOUND"."""
+    reason = getattr(e, "reason", None)
+    if reason:
+        return str(reason)
+    return getattr(e, "strerror", None) or str(e)
+
+
+#: alerts meaning the server and the client have no TLS version in common
+_VERSION_REASONS = ("TLSV1_ALERT_PROTOCOL_VERSION", "UNSUPPORTED_PROTOCOL", "NO_PROTOCOLS_AVAILABLE",
+                    "WRONG_SSL_VERSION", "TLSV1_ALERT_INAPPROPRIATE_FALLBACK")
+#: alerts a server sends when it wants a client certificate it did not get (or did not accept)
+_CLIENT_CERT_REASONS = ("TLSV13_ALERT_CERTIFICATE_REQUIRED", "SSLV3_ALERT_HANDSHAKE_FAILURE",
+                        "SSLV3_ALERT_BAD_CERTIFICATE", "TLSV1_ALERT_UNKNOWN_CA", "SSLV3_ALERT_CERTIFICATE_UNKNOWN",
+                        "TLSV1_ALERT_DECRYPT_ERROR", "SSLV3_ALERT_UNSUPPORTED_CERTIFICATE",
+                        "TLSV1_ALERT_ACCESS_DENIED")
+
+
+def _version_tuple(version: str) -> tuple[int, ...] | None:
+    try:
+        return tuple(int(x) for x in version.lstrip("v").split("-")[0].split(".")[:3])
+    except ValueError:
+        return None
+
+
+def tls_failure(e: BaseException, cfg: TLSConfig, server: str = "nsqd", version: str | None = None) -> tuple[str, str]:
+    """(cause, fix) for a failed TLS handshake with ``server`` (its ``version`` when the
+    IDENTIFY answer named it): a TLS version mismatch, a client certificate required or refused,
+    a certificate that does not verify; else the OpenSSL reason. ``fix`` may be ""."""
+    import ssl
+
+    if isinstance(e, ssl.SSLCertVerificationError):
+        return (f"TLS certificate verification failed: {e.verify_message}",
+                f"give --tls-ca-file with the CA that signed {server}'s certificate, or "
+                "--tls-insecure-skip-verify to skip the check")
+    reason = _ssl_text(e)
+    named = f"{server} v{version.lstrip('v')}" if version else server
+    if reason in _VERSION_REASONS:
+        v = _version_tuple(version) if version else None
+        ceiling = "" if v is not None and v > (1, 2, 1) else "; nsqd 1.2.1 and older support TLS up to 1.2"
+        asked = f"--tls-min-version {cfg.min_version}" if cfg.min_version else "this client's TLS versions"
+        fix = ("lower --tls-min-version (1.2 or leave it out)" if cfg.min_version in ("1.3",)
+               else "check the server's --tls-min-version")
+        return f"TLS handshake failed: {named} accepts none of {asked} ({reason}{ceiling})", fix
+    if reason in _CLIENT_CERT_REASONS:
+        if not cfg.cert_file:
+            return (f"TLS handshake failed: {named} requires a client certificate ({reason})",
+                    "give --tls-cert FILE and --tls-key FILE, signed by a CA in its --tls-root-ca-file")
+        return (f"TLS handshake failed: {named} refused the client certificate {cfg.cert_file} ({reason})",
+                "it must be signed by a CA in the server's --tls-root-ca-file")
+    if reason in ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG", "HTTP_REQUEST"):
+        return f"TLS handshake failed: {named} did not answer in TLS ({reason})", ""
+    return f"TLS handshake failed: {reason}", ""
 
 
 class _Snappy:
@@ -124,6 +225,10 @@ class Stream:
         self.compression: str | None = None
         self.connecting = False
         self._retry: bytes | None = None  # a TLS write to retry with the same bytes
+        #: nsqd's version from its IDENTIFY answer (set by the Connection before start_tls), named
+        #: in a TLS failure: nsqd 1.2.1 and older support TLS up to 1.2
+        self.peer_version: str | None = None
+        self._tls_cfg: TLSConfig | None = None
 
     @classmethod
     def dial(cls, address: str, timeout: float) -> "Stream":
@@ -183,7 +288,7 @@ class Stream:
         except OSError as e:
             if self.tls_version is not None and _ssl_wants(e):
                 return b""
-            raise ReadError(f"read failed: {e.strerror or e}", self.address) from e
+            raise self._failure(ReadError, "read failed", e) from e
         if not data:
             return None
         return data if codec is None else self._decompress(data)
@@ -231,7 +336,7 @@ class Stream:
             if _ssl_wants(e):
                 self._retry = chunk
                 return 0
-            raise WriteError(f"write failed: {e.strerror or e}", self.address) from e
+            raise self._failure(WriteError, "write failed", e) from e
         self._retry = None
         return n
 
@@ -241,11 +346,12 @@ class Stream:
         import ssl
 
         ctx = ssl_context(cfg)
+        self._tls_cfg = cfg
         hostname = cfg.server_hostname or split_address(self.address)[0]
         try:
             self.sock = ctx.wrap_socket(self.sock, server_hostname=hostname, do_handshake_on_connect=False)
         except (ssl.SSLError, OSError) as e:
-            raise ConnectError(f"TLS handshake failed: {e}", self.address) from e
+            raise self._failure(ConnectError, "TLS handshake failed", e) from e
 
     def tls_step(self) -> str | None:
         """One step of the TLS handshake: None when done, else "read" or "write" (what the
@@ -258,13 +364,21 @@ class Stream:
             return "read"
         except ssl.SSLWantWriteError:
             return "write"
-        except ssl.SSLCertVerificationError as e:
-            raise ConnectError(f"TLS certificate verification failed: {e.verify_message} "
-                               "(use --tls-ca-file, or --tls-insecure-skip-verify to skip)", self.address) from e
         except (ssl.SSLError, OSError) as e:
-            raise ConnectError(f"TLS handshake failed: {e}", self.address) from e
+            raise self._failure(ConnectError, "TLS handshake failed", e) from e
         self.tls_version = self.sock.version()
         return None
+
+    def _failure(self, cls, what: str, e: OSError):
+        """The error to raise for ``e``: a TLS failure named by its cause, with the fix (see
+        tls_failure: TLS 1.3 says "client certificate required" at the first read, not in the
+        handshake), else ``what: strerror``."""
+        import ssl
+
+        if self._tls_cfg is not None and isinstance(e, ssl.SSLError) and not isinstance(e, ssl.SSLEOFError):
+            cause, fix = tls_failure(e, self._tls_cfg, "nsqd", self.peer_version)
+            return cls(cause, self.address, fix=fix)
+        return cls(f"{what}: {e.strerror or e}", self.address)
 
     def upgrade_compression(self, kind: str, level: int = 6) -> None:
         self._codec = _Snappy() if kind == "snappy" else _Deflate(level)

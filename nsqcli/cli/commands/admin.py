@@ -9,7 +9,8 @@ import sys
 import click
 
 from ..command import Command, Group, option
-from ..options import topic_arguments
+from ..options import (check_timeout, deadline_of, http_tls_options, setup_http_tls, timeout_option,
+                       topic_arguments)
 from ..types import HTTP_ADDRESS
 
 WHAT = {"create": "create", "delete": "delete (with every message in it)", "pause": "pause",
@@ -26,9 +27,16 @@ def _targets(f):
         option("--dry-run", is_flag=True, help="List what would change; change nothing."),
         option("-y", "--yes", is_flag=True, help="Do not ask before destroying (needed when stdin is not a terminal)."),
         option("--json", "as_json", is_flag=True, help="Per-node results as JSON on stdout."),
+        timeout_option("Give up (exit 3) if not done on every node by then, counted from the start (each "
+                       "request is given 5s at most; the results so far are printed)."),
+        http_tls_options,
     ]):
         f = o(f)
     return f
+
+
+#: the most each HTTP request is given (nodes are asked at once), unless --timeout leaves less
+REQUEST_TIMEOUT = 5.0
 
 
 class NotConfirmed(click.ClickException):
@@ -38,10 +46,24 @@ class NotConfirmed(click.ClickException):
 
 
 def run_action(app, action: str, topic: str, channel: str | None, nsqd, lookupd, dry_run: bool, yes: bool,
-               as_json: bool, node: str | None = None) -> int:
+               as_json: bool, node: str | None = None, timeout: float | None = None, tls: dict | None = None) -> int:
+    import time
+
     from ...client.admin import DESTRUCTIVE, apply, plan
     from ...errors import NSQError
-    from ..app import write_stdout
+    from ..app import DeadlineExceeded, write_stdout
+
+    check_timeout(timeout)
+    setup_http_tls(tls or {})
+    deadline = deadline_of(timeout)
+
+    def left() -> float:
+        if deadline is None:
+            return REQUEST_TIMEOUT
+        return min(REQUEST_TIMEOUT, deadline - time.monotonic())
+
+    def passed() -> bool:
+        return deadline is not None and time.monotonic() >= deadline - 0.05
 
     nsqd, lookupd = list(nsqd), list(lookupd)
     if not nsqd and not lookupd:
@@ -49,11 +71,15 @@ def run_action(app, action: str, topic: str, channel: str | None, nsqd, lookupd,
     from ...errors import LookupdError
     from ..footguns import with_hint
 
+    if left() <= 0:
+        raise DeadlineExceeded(f"--timeout passed before {action} started: nothing was changed")
     try:
-        steps, warnings = plan(action, topic, channel, nsqd, lookupd, node)
+        steps, warnings = plan(action, topic, channel, nsqd, lookupd, node, timeout=left())
     except ValueError as e:
         raise click.UsageError(str(e)) from None
     except LookupdError as e:  # e.g. an nsqd port given as --lookupd-http-address
+        if passed():
+            raise DeadlineExceeded(f"--timeout passed before nsqlookupd answered: nothing was changed ({e})") from None
         raise NSQError(with_hint(str(e), [e], "nsqlookupd")) from None
     for w in warnings:
         app.warn(w)
@@ -72,7 +98,9 @@ def run_action(app, action: str, topic: str, channel: str | None, nsqd, lookupd,
             click.echo(f"  {s.describe()}", err=True)
         if not click.confirm(f"{WHAT[action].capitalize()} {name} as above?", err=True):
             raise NotConfirmed(f"not confirmed: {name} was not changed")
-    apply(steps)
+    if left() <= 0:  # the confirmation took the time: nothing was done
+        raise DeadlineExceeded(f"--timeout passed before {action} started: nothing was changed")
+    apply(steps, REQUEST_TIMEOUT, deadline)
     if as_json:
         write_stdout(json.dumps({"action": action, "topic": topic, "channel": channel,
                                  "steps": [s.to_json() for s in steps]}) + "\n")
@@ -81,6 +109,12 @@ def run_action(app, action: str, topic: str, channel: str | None, nsqd, lookupd,
                              f"{'  ' + s.error if s.error else ''}\n" for s in steps))
     failed = [s for s in steps if s.ok is False]
     ran = [s for s in steps if not s.skipped]
+    if passed() and (failed or len(ran) < len(steps)):
+        done = sum(bool(s.ok) for s in steps)
+        text = f"--timeout passed before {action} was done on every node ({done} of {len(steps)} done)"
+        if action == "delete" and len(ran) < len(steps):
+            text += "; " + _how_to_finish(name, topic, channel, [s.address for s in failed] or ["?"], lookupd)
+        raise DeadlineExceeded(text)
     if failed:
         server = "nsqlookupd" if failed[0].kind == "nsqlookupd" else "nsqd"
         text = with_hint(f"{action} failed on {len(failed)} of {len(ran)} node(s): {failed[0].error}",
@@ -138,8 +172,8 @@ def _topic_command(action: str, doc: str):
     @topic_arguments()
     @_targets
     @click.pass_obj
-    def cmd(app, topic, nsqd, lookupd, dry_run, yes, as_json):
-        return run_action(app, action, topic, None, nsqd, lookupd, dry_run, yes, as_json)
+    def cmd(app, topic, nsqd, lookupd, dry_run, yes, as_json, timeout, **tls):
+        return run_action(app, action, topic, None, nsqd, lookupd, dry_run, yes, as_json, timeout=timeout, tls=tls)
 
     return cmd
 
@@ -150,8 +184,9 @@ def _channel_command(action: str, doc: str):
     @topic_arguments(channel=True, channel_required=True)
     @_targets
     @click.pass_obj
-    def cmd(app, topic, channel, nsqd, lookupd, dry_run, yes, as_json):
-        return run_action(app, action, topic, channel, nsqd, lookupd, dry_run, yes, as_json)
+    def cmd(app, topic, channel, nsqd, lookupd, dry_run, yes, as_json, timeout, **tls):
+        return run_action(app, action, topic, channel, nsqd, lookupd, dry_run, yes, as_json, timeout=timeout,
+                          tls=tls)
 
     return cmd
 
@@ -177,12 +212,13 @@ nsqcli node tombstone events 10.0.0.7:4150 --dry-run     # a node's TCP or HTTP 
 @topic_arguments(rest="node", rest_metavar="NODE", rest_min=1, rest_max=1)
 @_targets
 @click.pass_obj
-def tombstone(app, topic, rest, nsqd, lookupd, dry_run, yes, as_json):
+def tombstone(app, topic, rest, nsqd, lookupd, dry_run, yes, as_json, timeout, **tls):
     """Tombstone TOPIC's producer NODE in every nsqlookupd: consumers stop being sent to that node
     for the topic (e.g. before deleting the topic there, or decommissioning the node)."""
     if not lookupd:
         raise click.UsageError("tombstoning is done in nsqlookupd: give --lookupd-http-address")
-    return run_action(app, "tombstone", topic, None, (), lookupd, dry_run, yes, as_json, node=rest[0])
+    return run_action(app, "tombstone", topic, None, (), lookupd, dry_run, yes, as_json, node=rest[0],
+                      timeout=timeout, tls=tls)
 
 
 node.add_command(tombstone)

@@ -9,7 +9,8 @@ from dataclasses import asdict, dataclass
 import click
 
 from ..command import command, option
-from ..options import build_config, connection_options, nsqd_addresses, pop_connection, topic_arguments
+from ..options import (build_config, check_timeout, connection_options, deadline_of, nsqd_addresses,
+                       pop_connection, timeout_option, topic_arguments)
 from ..types import HTTP_ADDRESS
 
 OK, WARN, FAIL = "ok", "warn", "fail"
@@ -27,33 +28,48 @@ class Check:
     fix: str = ""
 
 
-def _tcp_check(address: str, cfg) -> Check:
-    from ...client.conn import Connection, ConnectionDelegate
-    from ...errors import AuthError, NSQError
+def _left(deadline: float | None, most: float) -> float:
+    """``most`` seconds, or what is left of --timeout if that is less (never quite 0)."""
+    if deadline is None:
+        return most
+    return max(0.001, min(most, deadline - time.monotonic()))
+
+
+def _tcp_check(address: str, cfg, deadline: float | None = None) -> Check:
+    from ...client.conn import Connection
+    from ...errors import AuthError, NSQError, TransportError
 
     target = f"nsqd {address} (TCP)"
     t0 = time.monotonic()
+    said = _Said()
     try:
-        conn = Connection(address, cfg, ConnectionDelegate()).connect()
+        conn = Connection(address, cfg, said).connect(deadline=deadline)
     except AuthError as e:
         return Check(target, FAIL, str(e), "give --auth-secret-file FILE (or NSQCLI_AUTH_SECRET), or save it in the context")
     except NSQError as e:
         text = str(e)
+        if isinstance(e, TransportError) and e.fix:  # a TLS failure named by its cause (transport)
+            return Check(target, FAIL, e.reason, e.fix)
         if "HTTP/" in text or "400 Bad Request" in text or "HTTP server" in text:
             return Check(target, FAIL, f"answered in HTTP: this is an HTTP port ({text[:80]})",
                          "give nsqd's TCP port (usually 4150) to --nsqd-tcp-address")
-        if "E_BAD_PROTOCOL" in text or "V1" in text:
+        if "TLS required" in text:
+            return Check(target, FAIL, text, "this nsqd requires TLS (--tls-required): add --tls (and --tls-ca-file "
+                                             "with the CA that signed its certificate)")
+        if "TLS" in text or "SSL" in text:
+            return Check(target, FAIL, text, "match nsqd's TLS setting: --tls (with --tls-ca-file) or without it")
+        if "E_BAD_PROTOCOL" in text or "'  V1'" in text or "V1 protocol" in text:
             return Check(target, FAIL, f"not nsqd's TCP protocol: {text[:100]}",
                          "this may be nsqlookupd's TCP port (4160); nsqd's TCP port is usually 4150")
-        if "TLS" in text or "tls" in text:
-            return Check(target, FAIL, text, "match nsqd's TLS setting: --tls (with --tls-ca-file) or without it")
         if isinstance(e, TimeoutError):
+            if deadline is not None and time.monotonic() >= deadline - 0.05:
+                return Check(target, FAIL, f"not done before --timeout ({text})", "give a longer --timeout")
             return Check(target, FAIL, text, HUNG)
         return Check(target, FAIL, text, "is nsqd running and is this its TCP address (usually port 4150)?")
     ms = (time.monotonic() - t0) * 1000
     n = conn.negotiated
     parts = [f"v{n.version}" if n.version else "version unknown", f"handshake {ms:.0f} ms",
-             "TLS" if n.tls else "no TLS", f"compression {n.compression.kind if n.compression else 'none'}",
+             "TLS" if n.tls else "no TLS", f"compression {n.compression or 'none'}",
              f"max RDY {n.max_rdy_count}", f"msg timeout {n.msg_timeout:g}s"]
     status, fix = OK, ""
     if n.auth_required:
@@ -66,28 +82,87 @@ def _tcp_check(address: str, cfg) -> Check:
         parts.append("no AUTH")
     if cfg.tls.enabled is False and "tls_v1" in (n.features or {}) and n.features.get("tls_v1"):
         parts.append("TLS available (not asked)")
+    if not n.tls and "TLS required" in said.probe(conn):
+        status, fix = FAIL, ("add --tls (and --tls-ca-file with the CA that signed its certificate): "
+                             "this nsqd requires TLS (--tls-required)")
+        parts.append("TLS required: PUB and SUB without it are refused")
     conn.close(timeout=2)
     return Check(target, status, ", ".join(parts), fix)
 
 
-def _http_check(address: str, topic: str | None) -> tuple[Check, dict]:
+class _Said:
+    """A connection delegate that keeps what nsqd said after the handshake."""
+
+    def __init__(self):
+        import threading
+
+        self.error = ""
+        self.event = threading.Event()
+
+    def on_messages(self, conn, msgs, nbytes):
+        pass
+
+    def on_response(self, conn, data):
+        pass
+
+    def on_server_error(self, conn, err):
+        self.error = self.error or str(err)
+        self.event.set()
+
+    def on_close(self, conn, error):
+        if error is not None:
+            self.error = self.error or str(error)
+        self.event.set()
+
+    def probe(self, conn, wait: float = 0.3) -> str:
+        """Send NOP (answered by nothing, or by E_INVALID "cannot NOP in current state (TLS
+        required)" from an nsqd with --tls-required: IDENTIFY is the one command it takes
+        without TLS) and return what nsqd said within ``wait`` seconds."""
+        from ...errors import NSQError
+
+        try:
+            conn.write(b"NOP\n")
+        except NSQError as e:
+            return str(e)
+        self.event.wait(wait)
+        return self.error
+
+
+def _http_check(address: str, topic: str | None, deadline: float | None = None, target: str = "") -> tuple[Check, dict]:
     from email.utils import parsedate_to_datetime
 
-    from ...client.http import http_get, http_json
+    from ...client.http import base_url, http_get, http_json, tls_required_port
     from ...errors import NSQError
 
-    target = f"nsqd {address} (HTTP)"
+    target = target or f"nsqd {address} (HTTP)"
     try:
-        status, headers, body = http_get(address, "/info", timeout=HTTP_TIMEOUT)
+        status, headers, body = http_get(address, "/info", timeout=_left(deadline, HTTP_TIMEOUT))
         info = json.loads(body or b"{}")
     except NSQError as e:
+        text = str(e)
         fix = ("this port speaks TCP: give nsqd's HTTP port (usually 4151)"
-               if "not an HTTP answer" in str(e) or "reset by peer" in str(e)
-               else HUNG if "no complete answer within" in str(e)
+               if "not an HTTP answer" in text or "reset by peer" in text
+               else "" if "TLS" in text  # the TLS failure's own fix is in the text
+               else HUNG if "no complete answer within" in text
                else "is nsqd running and is this its HTTP address (usually port 4151)?")
-        return Check(target, FAIL, str(e), fix), {}
+        if fix == HUNG and deadline is not None and time.monotonic() >= deadline - 0.05:
+            fix = "not done before --timeout: give a longer --timeout"
+        if "TLS" in text and ": give " in text:
+            text, _, fix = text.partition(": give ")
+            fix = "give " + fix
+        return Check(target, FAIL, text, fix), {}
     except ValueError:
         return Check(target, FAIL, f"/info is not JSON: {body[:60]!r}", "is this nsqd's HTTP address?"), {}
+    https_port = tls_required_port(status, body)
+    if https_port is not None and base_url(address).startswith("http://"):
+        # nsqd --tls-required: its HTTP API is on HTTPS only; check that instead, and say so
+        host = base_url(address)[len("http://"):].rsplit(":", 1)[0]
+        https = f"https://{host}:{https_port}"
+        check, info = _http_check(https, topic, deadline, target)
+        note = f"this nsqd requires TLS for its HTTP API (403 TLS_REQUIRED): use {https}"
+        if check.status == FAIL:
+            return Check(target, FAIL, f"{note}; there: {check.detail}", check.fix), info
+        return Check(target, check.status, f"{check.detail}, HTTPS only: {https}", check.fix), info
     if status != 200 or "tcp_port" not in info:
         return Check(target, FAIL, f"/info answered HTTP {status} without nsqd's fields ({str(info)[:60]})",
                      "this looks like nsqlookupd or another server: give nsqd's HTTP port (usually 4151)"), {}
@@ -106,7 +181,7 @@ def _http_check(address: str, topic: str | None) -> tuple[Check, dict]:
             pass
     try:
         stats = http_json(address, "/stats", {"format": "json"} | ({"topic": topic} if topic else {}),
-                          timeout=HTTP_TIMEOUT)
+                          timeout=_left(deadline, HTTP_TIMEOUT))
         topics = (stats or {}).get("topics") or []
         chans = sum(len(t.get("channels") or []) for t in topics)
         parts.append(f"{len(topics)} topics, {chans} channels" if not topic else "")
@@ -125,36 +200,49 @@ def _http_check(address: str, topic: str | None) -> tuple[Check, dict]:
     return Check(target, status_, ", ".join(p for p in parts if p), fix), info
 
 
-def _at_once(jobs: list[tuple[str, object]], timeout: float, empty) -> list[tuple[Check, object]]:
+def _at_once(jobs: list[tuple[str, object]], timeout: float, empty, deadline: float | None = None
+             ) -> list[tuple[Check, object]]:
     """Run the checks ``jobs`` ([(target, fn)], fn() -> (Check, extra)) at once; a check still
-    running after ``timeout`` fails as unreachable, with ``empty`` as its extra."""
+    running after ``timeout`` (or at ``deadline``) fails as unreachable, with ``empty`` as its extra."""
     from ...client.fanout import ask_all
+    from ...client.http import seconds
 
-    answers = ask_all([fn for _, fn in jobs], lambda fn: fn(), timeout, catch=())
-    return [a.value if a.ok else (Check(target, FAIL, f"no answer within {timeout:g}s", HUNG), empty)
+    if not jobs:
+        return []
+    timeout = _left(deadline, timeout)
+    answers = ask_all([fn for _, fn in jobs], lambda fn: fn(), timeout, catch=(),
+                      slack=0.5 if deadline is None else 0.1)
+    late = deadline is not None and time.monotonic() >= deadline - 0.05
+    return [a.value if a.ok else (Check(target, FAIL, f"no answer within {seconds(timeout)}",
+                                        "not done before --timeout: give a longer --timeout" if late else HUNG), empty)
             for (target, _), a in zip(jobs, answers)]
 
 
-def _lookupd_check(address: str) -> tuple[Check, list]:
+def _lookupd_check(address: str, deadline: float | None = None) -> tuple[Check, list]:
     from ...client.http import http_json
     from ...errors import NSQError
 
     target = f"nsqlookupd {address}"
     try:
-        info = http_json(address, "/info", timeout=HTTP_TIMEOUT) or {}
+        info = http_json(address, "/info", timeout=_left(deadline, HTTP_TIMEOUT)) or {}
     except NSQError as e:
+        text = str(e)
         fix = ("this port speaks TCP: give nsqlookupd's HTTP port (usually 4161)"
-               if "not an HTTP answer" in str(e) or "reset by peer" in str(e)
-               else HUNG if "no complete answer within" in str(e)
+               if "not an HTTP answer" in text or "reset by peer" in text
+               else "" if "TLS" in text
+               else HUNG if "no complete answer within" in text
                else "is nsqlookupd running and is this its HTTP address (usually port 4161)?")
-        return Check(target, FAIL, str(e), fix), []
+        if "TLS" in text and ": give " in text:
+            text, _, fix = text.partition(": give ")
+            fix = "give " + fix
+        return Check(target, FAIL, text, fix), []
     if not isinstance(info, dict) or "tcp_port" in info or "version" not in info:
         return Check(target, FAIL, "answered, but not as nsqlookupd" + (" (it is an nsqd)" if isinstance(info, dict)
                                                                         and "tcp_port" in info else ""),
                      "give nsqlookupd's HTTP port (usually 4161); nsqd HTTP addresses go to --nsqd-http-address"), []
     try:
-        nodes = (http_json(address, "/nodes", timeout=HTTP_TIMEOUT) or {}).get("producers") or []
-        topics = (http_json(address, "/topics", timeout=HTTP_TIMEOUT) or {}).get("topics") or []
+        nodes = (http_json(address, "/nodes", timeout=_left(deadline, HTTP_TIMEOUT)) or {}).get("producers") or []
+        topics = (http_json(address, "/topics", timeout=_left(deadline, HTTP_TIMEOUT)) or {}).get("topics") or []
     except (NSQError, AttributeError) as e:
         return Check(target, FAIL, f"/nodes or /topics failed: {e}", "check nsqlookupd's log"), []
     status, fix = OK, ""
@@ -172,17 +260,23 @@ nsqcli doctor --json | jq '.checks[] | select(.status != "ok")'
 @option("--nsqd-http-address", "nsqd_http", multiple=True, type=HTTP_ADDRESS, envvar="NSQCLI_NSQD_HTTP_ADDRESS",
         show_envvar=True, group="Connection", help="nsqd HTTP address to check (default: lookupd's nodes, or TCP port + 1).")
 @option("--json", "as_json", is_flag=True, help="The checks as one JSON line on stdout.")
+@timeout_option("Give up by then, counted from the start: checks not done fail, exit 3.")
 @connection_options()
 @click.pass_obj
-def doctor(app, topic, nsqd_http, as_json, **kwargs):
+def doctor(app, topic, nsqd_http, as_json, timeout, **kwargs):
     """Check every nsqd and nsqlookupd of the configured context (or flags): reachable, the right
     port (TCP vs HTTP), version, TLS/compression/AUTH as negotiated, clock skew against nsqd, and
     which topics and channels exist. Prints a checklist with the fix for each failure; exit 1 if
-    anything failed (warnings do not fail).
+    anything failed (warnings do not fail), 3 if --timeout passed before every check was done.
+
+    https:// HTTP addresses are verified with --tls-ca-file/--tls-cert/--tls-key; an nsqd started
+    with --tls-required (its HTTP API on HTTPS only) is checked on its HTTPS port.
     """
     from ...client.transport import split_address
     from ..app import write_stdout
 
+    check_timeout(timeout)
+    deadline = deadline_of(timeout)
     conn = pop_connection(kwargs)
     cfg = build_config(conn)
     cfg = type(cfg)(**{**cfg.__dict__, "on_notice": None})
@@ -200,17 +294,17 @@ def doctor(app, topic, nsqd_http, as_json, **kwargs):
             http.append(f"{host}:{port + 1}")
     # every node at once, each check under its own deadline: a hung node costs one deadline
     lookupds = list(conn.get("lookupd_http_addresses") or ())
-    for check, nodes in _at_once([(f"nsqlookupd {a}", lambda a=a: _lookupd_check(a)) for a in lookupds],
-                                 3 * HTTP_TIMEOUT, []):
+    for check, nodes in _at_once([(f"nsqlookupd {a}", lambda a=a: _lookupd_check(a, deadline)) for a in lookupds],
+                                 3 * HTTP_TIMEOUT, [], deadline):
         checks.append(check)
         for n in nodes:
             host = n.get("broadcast_address")
             tcp.append(f"{host}:{n.get('tcp_port')}")
             http.append(f"{host}:{n.get('http_port')}")
-    jobs = [(f"nsqd {a} (TCP)", lambda a=a: (_tcp_check(a, cfg), None)) for a in dict.fromkeys(tcp)]
-    jobs += [(f"nsqd {a} (HTTP)", lambda a=a: _http_check(a, topic)) for a in dict.fromkeys(http)]
+    jobs = [(f"nsqd {a} (TCP)", lambda a=a: (_tcp_check(a, cfg, deadline), None)) for a in dict.fromkeys(tcp)]
+    jobs += [(f"nsqd {a} (HTTP)", lambda a=a: _http_check(a, topic, deadline)) for a in dict.fromkeys(http)]
     checks += [check for check, _ in _at_once(jobs, max(cfg.dial_timeout + cfg.handshake_timeout,
-                                                         2 * HTTP_TIMEOUT), None)]
+                                                         2 * HTTP_TIMEOUT), None, deadline)]
     if topic and not any(f"topic {topic!r}:" in c.detail for c in checks):
         checks.append(Check(f"topic {topic}", WARN, "no nsqd has it yet",
                             "it is created by the first publish (or 'nsqcli pub' to a given nsqd)"))
@@ -223,6 +317,11 @@ def doctor(app, topic, nsqd_http, as_json, **kwargs):
     if failed:
         from ...errors import NSQError
 
+        if deadline is not None and time.monotonic() >= deadline - 0.05:
+            from ..app import DeadlineExceeded
+
+            raise DeadlineExceeded(f"--timeout passed before every check was done "
+                                   f"({len(failed)} of {len(checks)} checks failed)")
         raise NSQError(f"{len(failed)} of {len(checks)} checks failed")
     return 0
 

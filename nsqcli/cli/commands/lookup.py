@@ -8,10 +8,12 @@ import sys
 import click
 
 from ..command import command, option
-from ..options import topic_arguments
+from ..options import check_timeout, deadline_of, http_tls_options, setup_http_tls, timeout_option, topic_arguments
 from ..types import HTTP_ADDRESS
 
 DEFAULT_LOOKUPD = "127.0.0.1:4161"
+#: how long each nsqlookupd is given (all are asked at once), unless --timeout leaves less
+REQUEST_TIMEOUT = 5.0
 
 
 def lookupd_option(f):
@@ -29,20 +31,35 @@ nsqcli lookup --nodes --json | jq '.nodes[].tcp_address'
 @option("--nodes", is_flag=True, help="All nodes with their topics.")
 @option("--json", "as_json", is_flag=True, help="One JSON line on stdout.")
 @lookupd_option
+@timeout_option("Give up (exit 3) if no nsqlookupd answered by then, counted from the start "
+                "(each is asked for 5s at most).")
+@http_tls_options
 @click.pass_obj
-def lookup(app, topic, nodes, as_json, lookupds):
+def lookup(app, topic, nodes, as_json, lookupds, timeout, **tls):
     """Show topics, channels and producer nodes as the union of every nsqlookupd.
 
-    Lookupds that fail are named in a warning; exit 0 when at least one answered, 1 when none did.
+    Lookupds that fail are named in a warning; exit 0 when at least one answered, 1 when none did
+    (3 when --timeout passed first). https:// addresses are verified with --tls-ca-file (else the
+    system's CAs), --tls-cert and --tls-key.
     """
+    import time
+
     from ...errors import NSQError
-    from ..app import write_stdout
+    from ..app import DeadlineExceeded, write_stdout
     from ...client.http import cluster_view
 
     if topic and nodes:
         raise click.UsageError("--topic and --nodes cannot be used together")
+    check_timeout(timeout)
+    setup_http_tls(tls)
+    deadline = deadline_of(timeout)
     addresses = list(lookupds) or [DEFAULT_LOOKUPD]
-    view = cluster_view(addresses, topic)
+    left = REQUEST_TIMEOUT if deadline is None else min(REQUEST_TIMEOUT, deadline - time.monotonic())
+    if left <= 0:
+        raise DeadlineExceeded("--timeout passed before any nsqlookupd was asked")
+    view = cluster_view(addresses, topic, left)
+    if not view.answered and deadline is not None and time.monotonic() >= deadline - 0.05 and left < REQUEST_TIMEOUT:
+        raise DeadlineExceeded(f"--timeout passed before any nsqlookupd answered ({', '.join(addresses)})")
     if not view.answered:  # said once, as the error, with a port hint when one applies
         from ..footguns import no_answer
 

@@ -10,7 +10,7 @@ import time
 import click
 
 from ..command import command, option
-from ..options import check_timeout, timeout_option, topic_arguments
+from ..options import check_timeout, deadline_of, http_tls_options, setup_http_tls, timeout_option, topic_arguments
 from ..types import DURATION, HTTP_ADDRESS
 
 HEADER = ("------rate------+----------------depth----------------+--------------metadata---------------\n"
@@ -68,10 +68,12 @@ nsqcli stat --clients                          # also every consumer: RDY, in-fl
 @option("--http-client-request-timeout", "request_timeout", type=DURATION, default="5s", show_default=True,
         help="How long each poll waits for the nodes' answers (nodes are asked at once); "
              "a node that has not answered by then is reported down.")
-@timeout_option("Stop then; exit 3 if --count reports were not printed by then (0 is refused).")
+@timeout_option("Stop then, counted from the start; exit 3 if --count reports were not printed by then "
+                "(0 is refused).")
+@http_tls_options
 @click.pass_obj
 def stat(app, topic, channel, nsqd, lookupd, interval, count, per_node, clients, as_json, live, request_timeout,
-         timeout):
+         timeout, **tls):
     """Poll nsqd /stats every --interval and report per topic/channel: ingress and egress rates,
     depth (memory/disk), in-flight, deferred, requeued, timed out, messages, clients.
 
@@ -80,6 +82,10 @@ def stat(app, topic, channel, nsqd, lookupd, interval, count, per_node, clients,
     on - a hung node delays one report by that long, then is asked again in the background
     while the others are reported every --interval; exit 1 only if no node answered during
     the whole run.
+
+    https:// addresses are verified with --tls-ca-file (else the system's CAs), --tls-cert and
+    --tls-key; an nsqd started with --tls-required=true answers plain HTTP with its HTTPS port,
+    which is then asked instead.
     """
     from ...errors import NSQError
     from ...client.stats import Poller, compute_rows
@@ -94,7 +100,8 @@ def stat(app, topic, channel, nsqd, lookupd, interval, count, per_node, clients,
     if channel and not topic:
         raise click.UsageError("--channel needs --topic")
     check_timeout(timeout)
-    deadline = time.monotonic() + timeout if timeout else None
+    setup_http_tls(tls)
+    deadline = deadline_of(timeout)
     nsqd, lookupd = list(nsqd), list(lookupd)
     if not nsqd and not lookupd:
         nsqd = ["127.0.0.1:4151"]
@@ -115,8 +122,14 @@ def stat(app, topic, channel, nsqd, lookupd, interval, count, per_node, clients,
     try:
         while not stop.is_set():
             with stopper.blocking():  # a node that never answers: a signal ends the wait (130)
-                nodes = discover(app, nsqd, lookupd, topic, lookupd_errors, first=last is None,
-                                 timeout=_left(request_timeout, deadline))
+                try:
+                    nodes = discover(app, nsqd, lookupd, topic, lookupd_errors, first=last is None,
+                                     timeout=_left(request_timeout, deadline))
+                except NSQError:
+                    if deadline is not None and time.monotonic() >= deadline - 0.05:
+                        raise DeadlineExceeded(f"--timeout passed before any nsqlookupd answered "
+                                               f"({', '.join(lookupd)})") from None
+                    raise
                 sample = poller.poll(nodes, _left(request_timeout, deadline))
             down = sample.down
             if topic and last is None:
