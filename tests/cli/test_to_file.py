@@ -610,3 +610,23 @@ def _threads(pid: int) -> int:
             return next(int(line.split()[1]) for line in f if line.startswith("Threads:"))
     except (OSError, StopIteration):
         return 0
+
+
+def test_lookupd_poll_interval_finds_a_new_nsqd_that_soon(nsqd, lookupd, extra_nsqd, topic, tmp_path):
+    """--lookupd-poll-interval (as the README lists it for to-file): an nsqd that starts carrying
+    the topic after to-file started is archived within seconds, not at the default 60 s poll."""
+    out = tmp_path / "out"
+    http_post(nsqd.http_address, "/pub", b"on the first", topic=topic)
+    wait_for(lambda: lookup_producers(lookupd, topic), what="registered")
+    p = start(["-t", topic, "--lookupd-http-address", lookupd.http_address, "--lookupd-poll-interval", "1s",
+               "--output-dir", str(out), "--sync-interval", "0.2s", "--filename-format", "<TOPIC>.<PID>.log"])
+    try:
+        wait_for(lambda: drained(nsqd, topic, total=1), timeout=15, what="the first nsqd archived")
+        second = extra_nsqd()
+        http_post(second.http_address, "/pub", b"on the second", topic=topic)
+        wait_for(lambda: drained(second, topic, total=1), timeout=15, what="the later nsqd found and archived")
+    finally:
+        p.send_signal(signal.SIGTERM)
+        rc = p.wait(30)
+    assert rc == 0, p.stderr.read()
+    assert sorted(b"".join(f.read_bytes() for f in out.iterdir()).splitlines()) == [b"on the first", b"on the second"]

@@ -48,7 +48,7 @@ kill -HUP $(pgrep -f 'nsqcli to-file')      # close and move the current files n
 @option("--json", "as_json", is_flag=True, help="At the end, the summary as one JSON line on stdout.")
 @option("--status-interval", type=DURATION, default="60s", show_default=True,
               help="Without --live: a status line per topic this often at info level (0 = off).")
-@connection_options()
+@connection_options(lookupd_poll=True)
 @click.pass_obj
 def to_file(app, topics, topic_pattern, topic_refresh, channel, max_in_flight, output_dir, work_dir,
             filename_format, datetime_format, local_time, host_identifier, use_gzip, gzip_level,
