@@ -3,6 +3,14 @@ PY     ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 PYTEST_ARGS ?=
+# `make test` runs the whole suite on NSQ v1.3.0 (.nsq/bin), then the tests that exercise the
+# server - client core, pub/mpub/tail, to-file, admin, TLS/AUTH - again on each older release
+# here (built into .nsq/versions/VERSION/bin). `make test COMPAT_VERSIONS=` runs the first pass
+# only. What the second pass leaves out, and why: tests/conftest.py (COMPAT_LEFT_OUT, nsq_1_3).
+COMPAT_VERSIONS ?= v1.2.1
+COMPAT_TESTS ?= tests/client/test_conn.py tests/client/test_consumer.py tests/client/test_producer.py \
+	tests/client/test_interop.py tests/client/test_discovery.py tests/cli/test_pub.py tests/cli/test_mpub.py \
+	tests/cli/test_tail.py tests/cli/test_to_file.py tests/cli/test_admin.py tests/cli/test_security_hints.py
 
 .PHONY: setup nsq test demo bench bench-spark clean
 
@@ -15,10 +23,15 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 nsq:
-	scripts/install-nsq
+	scripts/install-nsq v1.3.0 $(COMPAT_VERSIONS)
+	scripts/install-toxiproxy
 
 test: setup
 	$(BIN)/pytest $(PYTEST_ARGS)
+	@for v in $(COMPAT_VERSIONS); do \
+		echo "== the server-facing tests again, on NSQ $$v"; \
+		NSQCLI_TEST_NSQ_VERSION=$$v $(BIN)/pytest $(COMPAT_TESTS) || exit 1; \
+	done
 
 demo: setup
 	$(BIN)/python scripts/demo

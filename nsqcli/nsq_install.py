@@ -1,10 +1,17 @@
 """Build the official NSQ programs (nsqd, nsqlookupd, the Go tools, the bench programs) of a
 pinned release from the ``github.com/nsqio/nsq`` Go module.
 
-Used by ``scripts/install-nsq`` (into the project's ``.nsq/bin``) and by ``nsqcli sandbox
+Used by ``scripts/install-nsq`` (into the project's ``.nsq/bin``; other releases, such as the
+v1.2.1 the tests also run against, into ``.nsq/versions/VERSION/bin``) and by ``nsqcli sandbox
 --install`` (into the user's data directory), so both build the same way. nsq's go.mod has a
 ``replace`` directive, so ``go install ...@v1.3.0`` is refused: the module is downloaded with
 ``go mod download`` and built inside its directory.
+
+Releases that build here: v1.3.0, v1.2.1, v1.2.0. Older ones do not: v1.1.0 and v1.0.0-compat
+have no go.mod (they pinned their dependencies with dep/godep by git revision), the module
+proxy refuses those revisions, and the tagged dependency versions it does serve have other
+APIs (go-diskqueue v1.0.0's ReadChan, go-svc's package path) - so they are refused with one
+line instead of a page of compiler errors.
 """
 
 from __future__ import annotations
@@ -30,6 +37,14 @@ def user_dir(version: str = NSQ_VERSION) -> Path:
     """Where `nsqcli sandbox --install` puts the programs: $XDG_DATA_HOME/nsqcli/nsq-VERSION."""
     base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
     return Path(base) / "nsqcli" / f"nsq-{version}"
+
+
+def version_dir(root: Path, version: str = NSQ_VERSION) -> Path:
+    """Where scripts/install-nsq puts a release in a clone: the pinned one in .nsq/bin (what
+    every tool and test finds first), any other in .nsq/versions/VERSION/bin."""
+    if version == NSQ_VERSION:
+        return root / ".nsq" / "bin"
+    return root / ".nsq" / "versions" / version / "bin"
 
 
 def installed(bin_dir: Path, version: str = NSQ_VERSION) -> bool:
@@ -66,6 +81,10 @@ def install(bin_dir: Path, go_home: Path, version: str = NSQ_VERSION, say=print)
     if r.returncode != 0 or info.get("Error") or not os.path.isdir(src):
         raise InstallError(f"go mod download github.com/nsqio/nsq@{version} failed (is the Go module proxy "
                            f"reachable?): {(info.get('Error') or r.stderr).strip()[:300]}")
+    if not os.path.isfile(os.path.join(src, "go.mod")):
+        raise InstallError(f"NSQ {version} predates Go modules (no go.mod: its dependencies were pinned by git "
+                           f"revision, which the Go module proxy does not serve); v1.2.0 is the oldest release "
+                           f"this builds")
     pkgs = [f"./apps/{a}" for a in APPS] + [f"./bench/{b}" for b in BENCHES]
     say(f"building {' '.join(APPS + BENCHES)} in {src}")
     # the module cache is read-only; go build writes only to -o and GOCACHE
@@ -81,17 +100,28 @@ def install(bin_dir: Path, go_home: Path, version: str = NSQ_VERSION, say=print)
     return bin_dir
 
 
-def main() -> int:
-    """scripts/install-nsq: NSQ_VERSION, NSQ_BIN, NSQ_GO_HOME from the environment."""
+def main(argv: list[str] | None = None) -> int:
+    """scripts/install-nsq [VERSION ...]: each release into version_dir() (NSQ_BIN overrides it
+    when one version is built); NSQ_VERSION (default for no argument) and NSQ_GO_HOME from the
+    environment."""
+    argv = sys.argv[1:] if argv is None else argv
+    if any(a.startswith("-") for a in argv):
+        print("usage: scripts/install-nsq [VERSION ...]   (e.g. v1.3.0 v1.2.1; default "
+              f"{NSQ_VERSION} into .nsq/bin, others into .nsq/versions/VERSION/bin)", file=sys.stderr)
+        return 2
     root = Path(__file__).resolve().parent.parent
-    version = os.environ.get("NSQ_VERSION", NSQ_VERSION)
-    bin_dir = Path(os.environ.get("NSQ_BIN", root / ".nsq" / "bin"))
+    versions = argv or [os.environ.get("NSQ_VERSION", NSQ_VERSION)]
     go_home = Path(os.environ.get("NSQ_GO_HOME", root / ".nsq" / "go"))
-    try:
-        install(bin_dir, go_home, version, say=lambda m: print(f"install-nsq: {m}", file=sys.stderr, flush=True))
-    except InstallError as e:
-        print(f"install-nsq: error: {e}", file=sys.stderr)
-        return 1
+    for version in versions:
+        version = "v" + version.lstrip("v")
+        bin_dir = version_dir(root, version)
+        if os.environ.get("NSQ_BIN") and len(versions) == 1:
+            bin_dir = Path(os.environ["NSQ_BIN"])
+        try:
+            install(bin_dir, go_home, version, say=lambda m: print(f"install-nsq: {m}", file=sys.stderr, flush=True))
+        except InstallError as e:
+            print(f"install-nsq: error: {e}", file=sys.stderr)
+            return 1
     return 0
 
 
