@@ -34,7 +34,7 @@ from .config import Config
 from .conn import CLOSED, Connection, ConnectionDelegate, ConnStats
 from ..errors import ConnectError, NSQError, ServerError, TransportError
 from .flow import Flow
-from . import fdlimit, workers
+from . import fdlimit, limits, workers
 from . import loop as loop_pool
 from .discovery import Discovery
 from .loop import SWEEP
@@ -80,11 +80,20 @@ class _Handle:
         kind = "req_backoff" if backoff else "req"
         if self.consumer.pull:
             self.consumer._held.pop(id(msg), None)
-        self.consumer._respond(self, encode_req(msg.id, max(0, int(delay * 1000))), 1, kind)
+        self.consumer._respond(self, encode_req(msg.id, _req_ms(self.address, delay)), 1, kind)
 
     def touch(self, msg) -> None:
         if self.consumer.touch_many([msg]):
             raise TransportError("cannot TOUCH: the connection is gone (nsqd will redeliver)", self.address)
+
+
+def _req_ms(address: str, delay: float) -> int:
+    """A REQ delay in ms within what nsqd ``address`` accepts: nsqd <= 1.2 closes the connection
+    on a REQ above its --max-req-timeout (E_INVALID), 1.3 clamps it; capped where /config told
+    it (nsqcli.client.limits), else left to nsqd."""
+    ms = max(0, int(delay * 1000))
+    cap = limits.known(address).max_req_timeout
+    return ms if cap is None else min(ms, int(cap * 1000))
 
 
 class Consumer(ConnectionDelegate):
@@ -600,9 +609,9 @@ class Consumer(ConnectionDelegate):
 
     def requeue_many(self, msgs: list, delay: float = 0.0, backoff: bool = False) -> list:
         """REQ many messages (after ``delay`` seconds); returns those that could not be delivered."""
-        ms_delay = max(0, int(delay * 1000))
         lost = []
         for handle, ms in self._by_handle(msgs).items():
+            ms_delay = _req_ms(handle.address, delay)
             command = b"".join([encode_req(m.id, ms_delay) for m in ms])
             if not self._respond(handle, command, len(ms), "req_backoff" if backoff else "req"):
                 lost += ms

@@ -122,3 +122,38 @@ def test_every_command_connects_to_an_nsqd_whose_minimum_output_buffer_timeout_i
                     "-n", "2", "--timeout", "10s"])
     assert r.returncode == 0 and b"copied 2," in r.stderr, r.stderr
     assert b"E_BAD_BODY" not in r.stderr
+
+
+def test_a_requeue_delay_is_capped_at_nsqds_max_req_timeout(tmp_path):
+    """nsqd <= 1.1 closes the connection on a REQ above its --max-req-timeout (1.2+ clamps it
+    and logs): where /config told it, the consumer asks for no more than that; elsewhere nsqd
+    decides. The message asked back in 10 min is redelivered within seconds."""
+    from nsqcli.client.consumer import _req_ms
+
+    from nsqcli import Consumer
+    from helpers import http_post
+
+    sb = default_layout_nsqd(tmp_path, "--max-req-timeout=1s")
+    try:
+        nsqd = sb.nsqd
+        assert _req_ms(nsqd.tcp_address, 600) == 600_000  # nothing known: nsqd decides
+        assert limits.ask([nsqd.tcp_address])[nsqd.tcp_address].max_req_timeout == 1.0
+        assert _req_ms(nsqd.tcp_address, 600) == 1000 and _req_ms(nsqd.tcp_address, 0.5) == 500
+        http_post(nsqd.http_address, "/pub", b"again", topic="t")
+        seen = []
+
+        def handler(msg):
+            seen.append((time.monotonic(), msg.attempts))
+            if msg.attempts == 1:
+                msg.requeue(delay=600, backoff=False)
+
+        c = Consumer("t", "c", handler, nsqd_tcp_addresses=[nsqd.tcp_address], config=Config())
+        c.start()
+        try:
+            wait_for(lambda: len(seen) == 2, timeout=15, what="the message redelivered")
+        finally:
+            c.stop()
+        # nsqd scans a new channel's deferred queue from its next 5 s refresh on
+        assert seen[1][1] == 2 and 0.5 < seen[1][0] - seen[0][0] < 8
+    finally:
+        sb.stop()
