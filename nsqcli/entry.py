@@ -35,15 +35,14 @@ def _early_exit(signum, frame):
         os._exit(128 + signum)
 
 
-def pub_progress(address: str, state: str) -> None:
-    """Producer.on_publish for `pub` (both paths): a signal after the PUB was written says the
-    message may be published, not just "interrupted" (which reads as: nothing happened)."""
+def _pub_progress(address: str, state: str) -> None:
+    """Producer.on_publish for the fast path (the click command does the same: nsqcli.cli.
+    commands.pub): a signal after the PUB was written says the message may be published, not
+    just "interrupted" (which reads as: nothing happened)."""
     global _interrupt_note
-    if state == "sent":
-        _interrupt_note = (f": the message was sent to {address} and may have been published "
-                           "(no answer from nsqd yet)")
-    else:
-        _interrupt_note = f": the message was published ({address} acknowledged it)"
+    from .client.producer import interrupt_note
+
+    _interrupt_note = interrupt_note(address, state)
 
 
 def install_early_signals() -> None:
@@ -195,13 +194,6 @@ class _Deadline(Exception):
     pass
 
 
-def deadline_passed(deadline: float) -> bool:
-    """Exit 3 only when the deadline did pass (a Timeout of its own - a handshake's share of
-    it given to one of several nsqd - is a failure, 1). A wait that ended at the deadline may
-    wake a hair before it."""
-    return time.monotonic() >= deadline - 0.01
-
-
 def _guarded(plan: dict) -> int:
     """nsqcli.cli.app.run's mapping of outcomes to messages and exit codes, for what pub raises."""
     from .errors import NSQError
@@ -264,11 +256,13 @@ def _publish(plan: dict) -> int:
         _say(f"nsqcli: warning: message is {len(body)} bytes; nsqd's default --max-msg-size is {cfg.max_msg_size}")
     deadline = STARTED + plan["timeout"]  # cli.options.deadline_of: from process start
     producer = Producer(plan["nsqd"], cfg, fanout=plan["fanout"], deadline=deadline)
-    producer.on_publish = pub_progress
+    producer.on_publish = _pub_progress
     try:
         acked = producer.publish(plan["topic"], body, defer=plan["defer"], timeout=plan["timeout"])
     except PublishError as e:
-        if deadline_passed(deadline):
+        # exit 3 only when the deadline did pass (a handshake's own Timeout - its share of the
+        # deadline, with several nsqd - is a failure, 1); a wait that ended at it may wake a hair early
+        if time.monotonic() >= deadline - 0.01:
             raise _Deadline(f"--timeout passed: {e}") from e
         raise
     finally:

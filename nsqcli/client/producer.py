@@ -132,6 +132,14 @@ class Framed:
         return split_framed(self.payload)
 
 
+def interrupt_note(address: str, state: str) -> str:
+    """What a command interrupted during a single publish adds to its "interrupted" line, for
+    Producer.on_publish's ``state``: after the PUB was written the message may be in nsqd."""
+    if state == "sent":
+        return f": the message was sent to {address} and may have been published (no answer from nsqd yet)"
+    return f": the message was published ({address} acknowledged it)"
+
+
 #: how often a wait for nsqd's answer looks at a stop event (Producer.stop, publish_iter's stop)
 STOP_POLL = 0.1
 
@@ -842,7 +850,10 @@ class _IterPublish:
         STOP_GRACE seconds in all: a stalled nsqd does not hold the stop for its timeout."""
         ledger = self.ledger
         stopping = isinstance(e, Stopped) or not isinstance(e, Exception)
-        end = time.monotonic() + (STOP_GRACE if stopping else 0.0)
+        grace = STOP_GRACE
+        if self.p.deadline is not None:  # a stop at the deadline (or near it) does not outlast it by much
+            grace = min(grace, max(0.2, self.p.deadline - time.monotonic()))
+        end = time.monotonic() + (grace if stopping else 0.0)
         try:
             while ledger.entries and ledger.head().future is not None:
                 wait = max(0.0, end - time.monotonic()) if stopping else self.timeout
