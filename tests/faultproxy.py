@@ -6,8 +6,9 @@ a cut after N bytes (toxiproxy's latency / slicer / limit_data, without toxiprox
 
 ``latency``: seconds added to every chunk nsqd sends back (downstream, as toxiproxy's latency
 toxic does by default). ``trickle``: seconds between the single bytes of nsqd's answers.
-``limit``: after this many bytes from the client have been forwarded to nsqd, both sides are
-closed (what was forwarded reached nsqd whole; the rest never does). ``stall_on``: once the
+``limit``: after this many bytes from the client have been forwarded to nsqd, nothing more
+reaches either side and both are reset 0.2 s later (nsqd acts on the whole commands it got;
+its answers to them are lost - a cut with publishes in flight). ``stall_on``: once the
 client has sent these bytes (b"PUB "), nsqd's answers are held back for good (nsqd got the
 command and acted on it; the client never hears). Everything is threads on 127.0.0.1;
 ``close()`` ends them."""
@@ -87,6 +88,8 @@ class FaultProxy:
                         room = self.limit - self.forwarded
                         data = data[:max(0, room)]
                         self.forwarded += len(data)
+                    if len(data) >= room:
+                        self.stalled.set()  # from now on nsqd's answers are lost
                     if data:
                         server.sendall(data)
                     if len(data) >= room:

@@ -7,13 +7,17 @@ SIGINT/SIGTERM only sets an event, and the work stops at its next safe point and
 exactly what it finished. The one exception is a read that may never return (stdin from a
 quiet pipe, a handshake with a server that accepts and never answers): inside
 :meth:`GracefulStop.blocking` the signal raises ``Interrupted`` there, where nothing has been
-counted yet, and the command ends at once with 128 + the signal's number. A second signal forces the exit (130).
+counted yet, and the command ends at once with 128 + the signal's number. A second signal
+forces the exit (128 + its number) - after ``on_force``'s lines (mpub: what nsqd acknowledged
+and the --skip that resumes), so a forced exit still says where to resume.
+
+:meth:`GracefulStop.alarm` makes a deadline (``--timeout``) stop the work the same way: the
+event is set (``expired`` says why) and a blocking read is interrupted.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 import threading
 from contextlib import contextmanager
 
@@ -26,6 +30,9 @@ class GracefulStop:
     def __init__(self, event: threading.Event | None = None):
         self.event = event if event is not None else threading.Event()
         self.signum: int | None = None
+        self.expired = False  # the alarm (a deadline) stopped the work, not a signal
+        #: lines (without "nsqcli: ") said before a forced exit; the last one follows "forced exit (SIG...): "
+        self.on_force = None
         self._blocking = 0
 
     def install(self, signals=None) -> "GracefulStop":
@@ -38,9 +45,47 @@ class GracefulStop:
 
     def _handler(self, signum, frame) -> None:
         if self.signum is not None:  # (the event may also be set by the work itself: -n reached)
-            print("nsqcli: forced exit", file=sys.stderr, flush=True)
-            os._exit(130)
+            self._force(signum)
         self.signum = signum
+        self.event.set()
+        if self._blocking:
+            raise Interrupted(signum)
+
+    def _force(self, signum: int) -> None:
+        import signal
+
+        lines: list[str] = []
+        try:
+            if self.on_force is not None:
+                lines = list(self.on_force())
+        except BaseException:  # whatever it was doing, the exit must happen
+            lines = []
+        last = lines.pop() if lines else ""
+        text = "".join(f"nsqcli: {line}\n" for line in lines)
+        text += f"nsqcli: forced exit ({signal.Signals(signum).name}){': ' + last if last else ''}\n"
+        try:
+            os.write(2, text.encode())  # not sys.stderr: the main thread may be inside its write
+        except OSError:
+            pass
+        os._exit(128 + signum)
+
+    def alarm(self, deadline: float | None) -> "GracefulStop":
+        """At ``deadline`` (time.monotonic()) stop the work as a first signal would, with
+        ``expired`` set (SIGALRM; the caller cancels it with ``alarm(None)``)."""
+        import signal
+        import time
+
+        if deadline is None:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            return self
+        signal.signal(signal.SIGALRM, self._alarm)
+        signal.setitimer(signal.ITIMER_REAL, max(0.001, deadline - time.monotonic()))
+        return self
+
+    def _alarm(self, signum, frame) -> None:
+        if self.event.is_set():  # already stopping
+            return
+        self.expired = True
         self.event.set()
         if self._blocking:
             raise Interrupted(signum)

@@ -359,3 +359,179 @@ def test_mpub_records_hand_over_exactly_what_one_by_one_would(data):
     # resume: skip everything up to the first unacknowledged record (or all that was handled)
     assert records.resume_at == (numbers[acked] - 1 if acked < len(numbers) else stats.handled)
     assert stats.published == acked and len(records.unacked) == len(numbers) - acked
+
+
+# -- issue 33: truthful resume lines after a stall, a cut, a failover; signals; --timeout ------------
+_RESUME = re.compile(r"nsqd acknowledged (\d+) records in this run; up to (\d+) more \(records (\d+)-(\d+)\) were "
+                     r"written and got no answer: nsqd may hold them; resume with --skip (\d+) \(nothing lost; "
+                     r"at-least-once: up to (\d+) duplicates\)$")
+
+
+def _settled(nsqd, topic, seconds: float = 1.0) -> int:
+    """What nsqd holds once the count has stopped moving for a while (a resumed nsqd works off
+    what was in its socket)."""
+    last, since = -1, time.monotonic()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        held = _held(nsqd, topic)
+        if held != last:
+            last, since = held, time.monotonic()
+        elif time.monotonic() - since >= seconds:
+            return held
+        time.sleep(0.05)
+    raise AssertionError("nsqd's count kept moving")
+
+
+def _stalled_mpub(server, topic, data, tmp_path, *args):
+    """mpub at 50,000 records/s into ``server``, which is SIGSTOPped once it holds some: the
+    window fills with batches nsqd has in its socket and never answers. Returns the process."""
+    import os
+
+    source = tmp_path / "records"
+    source.write_bytes(data)
+    with open(source, "rb") as stdin:
+        proc = subprocess.Popen(NSQCLI + ["mpub", "-t", topic, "--json", "--rate", "50000", "--nsqd-tcp-address",
+                                          server.tcp_address, *args],
+                                stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=clean_env())
+    wait_for(lambda: _held(server, topic) >= 5000, 30, 0.02, "the first batches")
+    os.kill(server.pid, signal.SIGSTOP)
+    time.sleep(0.5)  # the window fills up; mpub waits for an answer that does not come
+    assert proc.poll() is None
+    return proc
+
+
+def _resume_after(server, topic, data, n, acked, held, skip):
+    """Resuming with the --skip the line gave loses nothing: nsqd then holds every record, plus
+    exactly the ones it held past the acknowledged (the duplicates the line warned of)."""
+    r = run_nsqcli(["mpub", "-t", topic, "--skip", str(skip), "--nsqd-tcp-address", server.tcp_address],
+                   input=data, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert _settled(server, topic, 0.3) == n + (held - acked)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_while_nsqd_stalls_ends_at_once_with_what_it_may_hold(nsqd_factory, topic, sig, tmp_path):
+    """nsqd hangs (SIGSTOP) with 8 batches written to it: SIGINT/SIGTERM ends mpub within ~1 s
+    (it waited 28 s for the answer and exited 1) with 130/143, the acknowledged count, the
+    records nsqd may hold unanswered - and once nsqd goes on it holds no more than those."""
+    import os
+
+    server = nsqd_factory()
+    n = 200_000
+    data = _lines(n)
+    proc = _stalled_mpub(server, topic, data, tmp_path)
+    try:
+        t0 = time.monotonic()
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=20)
+        took = time.monotonic() - t0
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+    assert proc.returncode == 128 + sig, err
+    assert took < 2.2, took  # 0.1 s to see the stop, 1 s for answers in flight, the close
+    last = err.decode().splitlines()[-1]
+    assert last.startswith(f"nsqcli: interrupted ({signal.Signals(sig).name}): "), last
+    m = _RESUME.search(last)
+    assert m, last
+    acked, more, first, end, skip, dups = map(int, m.groups())
+    assert skip == acked and first == acked + 1 and end == acked + more and dups == more and more >= 500
+    doc = json.loads(out)
+    assert (doc["published"], doc["resume_skip"], doc["unanswered"], doc["unanswered_records"]) == \
+        (acked, acked, more, [first, end])
+    held = _settled(server, topic)
+    assert acked <= held <= acked + more, (acked, more, held)
+    _resume_after(server, topic, data, n, acked, held, skip)
+
+
+def test_a_second_sigint_still_says_where_to_resume(nsqd_factory, topic, tmp_path):
+    import os
+
+    server = nsqd_factory()
+    n = 200_000
+    data = _lines(n)
+    proc = _stalled_mpub(server, topic, data, tmp_path)
+    try:
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=20)
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+    assert proc.returncode == 130, err
+    lines = err.decode().splitlines()
+    assert lines[-2].startswith("nsqcli: published ") and "input not read past record" in lines[-2], lines
+    assert lines[-1].startswith("nsqcli: forced exit (SIGINT): nsqd acknowledged "), lines
+    m = _RESUME.search(lines[-1])
+    assert m, lines[-1]
+    acked, more, _, _, skip, _ = map(int, m.groups())
+    held = _settled(server, topic)
+    assert skip == acked <= held <= acked + more
+    _resume_after(server, topic, data, n, acked, held, skip)
+
+
+def test_a_cut_connection_names_every_batch_nsqd_may_hold(nsqd_factory, topic):
+    """The connection is cut after ~1 MB (toxiproxy's limit_data): nsqd got whole batches whose
+    OK never came back. The line names all of them (it named only the first: 41501-42000 while
+    nsqd held up to 45,500), and --skip resumes without loss."""
+    from faultproxy import FaultProxy
+
+    server = nsqd_factory()
+    n = 60_000
+    data = _lines(n)
+    with FaultProxy(server.tcp_address, limit=1_000_000) as proxy:
+        r = run_nsqcli(["mpub", "-t", topic, "--json", "--nsqd-tcp-address", proxy.address], input=data, timeout=60)
+    assert r.returncode == 1, r.stderr
+    last = r.stderr.decode().splitlines()[-1]
+    m = _RESUME.search(last)
+    assert m, last
+    acked, more, first, end, skip, _ = map(int, m.groups())
+    held = _settled(server, topic)
+    assert skip == acked and first == acked + 1 and end == acked + more
+    assert acked <= held <= acked + more, (acked, more, held)
+    assert held > acked  # nsqd does hold unanswered records: the line is not a formality
+    assert json.loads(r.stdout)["unanswered"] == more
+    _resume_after(server, topic, data, n, acked, held, skip)
+
+
+def test_a_failover_that_resent_batches_says_so(nsqd_factory, topic):
+    """The first nsqd's connection is cut with batches unanswered; they are sent again to the
+    second: exit 0, and one line (and "resent" in --json) says how many may be duplicates."""
+    from faultproxy import FaultProxy
+
+    first, second = nsqd_factory(), nsqd_factory()
+    n = 60_000
+    with FaultProxy(first.tcp_address, limit=1_000_000) as proxy:
+        r = run_nsqcli(["mpub", "-t", topic, "--json", "--nsqd-tcp-address", proxy.address,
+                        "--nsqd-tcp-address", second.tcp_address], input=_lines(n), timeout=60)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["published"] == n and doc["resent"] > 0
+    lines = r.stderr.decode().splitlines()
+    assert lines[-1] == (f"nsqcli: warning: {doc['resent']} records were sent again after a connection was lost "
+                         "before nsqd answered them: the nsqd they were first sent to may hold them too "
+                         "(possible duplicates)"), lines
+    duplicates = _settled(first, topic) + _settled(second, topic, 0.3) - n
+    assert 0 < duplicates <= doc["resent"]
+
+
+def test_the_timeout_bounds_the_whole_run(nsqd_factory, topic):
+    """--timeout 2s with nsqd hung from the start of the run: exit 3 at 2 s (from process
+    start) with the resume line; with nsqd answering, the same run is done in time (exit 0)."""
+    import os
+
+    from hung import stopped
+
+    server = nsqd_factory()
+    with stopped(server):
+        t0 = time.monotonic()
+        r = run_nsqcli(["mpub", "-t", topic, "--timeout", "2s", "--nsqd-tcp-address", server.tcp_address],
+                       input=_lines(10), timeout=30)
+        took = time.monotonic() - t0
+    assert r.returncode == 3, r.stderr
+    assert 1.9 <= took <= 2.6, took
+    lines = r.stderr.decode().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("nsqcli: error: --timeout passed: "), lines
+    r = run_nsqcli(["mpub", "-t", topic, "--timeout", "10s", "--nsqd-tcp-address", server.tcp_address],
+                   input=_lines(10), timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert os.getpid() and _held(server, topic) == 10

@@ -132,6 +132,14 @@ class Pending:
         """The oldest unacknowledged record number (there must be one)."""
         return self.runs[0][0]
 
+    def nth(self, k: int) -> int:
+        """The record number of the ``k``-th oldest (from 0; there must be that many)."""
+        for first, count in self.runs:
+            if k < count:
+                return first + k
+            k -= count
+        raise IndexError(k)
+
     def pop(self, k: int) -> int:
         """Remove the oldest ``k``; returns the last record number removed."""
         runs = self.runs
@@ -256,16 +264,44 @@ class Records:
 
     @property
     def resume_at(self) -> int:
-        """The --skip that resumes without loss or duplicates."""
+        """The --skip that resumes without loss: every record up to it is acknowledged (those
+        after it that nsqd may hold unanswered are sent again: see :meth:`where`)."""
         return self.unacked.first() - 1 if self.unacked else self.stats.handled
+
+    def unanswered_range(self, unanswered: int) -> tuple[int, int] | None:
+        """The first and last record numbers of the ``unanswered`` bodies after the
+        acknowledged ones (written to nsqd, no answer: it may hold them)."""
+        n = min(unanswered, len(self.unacked))
+        if n <= 0:
+            return None
+        return self.unacked.first(), self.unacked.nth(n - 1)
+
+    def where(self, unanswered: int = 0) -> str:
+        """The resume line: what nsqd acknowledged, what it may hold besides, the --skip."""
+        line = f"nsqd acknowledged {self.stats.published} records in this run"
+        span = self.unanswered_range(unanswered)
+        if span is None:
+            return f"{line}; resume with --skip {self.resume_at}"
+        n = min(unanswered, len(self.unacked))
+        first, last = span
+        records = f"record {first}" if first == last else f"records {first}-{last}"
+        return (f"{line}; up to {n} more ({records}) were written and got no answer: nsqd may hold them; "
+                f"resume with --skip {self.resume_at} (nothing lost; at-least-once: up to {n} duplicate"
+                f"{'s' * (n != 1)})")
 
 
 def _publish_deferred(producer, topic, records, defer, rate, stop, timeout=10.0):
     """DPUB one by one (nsqd has no deferred MPUB), paced like publish_iter."""
     from ...client.producer import FLUSH, Pacer, Stopped
-    from ...errors import PublishError
+    from ...errors import PublishError, ServerError
 
     pacer, done = Pacer(rate) if rate else None, 0
+    written = [False]  # the DPUB in progress was written (Producer.on_publish) and not answered
+
+    def on_publish(address, state):
+        written[0] = state == "sent"
+
+    producer.on_publish = on_publish
     try:
         for item in records:
             if item is FLUSH:  # one by one: nothing waits to be sent
@@ -280,7 +316,11 @@ def _publish_deferred(producer, topic, records, defer, rate, stop, timeout=10.0)
                 records.on_progress(done)
     except BaseException as e:
         cause = e.cause if isinstance(e, PublishError) and e.cause is not None else e
-        raise PublishError(str(cause), done, 0, cause) from e
+        err = PublishError(str(cause), done, 0, cause)
+        # the DPUB being waited for may be in nsqd: no answer, or the connection lost after it
+        err.unanswered = int(written[0] and not isinstance(cause, ServerError)
+                             and getattr(cause, "not_processed", False) is not True)
+        raise err from e
 
 
 @command(examples="""
@@ -316,20 +356,28 @@ nsqcli mpub -t events big.txt --skip 41000     # resume where an interrupted run
               help="nsqd's --max-msg-size; larger records are invalid.")
 @option("--max-body-size", type=click.IntRange(1), default=5 * 1024 * 1024, show_default=True,
               help="nsqd's --max-body-size; MPUB batches stay below it.")
+@option("--timeout", type=DURATION,
+              help="Stop (exit 3) if the run is not done by then, counted from start (lookups and handshakes "
+                   "included); it says how many nsqd acknowledged and the --skip that resumes. Default: none.")
 @connection_options()
 @click.pass_obj
 def mpub(app, topic, rest, delimiter, null, count, as_json, fmt, batch_size, linger, rate, defer, skip_invalid, skip,
-         max_msg_size, max_body_size, **kwargs):
+         max_msg_size, max_body_size, timeout, **kwargs):
     """Publish every record of FILES (or stdin) to TOPIC.
 
     Prints a summary on stderr: published, skipped, failed, elapsed, rate. Exit 0 only when
-    every record was published (nsqd said OK to every batch); otherwise exit 1 saying how many
-    were published before the failure.
+    every record was published (nsqd said OK to every batch); otherwise exit 1 (3: --timeout
+    passed; 130/143: SIGINT/SIGTERM) saying how many nsqd acknowledged, how many more it may
+    hold unanswered (written when the connection was lost or stalled), and the --skip that
+    resumes without loss.
     """
     from ...client.producer import Producer, Stopped
-    from ...errors import PublishError
-    from ..app import Interrupted
+    from ...errors import NSQError, PublishError
+    from ..app import DeadlineExceeded, Interrupted
+    from ..options import check_timeout, deadline_of
     from ..signals import GracefulStop
+
+    check_timeout(timeout)
 
     files = rest
     conn = pop_connection(kwargs)
@@ -345,39 +393,64 @@ def mpub(app, topic, rest, delimiter, null, count, as_json, fmt, batch_size, lin
     records = Records(app, sources, delimiter, fmt, skip, skip_invalid, max_msg_size, stats)
     records.limit = count or 0
     records.linger = linger
-    producer = Producer(resolve_producers(app, conn, topic), cfg)
+    deadline = deadline_of(timeout)
+    stopper = GracefulStop().install()
+    stopper.alarm(deadline)  # from here a passing --timeout stops the run as a signal does
+    try:
+        addresses = resolve_producers(app, conn, topic, deadline)
+    except NSQError as e:
+        stopper.alarm(None)
+        if deadline is not None and time.monotonic() >= deadline - 0.01:
+            raise DeadlineExceeded(f"--timeout passed: {e}") from e
+        raise
+    producer = Producer(addresses, cfg, deadline=deadline)
+    producer.stop = stopper.event  # a wait for nsqd's answer ends when a signal (or the deadline) stops the run
     progress = _Progress(app, stats, sources) if app.stderr_is_tty else None
     if progress:
         records.listeners.append(progress.update)
-    stopper = GracefulStop().install()
     records.blocking = producer.connecting = stopper.blocking
+    stopper.on_force = lambda: _forced_lines(stats, records, producer)
+    result = None
+    stopped = False
     try:
         if defer is not None:
             _publish_deferred(producer, topic, records, defer, rate, stopper.event)
         else:
-            producer.publish_iter(topic, records, batch_size=batch_size, window=8, rate=rate,
-                                  on_progress=records.on_progress, stop=stopper.event)
+            result = producer.publish_iter(topic, records, batch_size=batch_size, window=8, rate=rate,
+                                           on_progress=records.on_progress, stop=stopper.event)
+        stopper.alarm(None)
         if progress:
             progress.finish()
     except (PublishError, Interrupted, Stopped) as e:
+        stopper.alarm(None)
+        stopped = True
         if progress:
             progress.stop()
             progress = None
         cause = e.cause if isinstance(e, PublishError) and e.cause is not None else e
+        unanswered = getattr(e, "unanswered", 0)
+        resent = getattr(e, "resent", 0)
         failed = len(records.unacked) + (1 if getattr(cause, "record", None) else 0)
+        interrupted = isinstance(cause, (Interrupted, Stopped))
+        expired = interrupted and stopper.expired and stopper.signum is None
         if stats.published or stats.skipped_empty or stats.skipped_invalid:  # else the error says it all
             app.info(stats.summary(failed, stopped=True))
+        if resent:
+            app.warn(_resent_line(resent))
+        where = records.where(unanswered)
         if as_json:
             error = str(cause)
-            if isinstance(cause, (Interrupted, Stopped)):  # their str() is empty: say what happened
+            if expired:
+                error = "--timeout passed"
+            elif interrupted:  # their str() is empty: say what happened
                 import signal
 
                 signum = stopper.signum or getattr(cause, "signum", None) or signal.SIGINT
                 error = f"interrupted ({signal.Signals(signum).name})"
-            _json_summary(topic, stats, failed, records.resume_at, error)
-        where = (f"nsqd acknowledged {stats.published} records in this run; resume with "
-                 f"--skip {records.resume_at}")
-        if isinstance(cause, (Interrupted, Stopped)):
+            _json_summary(topic, stats, failed, records, error, unanswered, resent)
+        if expired:
+            raise DeadlineExceeded(f"--timeout passed: {where}") from None
+        if interrupted:
             raise Interrupted(stopper.signum or getattr(cause, "signum", 2), where) from None
         bad = getattr(cause, "record", None)
         what = str(cause)
@@ -386,25 +459,49 @@ def mpub(app, topic, rest, delimiter, null, count, as_json, fmt, batch_size, lin
             what = f"record {bad} refused by nsqd: {cause}"
         if bad is not None and bad == records.resume_at + 1:
             where += f" (--skip {bad} also leaves out record {bad})"
+        if deadline is not None and time.monotonic() >= deadline - 0.01:
+            raise DeadlineExceeded(f"--timeout passed: {what}; {where}") from None
         raise PublishError(f"{what}; {where}", stats.published, failed, cause) from None
     finally:
+        stopper.alarm(None)
         if progress:
             progress.stop()
-        producer.close()
+        # after a stop the answers still missing are given up on (the line said nsqd may hold them)
+        producer.close(0.0 if stopped or stopper.event.is_set() else 10.0)
+    resent = result.resent if result is not None else 0
     app.info(stats.summary(0))
+    if resent:
+        app.warn(_resent_line(resent))
     if as_json:
-        _json_summary(topic, stats, 0, records.resume_at, None)
+        _json_summary(topic, stats, 0, records, None, 0, resent)
     return 0
 
 
-def _json_summary(topic, stats: Stats, failed: int, resume_at: int, error: str | None) -> None:
+def _resent_line(resent: int) -> str:
+    return (f"{resent} records were sent again after a connection was lost before nsqd answered them: "
+            "the nsqd they were first sent to may hold them too (possible duplicates)")
+
+
+def _forced_lines(stats: Stats, records: Records, producer) -> list[str]:
+    """What a forced exit (a second signal) says: the summary and the resume line, from what
+    is known at that instant (a signal handler: read only)."""
+    publishing = producer.publishing
+    unanswered = publishing.unanswered() if publishing is not None else 0
+    return [stats.summary(len(records.unacked), stopped=True), records.where(unanswered)]
+
+
+def _json_summary(topic, stats: Stats, failed: int, records: Records, error: str | None, unanswered: int,
+                  resent: int) -> None:
     import json
 
     from ..app import write_stdout
 
+    span = records.unanswered_range(unanswered)
     doc = {"topic": topic, "published": stats.published, "skipped_empty": stats.skipped_empty,
            "skipped_invalid": stats.skipped_invalid, "failed": failed, "bytes": stats.bytes,
-           "seconds": round(time.monotonic() - stats.start, 3), "resume_skip": resume_at, "error": error}
+           "seconds": round(time.monotonic() - stats.start, 3), "resume_skip": records.resume_at,
+           "unanswered": min(unanswered, len(records.unacked)), "unanswered_records": list(span) if span else None,
+           "resent": resent, "error": error}
     write_stdout(json.dumps(doc) + "\n")
 
 
