@@ -267,6 +267,10 @@ def _publish(plan: dict) -> int:
         raise
     finally:
         producer.close(timeout=max(0.1, deadline - time.monotonic()))
+    if producer.maybe_held and not plan["quiet"]:
+        from .client.producer import resend_note
+
+        _say(f"nsqcli: warning: {resend_note(producer.maybe_held, acked)}")
     if plan["as_json"]:
         import json
 

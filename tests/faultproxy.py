@@ -10,7 +10,8 @@ toxic does by default). ``trickle``: seconds between the single bytes of nsqd's 
 reaches either side and both are reset 0.2 s later (nsqd acts on the whole commands it got;
 its answers to them are lost - a cut with publishes in flight). ``stall_on``: once the
 client has sent these bytes (b"PUB "), nsqd's answers are held back for good (nsqd got the
-command and acted on it; the client never hears). Everything is threads on 127.0.0.1;
+command and acted on it; the client never hears). ``cut_on``: the same, and both sides are reset
+0.2 s later (a connection lost with the command in nsqd and its answer not back). Everything is threads on 127.0.0.1;
 ``close()`` ends them."""
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ import time
 
 class FaultProxy:
     def __init__(self, upstream: str, latency: float = 0.0, trickle: float = 0.0, limit: int | None = None,
-                 stall_on: bytes | None = None):
+                 stall_on: bytes | None = None, cut_on: bytes | None = None):
         host, port = upstream.rsplit(":", 1)
         self.upstream = (host, int(port))
         self.latency, self.trickle, self.limit, self.stall_on = latency, trickle, limit, stall_on
+        self.cut_on = cut_on
         self.stalled = threading.Event()
         self.forwarded = 0  # bytes from clients to nsqd
         self.cuts = 0
@@ -99,8 +101,15 @@ class FaultProxy:
                 else:
                     if self.stall_on is not None and self.stall_on in data:
                         self.stalled.set()  # before nsqd can answer it
+                    cut = self.cut_on is not None and self.cut_on in data
+                    if cut:
+                        self.stalled.set()
                     self.forwarded += len(data)
                     server.sendall(data)
+                    if cut:
+                        time.sleep(0.2)  # nsqd acts on it; its answer is dropped
+                        self._cut(client, server)
+                        return
         except OSError:
             return
 

@@ -140,6 +140,12 @@ def interrupt_note(address: str, state: str) -> str:
     return f": the message was published ({address} acknowledged it)"
 
 
+def resend_note(maybe_held: list[str], acked: list[str]) -> str:
+    """The warning after a publish was sent again (Producer.maybe_held): a possible duplicate."""
+    return (f"the message was sent again to {', '.join(acked)} after the connection to {', '.join(maybe_held)} "
+            "was lost before nsqd answered: it may be published there too (a possible duplicate)")
+
+
 #: how often a wait for nsqd's answer looks at a stop event (Producer.stop, publish_iter's stop)
 STOP_POLL = 0.1
 
@@ -172,6 +178,9 @@ class Producer(ConnectionDelegate):
         #: the publish_iter / publish_framed in progress (what it wrote and what nsqd answered
         #: can be read at any moment: a forced exit reports it)
         self.publishing: _IterPublish | None = None
+        #: the nsqd a single publish was written to before its connection was lost unanswered,
+        #: before it was sent to the next one (``publish``): they may hold it too
+        self.maybe_held: list[str] = []
         #: ``on_publish(address, state)``: a single publish (``publish``) is about to be written
         #: to ``address`` (state "sent"), or nsqd there acknowledged it ("acknowledged")
         self.on_publish = None
@@ -286,6 +295,7 @@ class Producer(ConnectionDelegate):
             self.on_publish(address, state)
 
     def _sync(self, command: bytes, count: int, timeout: float) -> list[str]:
+        self.maybe_held = []
         if self.fanout:
             return self._sync_fanout(command, count, timeout)
         errors: list[NSQError] = []
@@ -306,6 +316,8 @@ class Producer(ConnectionDelegate):
                 raise PublishError(f"not known whether published: {e}", 0, count, e) from e
             except TransportError as e:  # unreachable or connection lost: try the next nsqd
                 errors.append(e)
+                if getattr(e, "not_processed", True) is False:  # written, lost before the answer
+                    self.maybe_held.append(conn.address)
                 self._current = (self._current + 1) % len(self.addresses)
             except NSQError as e:  # nsqd answered with an error: do not retry elsewhere
                 raise PublishError(f"not published: {e}", 0, count, e) from e

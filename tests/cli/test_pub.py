@@ -178,3 +178,23 @@ def test_an_interrupt_after_the_pub_was_written_says_it_may_be_published(nsqd, t
         assert err == (f"nsqcli: interrupted (SIGINT): the message was sent to {proxy.address} and may have been "
                        "published (no answer from nsqd yet)\n").encode(), err
     assert topic_stats(nsqd, topic)["message_count"] == 2
+
+
+def test_a_pub_sent_again_after_a_lost_connection_says_it_may_be_a_duplicate(nsqd, extra_nsqd, topic):
+    """The first nsqd got the PUB (and published it), the connection was lost before its OK:
+    the message goes to the next nsqd - exit 0, and one warning line says it may be in both."""
+    second = extra_nsqd()
+    runs = []
+    for off in ("0", "1"):  # one after the other: the proxy cuts every connection once a PUB went by
+        with FaultProxy(nsqd.tcp_address, cut_on=b"PUB ") as proxy:
+            r = run_nsqcli(["pub", topic, "m", "--json", "--nsqd-tcp-address", proxy.address, "--nsqd-tcp-address",
+                            second.tcp_address], {"NSQCLI_NO_FAST_PATH": off})
+        runs.append((r.returncode, r.stdout, r.stderr.replace(proxy.address.encode(), b"PROXY")))
+    for rc, out, err in runs:
+        assert rc == 0, err
+        assert json.loads(out)["acknowledged_by"] == [second.tcp_address]
+        assert err == (f"nsqcli: warning: the message was sent again to {second.tcp_address} after the connection "
+                       "to PROXY was lost before nsqd answered: it may be published there too (a "
+                       "possible duplicate)\n").encode(), err
+    assert runs[0] == runs[1]
+    assert topic_stats(nsqd, topic)["message_count"] == 2 and topic_stats(second, topic)["message_count"] == 2

@@ -74,6 +74,10 @@ def pub(app, topic, rest, defer, fanout, timeout, as_json, **kwargs):
         raise
     finally:
         producer.close(timeout=max(0.1, deadline - time.monotonic()))
+    if producer.maybe_held:
+        from ...client.producer import resend_note
+
+        app.warn(resend_note(producer.maybe_held, acked))
     app.debug(f"published {len(body)} bytes to {', '.join(acked)}")
     if as_json:
         from ..app import write_stdout
