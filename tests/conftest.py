@@ -64,6 +64,11 @@ COMPAT_LEFT_OUT = (
     "tests/cli/test_mpub.py::test_mpub_rate_holds_within_every_second",
     "tests/cli/test_mpub.py::test_an_interrupted_mpub_says_exactly_where_to_resume",
     "tests/cli/test_mpub.py::test_mpub_signal_says_exactly_what_was_acknowledged",
+    "tests/cli/test_mpub.py::test_a_signal_while_nsqd_stalls_ends_at_once_with_what_it_may_hold",
+    "tests/cli/test_mpub.py::test_a_second_sigint_still_says_where_to_resume",
+    "tests/cli/test_pub.py::test_a_slow_handshake_may_spend_the_whole_deadline",
+    "tests/cli/test_tail.py::test_tail_says_what_it_waits_for",
+    "tests/cli/test_to_file.py::test_rotation_by_interval_and_datetime_change",
 )
 
 
