@@ -252,8 +252,6 @@ def _publish(plan: dict) -> int:
     if not body:
         _say("nsqcli: error: the message is empty (nsqd rejects empty messages) (see 'nsqcli pub --help')")
         return 2
-    if len(body) > cfg.max_msg_size and not plan["quiet"]:
-        _say(f"nsqcli: warning: message is {len(body)} bytes; nsqd's default --max-msg-size is {cfg.max_msg_size}")
     deadline = STARTED + plan["timeout"]  # cli.options.deadline_of: from process start
     producer = Producer(plan["nsqd"], cfg, fanout=plan["fanout"], deadline=deadline)
     producer.on_publish = _pub_progress

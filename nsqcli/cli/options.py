@@ -328,6 +328,10 @@ def resolve_producers(app, conn: dict, topic: str, deadline: float | None = None
     if not producers:
         raise NSQError(f"no nsqd carries topic {topic!r} according to nsqlookupd; "
                        "give --nsqd-tcp-address to create it")
+    from ..client import limits
+
+    for p in producers:  # where their /config is, should their limits be asked
+        limits.note_http(p.tcp_address, p.http_address)
     return [p.tcp_address for p in producers]
 
 

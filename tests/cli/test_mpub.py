@@ -535,3 +535,40 @@ def test_the_timeout_bounds_the_whole_run(nsqd_factory, topic):
                    input=_lines(10), timeout=30)
     assert r.returncode == 0, r.stderr
     assert os.getpid() and _held(server, topic) == 10
+
+
+@pytest.mark.parametrize("nsqd_limit,published,line", [
+    # nsqd takes 3 MB: the 1.5 MB record goes (mpub refused it, guessing nsqd's default 1 MiB)
+    ("3000000", 3, None),
+    # nsqd's limit is 1 MB: said as nsqd's, asked of its /config, before anything of it is sent
+    ("1000000", 1, "record 2 is 1500000 bytes, over nsqd's --max-msg-size 1000000: stopped"),
+])
+def test_mpub_asks_nsqd_its_message_limit(tmp_path, nsqd_limit, published, line):
+    from nsq_fixtures import default_layout_nsqd
+
+    sb = default_layout_nsqd(tmp_path, f"--max-msg-size={nsqd_limit}")
+    try:
+        n = sb.nsqd
+        r = run(["mpub", "-t", "big", "--nsqd-tcp-address", n.tcp_address],
+                input=b"small\n" + b"x" * 1_500_000 + b"\nsmall2\n")
+        assert r.returncode == (0 if line is None else 1), r.stderr
+        if line is not None:
+            assert line in r.stderr.decode().splitlines()[-1]
+        assert topic_stats(n, "big")["message_count"] == published
+        # nsqd laid out otherwise (its HTTP port unknown): nsqd decides, and its refusal names its limit
+    finally:
+        sb.stop()
+
+
+def test_mpub_leaves_the_limit_to_nsqd_where_it_cannot_be_asked(nsqd_factory, topic):
+    """The sandbox's nsqd answers HTTP on a port no TCP address leads to: no local guess; nsqd
+    takes a 1.5 MB record at --max-msg-size=3000000 and refuses it at its default, naming its limit."""
+    big = nsqd_factory(extra_args=["--max-msg-size=3000000"])
+    data = b"small\n" + b"x" * 1_500_000 + b"\n"
+    r = run(["mpub", "-t", topic, "--nsqd-tcp-address", big.tcp_address], input=data)
+    assert r.returncode == 0 and topic_stats(big, topic)["message_count"] == 2, r.stderr
+    small = nsqd_factory()
+    r = run(["mpub", "-t", topic, "--nsqd-tcp-address", small.tcp_address], input=data)
+    assert r.returncode == 1
+    assert "record 2 refused by nsqd: " in r.stderr.decode() and "message too big 1500000 > 1048576" in r.stderr.decode()
+    assert topic_stats(small, topic)["message_count"] == 1

@@ -156,14 +156,34 @@ class Pending:
                 return run[0] + run[1] - 1
 
 
+DEFAULT_MAX_MSG_SIZE = 1024 * 1024   # nsqd's default --max-msg-size
+UNKNOWN_MAX_MSG_SIZE = (1 << 31) - 1  # MPUB's size field: no local check, nsqd decides
+
+
+def _nsqd_max_message(addresses: list[str], deadline: float | None) -> int | None:
+    """The largest message every nsqd of ``addresses`` accepts (its /config: --max-msg-size,
+    within --max-body-size), or None when none of them could be asked."""
+    from ...client import limits
+
+    found = limits.ask(addresses, timeout=limits.ASK_TIMEOUT, deadline=deadline)
+    sizes = [lim.max_message for lim in found.values() if lim.max_message is not None]
+    return min(sizes) if sizes else None
+
+
 class Records:
     """The records to publish, with the bookkeeping that makes the resume hint exact: the
     record number of every body handed to the producer and not yet acknowledged."""
 
     def __init__(self, app, sources, delimiter: bytes, fmt: str, skip: int, skip_invalid: bool,
-                 max_msg_size: int, stats: Stats):
+                 max_msg_size: int | None, stats: Stats, ask_limit=None):
         self.app, self.sources, self.delimiter, self.fmt = app, sources, delimiter, fmt
-        self.skip, self.skip_invalid, self.max_msg_size, self.stats = skip, skip_invalid, max_msg_size, stats
+        self.skip, self.skip_invalid, self.stats = skip, skip_invalid, stats
+        # --max-msg-size, else nsqd's: its default until a record is larger, then asked of
+        # nsqd's /config once (``ask_limit``: the limit, or None when it cannot be asked - then
+        # nsqd decides, and its refusal names its limit)
+        self.max_msg_size = max_msg_size or DEFAULT_MAX_MSG_SIZE
+        self.limit_name = "--max-msg-size" if max_msg_size else "nsqd's default --max-msg-size"
+        self.ask_limit = None if max_msg_size else ask_limit
         self.unacked = Pending()
         self.acked = 0
         self.last_done = 0  # the last record skipped or handed to the producer
@@ -222,8 +242,10 @@ class Records:
                 stats.skipped_empty += 1
                 self._handled()
                 continue
+            if len(rec) > self.max_msg_size and self.ask_limit is not None:
+                self._learn_limit()
             if len(rec) > self.max_msg_size:
-                self._invalid(f"is {len(rec)} bytes, over --max-msg-size {self.max_msg_size}")
+                self._invalid(f"is {len(rec)} bytes, over {self.limit_name} {self.max_msg_size}")
                 continue
             stats.bytes += len(rec)
             self.unacked.add(stats.records, 1)
@@ -237,6 +259,14 @@ class Records:
         self.last_done = self.stats.records
         if not self.unacked:
             self.stats.handled = self.stats.records
+
+    def _learn_limit(self) -> None:
+        ask, self.ask_limit = self.ask_limit, None
+        limit = ask()
+        if limit is None:  # nsqd's limit could not be asked: nsqd decides
+            self.max_msg_size = UNKNOWN_MAX_MSG_SIZE
+        else:
+            self.max_msg_size, self.limit_name = limit, "nsqd's --max-msg-size"
 
     def _invalid(self, reason: str) -> None:
         from ...errors import NSQError
@@ -352,8 +382,9 @@ nsqcli mpub -t events big.txt --skip 41000     # resume where an interrupted run
               help="Skip (and count) records over --max-msg-size or unparsable JSON instead of stopping.")
 @option("--skip", type=click.IntRange(0), default=0,
               help="Skip the first N records (to resume after a failed run: it says which N).")
-@option("--max-msg-size", type=click.IntRange(1), default=1024 * 1024, show_default=True,
-              help="nsqd's --max-msg-size; larger records are invalid.")
+@option("--max-msg-size", type=click.IntRange(1), default=None,
+              help="Larger records are invalid. Default: nsqd's --max-msg-size, asked of its /config when a "
+                   "record is over nsqd's default (1 MiB); where it cannot be asked, nsqd decides.")
 @option("--max-body-size", type=click.IntRange(1), default=5 * 1024 * 1024, show_default=True,
               help="nsqd's --max-body-size; MPUB batches stay below it.")
 @option("--timeout", type=DURATION,
@@ -381,7 +412,8 @@ def mpub(app, topic, rest, delimiter, null, count, as_json, fmt, batch_size, lin
 
     files = rest
     conn = pop_connection(kwargs)
-    cfg = build_config(conn, max_msg_size=max_msg_size, max_body_size=max_body_size)
+    # the producer checks no size of its own unless told one: Records applies the limit
+    cfg = build_config(conn, max_msg_size=max_msg_size or UNKNOWN_MAX_MSG_SIZE, max_body_size=max_body_size)
     if null:
         from click.core import ParameterSource
 
@@ -390,7 +422,8 @@ def mpub(app, topic, rest, delimiter, null, count, as_json, fmt, batch_size, lin
         delimiter = b"\0"
     sources = list(files) or [sys.stdin.buffer]
     stats = Stats()
-    records = Records(app, sources, delimiter, fmt, skip, skip_invalid, max_msg_size, stats)
+    records = Records(app, sources, delimiter, fmt, skip, skip_invalid, max_msg_size, stats,
+                      ask_limit=lambda: _nsqd_max_message(addresses, deadline))
     records.limit = count or 0
     records.linger = linger
     deadline = deadline_of(timeout)

@@ -55,8 +55,6 @@ def pub(app, topic, rest, defer, fanout, timeout, as_json, **kwargs):
         body = message.encode("utf-8", "surrogateescape")
     if not body:
         raise click.UsageError("the message is empty (nsqd rejects empty messages)")
-    if len(body) > cfg.max_msg_size:
-        app.warn(f"message is {len(body)} bytes; nsqd's default --max-msg-size is {cfg.max_msg_size}")
     deadline = deadline_of(timeout)  # the whole command from process start: lookups, handshakes, failover
     try:
         addresses = resolve_producers(app, conn, topic, deadline)
