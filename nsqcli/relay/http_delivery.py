@@ -28,8 +28,21 @@ from ..client.http import ResponseError, ResponseParser, build_request
 
 log = logging.getLogger("nsqcli.relay.http_delivery")
 
+
+def select_poll_writable(sock) -> bool:
+    """The socket is writable now (a connect answered), without waiting."""
+    import select
+
+    p = select.poll()
+    p.register(sock, select.POLLOUT)
+    return bool(p.poll(0))
+
 #: connects under way to one endpoint at once (see Deliverer._exchange)
 MAX_CONNECTING = 4
+#: a connect not answered after this long is made again with a new SYN (see Deliverer._resyn):
+#: before the first connect to a server has been timed; then 10x its fastest connects, within
+#: these bounds - far below the kernel's own SYN retransmission (1 s, then 3 s, 7 s)
+SYN_WAIT_FIRST, SYN_WAIT_MIN, SYN_WAIT_MAX = 0.2, 0.005, 0.5
 
 
 class Endpoint:
@@ -58,9 +71,11 @@ class Endpoint:
 
 
 class Failed(Exception):
-    def __init__(self, message: str, retry_after: float | None = None):
+    """``abandoned``: not the endpoint's failure - the deliverer gave the exchange up (abort())."""
+
+    def __init__(self, message: str, retry_after: float | None = None, abandoned: bool = False):
         super().__init__(message)
-        self.retry_after = retry_after
+        self.retry_after, self.abandoned = retry_after, abandoned
 
 
 def _retry_after(value: str | None) -> float | None:
@@ -97,7 +112,7 @@ class _Conn:
     the exchange under way."""
 
     __slots__ = ("ep", "sock", "state", "job", "target", "out", "parser", "deadline", "connect_deadline",
-                 "reused", "used", "reserved")
+                 "reused", "used", "reserved", "syn_at", "resyn_at", "syn_wait")
 
     def __init__(self, ep: Endpoint, sock):
         self.ep, self.sock = ep, sock
@@ -110,6 +125,7 @@ class _Conn:
         self.reused = False  # the exchange under way is not the connection's first
         self.used = False
         self.reserved: tuple | None = None  # (job, endpoint, deadline) this new connection is for
+        self.syn_at = self.resyn_at = self.syn_wait = 0.0  # this connect's SYN; when it is made again
 
 
 class Deliverer:
@@ -134,12 +150,14 @@ class Deliverer:
         self._opening: set[_Conn] = set()  # connecting (or TLS handshake), no exchange yet
         self._connecting: dict[tuple, int] = {}
         self._waiting: dict[tuple, collections.deque] = {}  # (job, deadline) for a connection
+        self._best_connect: dict[tuple, float] = {}  # per server: its fastest connects (seconds)
         self._sel = selectors.DefaultSelector()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
         self._sel.register(self._wake_r, selectors.EVENT_READ, None)
         self._closing = False
+        self._aborting: str | None = None  # abort(): why
         self._tls = None
         self._thread = threading.Thread(target=self._run, name="nsqcli-http", daemon=True)
         self._thread.start()
@@ -174,6 +192,20 @@ class Deliverer:
                     self._wake_r = self._wake_w = -1
         return [j.token for j in left]
 
+    def abort(self, why: str) -> None:
+        """Give up every exchange under way (a deadline passed): each fails at once with
+        Failed(``why``, abandoned=True) - it may have reached its server: at least once - and
+        nothing new starts. Then close() hands back the jobs never started."""
+        with self._lock:
+            self._aborting = why
+            self._closing = True
+        self._wake()
+
+    @property
+    def finished(self) -> bool:
+        """The I/O thread is done: every job that started was answered."""
+        return not self._thread.is_alive()
+
     def _wake(self) -> None:
         with self._lock:
             if self._wake_w < 0:  # closed: the I/O thread is done
@@ -189,6 +221,8 @@ class Deliverer:
         try:
             while True:
                 try:
+                    if self._aborting is not None:
+                        self._abandon_all()
                     self._start_jobs()
                     with self._lock:
                         if self._closing and not self._jobs and not self._queue:
@@ -214,8 +248,22 @@ class Deliverer:
                 c.sock.close()
             sel.close()  # the wake pipe: close() closes it once this thread is gone
 
+    def _abandon_all(self) -> None:
+        why = self._aborting
+        for conn in list(self._busy) + list(self._opening):
+            job, ep, reserved = conn.job if conn.parser is not None else None, conn.target or conn.ep, conn.reserved
+            self._drop(conn)
+            if job is None and reserved is not None:
+                job, ep, _ = reserved
+            if job is not None:
+                self._answered(ep, job, Failed(f"{ep.method} {ep.url}: {why}", abandoned=True))
+        for waiting in list(self._waiting.values()):
+            while waiting:
+                job, ep, _ = waiting.popleft()
+                self._answered(ep, job, Failed(f"{ep.method} {ep.url}: {why}", abandoned=True))
+
     def _start_jobs(self) -> None:
-        while self._jobs < self.concurrency:
+        while self._jobs < self.concurrency and self._aborting is None:
             with self._lock:
                 if not self._queue:
                     return
@@ -243,7 +291,14 @@ class Deliverer:
         connection included): on an idle connection to its server, else when one is free or
         made. At most MAX_CONNECTING connects per server at once: 100 at once overflow a small
         listen backlog (5 in Python's http.server), and the dropped SYNs come back only after a
-        second or three - past --http-connect-timeout."""
+        second or three - past --http-connect-timeout. Against a server that closes after each
+        answer every request needs a connect, and the connected ones waiting in its listen
+        queue fill it: the SYNs beyond it are dropped all the same, so a connect unanswered
+        past its SYN wait is made again (_resyn) - at once when an answer says the server just
+        took a connection off its queue (_resyn_stale)."""
+        if self._aborting is not None:  # (a failover after abort())
+            self._answered(ep, job, Failed(f"{ep.method} {ep.url}: {self._aborting}", abandoned=True))
+            return
         deadline = time.monotonic() + self.timeout
         idle = self._idle.get(ep.key)
         if idle:
@@ -290,6 +345,16 @@ class Deliverer:
             self._idle.setdefault(conn.ep.key, []).append(conn)
 
     def _connect(self, ep: Endpoint, now: float) -> _Conn:
+        conn = _Conn(ep, None)
+        conn.sock = self._syn(ep, now, conn)
+        conn.connect_deadline = now + min(self.connect_timeout, self.timeout)
+        self._connecting[ep.key] = self._connecting.get(ep.key, 0) + 1
+        self._opening.add(conn)
+        self._sel.register(conn.sock, selectors.EVENT_WRITE, conn)
+        return conn
+
+    def _syn(self, ep: Endpoint, now: float, conn: _Conn):
+        """A non-blocking socket connecting to ``ep`` (its SYN is on the way), timed on ``conn``."""
         family, kind, proto, _, addr = socket.getaddrinfo(ep.host, ep.port, type=socket.SOCK_STREAM)[0]
         sock = socket.socket(family, kind, proto)
         try:
@@ -301,12 +366,62 @@ class Deliverer:
         except BaseException:
             sock.close()
             raise
-        conn = _Conn(ep, sock)
-        conn.connect_deadline = now + min(self.connect_timeout, self.timeout)
-        self._connecting[ep.key] = self._connecting.get(ep.key, 0) + 1
-        self._opening.add(conn)
-        self._sel.register(sock, selectors.EVENT_WRITE, conn)
-        return conn
+        conn.syn_at = now
+        conn.syn_wait = conn.syn_wait * 2 if conn.syn_wait else self._syn_wait(ep.key)
+        conn.resyn_at = now + conn.syn_wait
+        return sock
+
+    def _syn_wait(self, key: tuple) -> float:
+        best = self._best_connect.get(key)
+        if best is None:
+            return SYN_WAIT_FIRST
+        return min(SYN_WAIT_MAX, max(SYN_WAIT_MIN, 10 * best))
+
+    def _timed(self, conn: _Conn, now: float) -> None:
+        """A connect was answered: how long its SYN took, for the server's SYN wait. Only the
+        ones answered before their own re-SYN count: a SYN the kernel had to send again (1 s
+        later) says nothing about the way to the server."""
+        took = now - conn.syn_at
+        if took >= conn.syn_wait:
+            return
+        best = self._best_connect.get(conn.ep.key)
+        # the fastest so far, drifting up slowly when connects take longer (a busier server)
+        self._best_connect[conn.ep.key] = took if best is None or took < best else best + (took - best) / 16
+
+    def _resyn(self, conn: _Conn, now: float) -> None:
+        """A connect's SYN went unanswered past its SYN wait: most likely the server's listen
+        queue was full and the kernel dropped it (a small backlog - 5 in Python's http.server -
+        under a burst of connects), and the kernel sends it again only after 1 s, then 3 s. The
+        connect is made again at once on a new socket (the old one never got past SYN-SENT: the
+        server knows nothing of it), each time waiting twice as long (a far server still gets
+        its round trip); --http-connect-timeout still bounds the whole."""
+        if select_poll_writable(conn.sock):  # answered: the select says so next
+            return
+        old = conn.sock
+        try:
+            self._sel.unregister(old)
+        except (KeyError, ValueError):
+            pass
+        old.close()
+        try:
+            conn.sock = self._syn(conn.ep, now, conn)
+        except OSError as e:
+            conn.sock = old  # closed: _fail's unregister/close of it are harmless
+            self._fail(conn, e.strerror or str(e))
+            return
+        self._sel.register(conn.sock, selectors.EVENT_WRITE, conn)
+
+    def _resyn_stale(self, key: tuple, now: float) -> None:
+        """An answer came from this server: it took the next connection off its listen queue,
+        so there is room for a SYN it dropped - the connects waiting longer than a few of its
+        round trips are made again now instead of after their SYN wait."""
+        best = self._best_connect.get(key)
+        if best is None:
+            return
+        stale = max(0.001, 3 * best)
+        for conn in [c for c in self._opening if c.ep.key == key and c.state == "connecting"]:
+            if now - conn.syn_at >= stale:
+                self._resyn(conn, now)
 
     def _connected(self, conn: _Conn) -> None:
         self._opening.discard(conn)
@@ -324,6 +439,7 @@ class Deliverer:
                 err = conn.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
                 if err:
                     raise OSError(err, os.strerror(err))
+                self._timed(conn, time.monotonic())
                 if conn.ep.scheme == "https":
                     self._start_tls(conn)
                     return
@@ -409,6 +525,8 @@ class Deliverer:
         then the connection is reused - unless the server closes it, sent more than the answer,
         or answered before the whole request was sent."""
         p, job, ep = conn.parser, conn.job, conn.target
+        if self._connecting.get(conn.ep.key):
+            self._resyn_stale(conn.ep.key, time.monotonic())
         reuse = not (p.headers.get("connection", "").lower() == "close" or p.rest or conn.out)
         conn.parser = conn.job = conn.target = None
         self._busy.discard(conn)
@@ -475,8 +593,14 @@ class Deliverer:
         for conn in list(self._opening):
             if now >= conn.connect_deadline:
                 self._fail(conn, "timed out (connecting)")
-            else:
-                wait = min(wait, conn.connect_deadline - now)
+                continue
+            if conn.state == "connecting":
+                if now >= conn.resyn_at:
+                    self._resyn(conn, now)
+                    if conn not in self._opening:  # it failed
+                        continue
+                wait = min(wait, max(0.0, conn.resyn_at - now))
+            wait = min(wait, conn.connect_deadline - now)
         for conn in list(self._busy):
             if now >= conn.deadline:
                 self._fail(conn, "timed out")
@@ -501,7 +625,8 @@ class Deliverer:
                 return
             errors = job.errors
             error = None if not errors else Failed(
-                "; ".join(map(str, errors)), max((e.retry_after or 0 for e in errors), default=None) or None)
+                "; ".join(map(str, errors)), max((e.retry_after or 0 for e in errors), default=None) or None,
+                any(e.abandoned for e in errors))
         elif error is not None:
             job.tried += 1
             # hostpool/round-robin: the next endpoint - unless this one asked us to wait (do not

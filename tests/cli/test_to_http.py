@@ -1,5 +1,7 @@
 """nsqcli to-http against a real local HTTP server that the test starts: deliveries, GET
-escaping, 500s, Retry-After, a slow endpoint (timeout), a dead endpoint (backoff, not a spin)."""
+escaping, 500s, Retry-After, a slow endpoint (timeout), a dead endpoint (backoff, not a spin),
+http.server with its backlog of 5 (closing after each answer), --timeout as the whole
+command's deadline (a hung lookupd, requests in flight)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import time
 import pytest
 from fakes import HTTPEndpoint as Endpoint
 from helpers import http_post, run_nsqcli, topic_stats
+from hung import cluster, stopped  # noqa: F401
 
 
 @pytest.fixture
@@ -278,3 +281,82 @@ def test_count_is_exact_with_many_requests_in_flight(nsqd, topic, endpoint):
     assert r.returncode == 0, r.stderr
     assert len(ep.requests) == 10 and b"delivered 10," in r.stderr, (len(ep.requests), r.stderr)
     assert chan(nsqd, topic)["depth"] == 90
+
+
+# -- issue 33 -------------------------------------------------------------------------------------
+def test_http_server_with_its_backlog_of_5_gets_every_message_in_seconds(nsqd, topic):
+    """Python's http.server as dev and webhook servers run it: one request at a time, HTTP/1.0
+    (it closes after each answer), listen backlog 5. to-http's connects beyond that backlog
+    lost their SYNs and waited out the kernel's 1 s retry, four at a time: ~5-10 msg/s (1,000
+    messages took minutes). Now every message arrives, each once, in seconds."""
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    got: list[bytes] = []
+
+    class H(BaseHTTPRequestHandler):
+        def do_POST(self):
+            got.append(self.rfile.read(int(self.headers["Content-Length"])))
+            self.send_response(200)
+            self.end_headers()  # no Content-Length: the answer ends when it closes
+
+        def log_message(self, *a):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), H)
+    assert server.request_queue_size == 5
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    bodies = [b"b%04d" % i for i in range(1000)]
+    http_post(nsqd.http_address, "/mpub", b"\n".join(bodies), topic=topic)
+    try:
+        t0 = time.monotonic()
+        r = run_nsqcli(["to-http", "-t", topic, "--post", f"http://127.0.0.1:{server.server_address[1]}/in",
+                        "-n", "1000", "--nsqd-tcp-address", nsqd.tcp_address], timeout=120)
+        took = time.monotonic() - t0
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert r.returncode == 0, r.stderr
+    assert sorted(got) == bodies and b"delivered 1,000, failed attempts 0" in r.stderr
+    c = chan(nsqd, topic)
+    assert (c["depth"], c["in_flight_count"], c["requeue_count"]) == (0, 0, 0)
+    assert took < 20, took  # ~1 s here; at the old ~10 msg/s, > 100 s
+
+
+def test_timeout_is_the_whole_commands_deadline_with_a_hung_lookupd(cluster, topic, endpoint):
+    """--timeout counts from process start: the lookup against a hung (SIGSTOPped) nsqlookupd
+    spends it too - exit 3 at the deadline (5.2 s at --timeout 3s before)."""
+    ep = endpoint()
+    with stopped(cluster.lookupd):
+        t0 = time.monotonic()
+        r = run_nsqcli(["to-http", "-t", topic, "--post", ep.url, "-n", "1", "--timeout", "3s",
+                        "--lookupd-http-address", cluster.lookupd.http_address], timeout=60)
+        took = time.monotonic() - t0
+    err = r.stderr.decode()
+    assert r.returncode == 3, err
+    assert "--timeout passed while connecting" in err and "Traceback" not in err
+    assert 2.9 < took < 3.8, took
+
+
+def test_timeout_gives_up_requests_in_flight_and_requeues_them(nsqd, topic):
+    """A server that takes connections and never answers: at --timeout the requests in flight
+    are given up and their messages requeued at once - the command ends at its deadline (it
+    waited --http-timeout, 20 s, and more before), and nothing is lost."""
+    import socket
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(50)  # the kernel accepts, nobody answers
+    http_post(nsqd.http_address, "/mpub", b"a\nb\nc\nd\ne", topic=topic)
+    try:
+        t0 = time.monotonic()
+        r = run_nsqcli(["to-http", "-t", topic, "--post", f"http://127.0.0.1:{silent.getsockname()[1]}/x",
+                        "-n", "5", "--timeout", "2s", "--nsqd-tcp-address", nsqd.tcp_address], timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        silent.close()
+    err = r.stderr.decode()
+    assert r.returncode == 3, err
+    assert "--timeout passed after 0 of 5 messages delivered" in err and "Traceback" not in err
+    assert 1.9 < took < 2.8, took
+    c = chan(nsqd, topic)  # all back in the queue at once, none counted as the endpoint's failure
+    assert (c["depth"], c["in_flight_count"], c["requeue_count"]) == (5, 0, 5), c

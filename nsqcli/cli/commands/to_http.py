@@ -11,9 +11,13 @@ import click
 
 from ...relay.http_delivery import Deliverer, Endpoint
 from ..command import command, option
-from ..options import (build_config, check_timeout, connection_options, nsqd_addresses, pop_connection,
-                       relay_run_options, topic_arguments)
+from ..options import (build_config, check_timeout, connection_options, deadline_of, nsqd_addresses,
+                       pop_connection, relay_run_options, topic_arguments)
 from ..types import DURATION
+
+#: after --timeout passed, what the stop may still take (REQ what is in flight, close): the
+#: whole command ends within ~0.5 s of its deadline
+STOP_GRACE = 0.35
 
 
 class Stats:
@@ -65,6 +69,7 @@ def to_http(app, topic, channel, posts, gets, headers, content_type, mode, sampl
     any moment, what was not FINed is redelivered.
     """
     check_timeout(timeout)
+    deadline = deadline_of(timeout)  # the whole command's, counted from process start
     from ...client.consumer import Consumer
     from ..app import Outages, source_error, sources_recovered
 
@@ -115,6 +120,9 @@ def to_http(app, topic, channel, posts, gets, headers, content_type, mode, sampl
         """The deliverer's answer for ``m`` (I/O thread): FIN, or REQ with backoff."""
         with stats.lock:
             stats.sending -= 1
+        if e is not None and e.abandoned:  # given up at the deadline: not the endpoint's fault
+            m.requeue(delay=0, backoff=False)
+            return
         if e is not None:
             with stats.lock:
                 stats.failed += 1
@@ -149,6 +157,8 @@ def to_http(app, topic, channel, posts, gets, headers, content_type, mode, sampl
     c = Consumer(topic, channel, batch_handler=handle, config=cfg, on_error=lambda e: source_error(outages, e),
                  nsqd_tcp_addresses=nsqd_addresses(conn),
                  lookupd_http_addresses=list(conn.get("lookupd_http_addresses") or ()))
+    from ...errors import NSQError
+    from ..app import DeadlineExceeded
     from ..signals import GracefulStop
 
     stopper = GracefulStop(done).install()
@@ -157,17 +167,25 @@ def to_http(app, topic, channel, posts, gets, headers, content_type, mode, sampl
     expired = False
     try:
         with stopper.blocking():  # a signal while connecting ends it at once (130)
-            c.start()
+            try:
+                c.start(deadline=deadline)  # lookups and handshakes spend the same deadline
+            except NSQError as e:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise DeadlineExceeded(f"--timeout passed while connecting: {e}") from e
+                raise
         if live or (live is None and app.stderr_is_tty):
             from ..views import LiveConnections
 
             view = LiveConnections(app.console, [c]).start()
         next_status = start + status_interval if status_interval and view is None else None
-        while not done.wait(0.2):
+        while True:
             now = time.monotonic()
-            if timeout and now - start >= timeout:
+            if deadline is not None and now >= deadline:
                 expired = True
                 break
+            if done.wait(0.2 if deadline is None else min(0.2, deadline - now)):
+                break
+            now = time.monotonic()
             if idle_timeout and now - max(stats.last, start) >= idle_timeout:
                 break
             if next_status is not None and now >= next_status:
@@ -180,11 +198,22 @@ def to_http(app, topic, channel, posts, gets, headers, content_type, mode, sampl
             view.stop()
         # no more messages (CLS; what still arrives goes back at once, not round and round),
         # every request in flight is answered (FIN or REQ) before the consumer closes, the ones
-        # not started go back at once
-        c.drain(timeout=5)
-        for m in deliverer.close(timeout=http_timeout * len(endpoints) + 5):
+        # not started go back at once. With --timeout all of it within STOP_GRACE of the
+        # deadline: the requests still in flight then are given up (REQ at once: at least once)
+        end = None if deadline is None else max(deadline, time.monotonic()) + STOP_GRACE
+
+        def left(cap: float) -> float:
+            return cap if end is None else max(0.01, min(cap, end - time.monotonic()))
+
+        c.drain(timeout=left(5))
+        handed_back = deliverer.close(timeout=left(http_timeout * len(endpoints) + 5) if end is None
+                                      else max(0.0, end - 0.15 - time.monotonic()))
+        if not deliverer.finished:
+            deliverer.abort("given up: --timeout passed" if end is not None else "given up while stopping")
+            handed_back += deliverer.close(timeout=left(1))
+        for m in handed_back:
             m.requeue(delay=0, backoff=False)
-        c.stop(timeout=15)
+        c.stop(timeout=left(15))
     elapsed = time.monotonic() - start
     short = expired and count and stats.delivered < count  # then the error line says the count
     if not short:
@@ -198,8 +227,6 @@ def to_http(app, topic, channel, posts, gets, headers, content_type, mode, sampl
                                  "failed_attempts": stats.failed, "sampled_out": stats.sampled_out,
                                  "elapsed": round(elapsed, 3)}) + "\n")
     if short:
-        from ..app import DeadlineExceeded
-
         raise DeadlineExceeded(f"--timeout passed after {stats.delivered} of {count} messages delivered")
     return 0
 
