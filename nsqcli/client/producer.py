@@ -204,9 +204,14 @@ class Producer(ConnectionDelegate):
                 raise TransportError("producer is closed", address)
             cfg = self.config
             if self.deadline is not None:
-                budget = (self.deadline - time.monotonic()) / max(1, share) - cfg.dial_timeout
-                if budget > cfg.handshake_timeout:
-                    cfg = cfg.replace(handshake_timeout=budget)
+                # this address's share of what is left: more than the usual handshake deadline
+                # when there is time, less when later addresses must still get their turn (a
+                # hung first nsqd took the whole --timeout and the healthy second never came)
+                turn = (self.deadline - time.monotonic()) / max(1, share)
+                dial = min(cfg.dial_timeout, max(0.05, turn / 2))
+                budget = max(0.05, turn - dial)
+                if share > 1 or budget > cfg.handshake_timeout:
+                    cfg = cfg.replace(dial_timeout=dial, handshake_timeout=budget)
             conn = Connection(address, cfg, self, name="producer", dial=self._dial)
             if self.connecting is None:
                 conn.connect(deadline=self.deadline)

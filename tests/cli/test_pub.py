@@ -10,6 +10,7 @@ import pytest
 from fakes import FakeNsqd
 from faultproxy import FaultProxy
 from helpers import NSQCLI, clean_env, lookup_producers, run_nsqcli, topic_stats, wait_for
+from hung import cluster  # noqa: F401 - the fixture
 from helpers import run_nsqcli as run
 
 
@@ -198,3 +199,25 @@ def test_a_pub_sent_again_after_a_lost_connection_says_it_may_be_a_duplicate(nsq
                        "possible duplicate)\n").encode(), err
     assert runs[0] == runs[1]
     assert topic_stats(nsqd, topic)["message_count"] == 2 and topic_stats(second, topic)["message_count"] == 2
+
+
+@pytest.mark.parametrize("cmd", ["pub", "pub-click", "mpub"])
+def test_a_hung_first_nsqd_leaves_the_next_one_its_turn_within_the_timeout(cluster, topic, cmd):
+    """The first nsqd hangs (SIGSTOP: its kernel still accepts), the second is healthy: with
+    --timeout 3s the first gets its share of the deadline, not all of it (exit 3 at 2 s, the
+    healthy nsqd never tried, before)."""
+    import time
+
+    from hung import stopped
+
+    hung, healthy = cluster.nsqds[:2]
+    addrs = ["--nsqd-tcp-address", hung.tcp_address, "--nsqd-tcp-address", healthy.tcp_address, "--timeout", "3s"]
+    args = ["mpub", "-t", topic, *addrs] if cmd == "mpub" else ["pub", topic, "hi", *addrs]
+    env = {"NSQCLI_NO_FAST_PATH": "1"} if cmd == "pub-click" else {}
+    with stopped(hung):
+        t0 = time.monotonic()
+        r = run(args, env, input=b"a\nb\n" if cmd == "mpub" else None)
+        took = time.monotonic() - t0
+    assert r.returncode == 0, r.stderr
+    assert topic_stats(healthy, topic)["message_count"] == (2 if cmd == "mpub" else 1)
+    assert took < 3.0, took
