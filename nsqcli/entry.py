@@ -121,6 +121,7 @@ def fast_pub_plan(argv: list[str]) -> dict | None:
             return None  # any other option, --help, -v, --, a joined -tTOPIC
         else:
             args.append(arg)
+    plan["timeout_given"] = "timeout" in given
     return _checked(plan, args)
 
 
@@ -246,13 +247,20 @@ def _publish(plan: dict) -> int:
     if message is None or message == "-":
         if sys.stdin.isatty() and message is None and not plan["quiet"]:
             _say("nsqcli: reading the message from stdin (Ctrl-D to end)")
-        body = sys.stdin.buffer.read()
+        from .stdio import ReadTimeout, read_all
+
+        try:  # a --timeout given bounds the read too; the default one starts at the end of input
+            body = read_all(sys.stdin.buffer, STARTED + plan["timeout"] if plan["timeout_given"] else None)
+        except ReadTimeout as e:
+            raise _Deadline(e.line) from None
+        start = STARTED if plan["timeout_given"] else time.monotonic()
     else:
         body = message.encode("utf-8", "surrogateescape")
+        start = STARTED
     if not body:
         _say("nsqcli: error: the message is empty (nsqd rejects empty messages) (see 'nsqcli pub --help')")
         return 2
-    deadline = STARTED + plan["timeout"]  # cli.options.deadline_of: from process start
+    deadline = start + plan["timeout"]  # cli.options.deadline_of: from process start
     producer = Producer(plan["nsqd"], cfg, fanout=plan["fanout"], deadline=deadline)
     producer.on_publish = _pub_progress
     try:

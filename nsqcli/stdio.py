@@ -41,3 +41,43 @@ def _closed(fd: int) -> bool:
         return False
     except OSError:
         return True
+
+
+class ReadTimeout(TimeoutError):
+    """The deadline passed before the end of input; ``read`` bytes had come."""
+
+    def __init__(self, read: int):
+        super().__init__(read)
+        self.read = read
+
+    @property
+    def line(self) -> str:
+        """pub's error line (both paths say the same)."""
+        return (f"--timeout passed while reading the message from stdin ({self.read} bytes read, no end "
+                "of input yet): nothing was published")
+
+
+def read_all(stream, deadline: float | None) -> bytes:
+    """All of a binary ``stream`` (stdin) up to its end, by ``deadline`` (time.monotonic();
+    None: no limit). Raises ReadTimeout when the deadline passes first: a pipe whose writer
+    never closes cannot hold a command with a --timeout."""
+    if deadline is None:
+        return stream.read()
+    import select
+    import time
+
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):  # not a real file: nothing to wait on
+        return stream.read()
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            raise ReadTimeout(size)
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        size += len(chunk)

@@ -221,3 +221,36 @@ def test_a_hung_first_nsqd_leaves_the_next_one_its_turn_within_the_timeout(clust
     assert r.returncode == 0, r.stderr
     assert topic_stats(healthy, topic)["message_count"] == (2 if cmd == "mpub" else 1)
     assert took < 3.0, took
+
+
+@pytest.mark.parametrize("off", ["", "1"])  # the fast path and the click command say the same
+def test_a_given_timeout_bounds_reading_stdin_the_default_starts_at_its_end(nsqd, topic, off):
+    import time
+
+    import shlex
+
+    env = clean_env({"NSQCLI_NO_FAST_PATH": off, "NSQCLI_NSQD_TCP_ADDRESS": nsqd.tcp_address})
+    slow, cli = "sleep 3; echo hi", shlex.join(NSQCLI)
+    import os
+
+    r_end, w_end = os.pipe()  # a writer that never closes its end
+    try:
+        p = subprocess.Popen([*NSQCLI, "pub", topic, "--timeout", "1s"], stdin=r_end, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, env=env)
+        t0 = time.monotonic()
+        try:
+            out, err = p.communicate(timeout=10)
+        finally:
+            p.kill()
+    finally:
+        os.close(r_end)
+        os.close(w_end)
+    took = time.monotonic() - t0
+    assert p.returncode == 3 and err.decode() == (
+        "nsqcli: error: --timeout passed while reading the message from stdin (0 bytes read, no end of input "
+        "yet): nothing was published\n")
+    assert took < 2.0, took
+    # the default --timeout (10s) starts at the end of input: a slow producer is waited for
+    r = subprocess.run(["bash", "-c", f"({slow}) | {cli} pub {topic}"], capture_output=True, env=env, timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert topic_stats(nsqd, topic)["message_count"] == 1

@@ -25,7 +25,8 @@ nsqcli pub events 'x' --lookupd-http-address 127.0.0.1:4161   # to a node that c
 @option("--defer", type=DURATION, help="Deliver after this delay (DPUB).")
 @option("--fanout", is_flag=True, help="Publish to every nsqd given (like to_nsq), not just one.")
 @option("--timeout", type=DURATION, default="10s", show_default=True,
-        help="Give up (exit 3) if nsqd has not answered by then (0 is refused).")
+        help="Give up (exit 3) if nsqd has not answered by then, counted from process start; a --timeout given "
+             "also bounds reading stdin, the default starts at its end (0 is refused).")
 @option("--json", "as_json", is_flag=True, help="The result as one JSON line on stdout.")
 @connection_options()
 @click.pass_obj
@@ -50,12 +51,22 @@ def pub(app, topic, rest, defer, fanout, timeout, as_json, **kwargs):
     if message is None or message == "-":
         if sys.stdin.isatty() and message is None:
             app.info("reading the message from stdin (Ctrl-D to end)")
-        body = sys.stdin.buffer.read()
+        from click.core import ParameterSource
+
+        from ...stdio import ReadTimeout, read_all
+
+        # a --timeout given bounds the read too; the default one starts at the end of input
+        given = click.get_current_context().get_parameter_source("timeout") != ParameterSource.DEFAULT
+        try:
+            body = read_all(sys.stdin.buffer, deadline_of(timeout) if given else None)
+        except ReadTimeout as e:
+            raise DeadlineExceeded(e.line) from None
+        deadline = deadline_of(timeout) if given else time.monotonic() + timeout
     else:
         body = message.encode("utf-8", "surrogateescape")
+        deadline = deadline_of(timeout)  # the whole command from process start: lookups, handshakes, failover
     if not body:
         raise click.UsageError("the message is empty (nsqd rejects empty messages)")
-    deadline = deadline_of(timeout)  # the whole command from process start: lookups, handshakes, failover
     try:
         addresses = resolve_producers(app, conn, topic, deadline)
     except NSQError as e:
