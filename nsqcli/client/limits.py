@@ -266,6 +266,15 @@ def _config(http_address: str, name: str, end: float):
     return value / 1e9 if name in _DURATIONS else int(value)
 
 
+def http_address_of(address: str, deadline: float) -> str | None:
+    """nsqd ``address``'s (TCP) HTTP address, confirmed: the one nsqlookupd told
+    (:func:`note_http`), else TCP port + 1 only when its ``/info`` names ``address``'s TCP port
+    (blocking, until ``deadline``, time.monotonic(); at most 1 s). None: not confirmed - nothing
+    answered there, or another server did (another nsqd, or a port forward that changes the
+    port), or no answer in time. Remembered for the process like :func:`ask`'s."""
+    return _http_address(address, deadline)
+
+
 def _http_address(address: str, end: float) -> str | None:
     """nsqd ``address``'s HTTP address: the one nsqlookupd told, else TCP port + 1 when its
     /info names ``address``'s TCP port (nsqd's default layout: 4150/4151). None: not found."""

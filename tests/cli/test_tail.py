@@ -23,6 +23,8 @@ from helpers import (
 )
 from helpers import run_nsqcli as run
 from hung import cluster, stopped  # noqa: F401 - cluster: the fixture
+from nsq_fixtures import default_layout_nsqd
+from portforward import PortPair
 
 from nsqcli import Producer
 
@@ -182,8 +184,45 @@ def test_tail_says_when_the_backlog_check_could_not_be_made(nsqd, topic):
     host, port = nsqd.tcp_address.rsplit(":", 1)
     assert r.returncode == 3 and r.stderr.decode().startswith(
         f"nsqcli: warning: could not check topic '{topic}' for a backlog without channels "
-        f"(http://{host}:{int(port) + 1}/stats")
+        f"(nsqd {nsqd.tcp_address}: its HTTP address is not known ({host}:{int(port) + 1}, TCP port + 1, "
+        f"did not answer /info as the nsqd of TCP port {port}))")
     assert "(give --nsqd-http-address to check)" in r.stderr.decode()
+
+
+def test_tail_does_not_take_another_nsqds_stats_at_tcp_port_plus_one(nsqd, nsqd_factory, topic):
+    """nsqd X reached through a port forward P -> X's TCP, and P + 1 forwards to another nsqd Y's
+    HTTP: Y's /stats (no such topic) is not X's. Its /info names another TCP port, so X's
+    backlog cannot be checked and tail says so (before: no word, and the ephemeral channel
+    took X's backlog and dropped what it did not show)."""
+    other = nsqd_factory()
+    http_post(nsqd.http_address, "/mpub", b"r0\nr1\nr2", topic=topic)
+    with PortPair(nsqd.tcp_address, other.http_address) as fwd:
+        r = run_nsqcli(["tail", "-t", topic, "--nsqd-tcp-address", fwd.address, "-n", "1"], timeout=30)
+    err = r.stderr.decode()
+    assert r.returncode == 0 and r.stdout == b"r0\n", err
+    assert err == (f"nsqcli: warning: could not check topic '{topic}' for a backlog without channels "
+                   f"(nsqd {fwd.address}: its HTTP address is not known (127.0.0.1:{fwd.port + 1}, TCP port + 1, "
+                   f"did not answer /info as the nsqd of TCP port {fwd.port})); if it had one, this ephemeral "
+                   "channel took it and keeps only nsqd's --mem-queue-size of it (give --nsqd-http-address to "
+                   "check)\n")
+    assert topic_stats(other, topic) is None  # Y never had the topic
+
+
+def test_tail_checks_a_default_layout_nsqd_from_its_tcp_address(tmp_path, topic):
+    """nsqd on TCP P and HTTP P + 1 (as 4150/4151): /info confirms P + 1, the backlog is found
+    and refused; also when the TCP address is given by name."""
+    sb = default_layout_nsqd(tmp_path)
+    try:
+        x = sb.nsqd
+        http_post(x.http_address, "/mpub", b"1\n2\n3", topic=topic)
+        port = int(x.tcp_address.rsplit(":", 1)[1])
+        for tcp, http in ((x.tcp_address, x.http_address), (f"localhost:{port}", f"localhost:{port + 1}")):
+            one_error_line(run_nsqcli(["tail", "-t", topic, "--nsqd-tcp-address", tcp, "-n", "1"]), 1,
+                           rf"topic '{topic}' on nsqd {http} has 3 messages and no channel yet")
+        t = topic_stats(x, topic)
+        assert t["depth"] == 3 and t["channels"] == []  # nothing was taken
+    finally:
+        sb.stop()
 
 
 def test_tail_with_drain_backlog_takes_it(nsqd, topic):

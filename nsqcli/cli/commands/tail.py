@@ -213,20 +213,46 @@ def _left(by: float) -> float:
 
 def _http_addresses(topic: str, conn: dict, nsqd_http: list[str], by: float) -> tuple[list[str], list[str]]:
     """nsqd HTTP addresses to check for ``topic``: given ones; lookupd's producers; else the TCP
-    port + 1 convention. Returns (addresses, problems)."""
+    port + 1 convention, used only where that port's /info names the TCP port given (another
+    nsqd there, or a port forward, would answer for the wrong node). Every node's /info and the
+    lookups are asked at once, by ``by``. Returns (addresses, problems)."""
     if nsqd_http:
         return nsqd_http, []
+    from ...client import limits
+    from ...client.fanout import ask_all
     from ...client.http import lookup_all
     from ...client.transport import split_address
 
+    tcps = list(dict.fromkeys(conn.get("nsqd_tcp_addresses")
+                              or (() if conn.get("lookupd_http_addresses") else ("127.0.0.1:4150",))))
+    lookupds = list(conn.get("lookupd_http_addresses") or ())
+    jobs = [("tcp", a) for a in tcps] + ([("lookup", None)] if lookupds else [])
+
+    def ask(job):
+        kind, tcp = job
+        if kind == "lookup":
+            return lookup_all(lookupds, topic, _left(by))
+        return limits.http_address_of(tcp, by)
+
     out, problems = [], []
-    for tcp in conn.get("nsqd_tcp_addresses") or (() if conn.get("lookupd_http_addresses") else ("127.0.0.1:4150",)):
-        host, port = split_address(tcp)
-        out.append(f"[{host}]:{port + 1}" if ":" in host else f"{host}:{port + 1}")
-    if conn.get("lookupd_http_addresses"):
-        producers, errors = lookup_all(list(conn["lookupd_http_addresses"]), topic, _left(by))
-        out += [p.http_address for p in producers]
-        problems += [str(e) for e in errors]
+    # slack: lookup_all's own round (its hung nsqlookupd named) ends before this one does
+    answers = ask_all(jobs, ask, _left(by), slack=0.6,
+                      name=lambda job: f"nsqd {job[1]}" if job[1] else ", ".join(lookupds))
+    for (kind, tcp), a in zip(jobs, answers):
+        if kind == "lookup":
+            producers, errors = a.value if a.ok else ([], [a.error])
+            out += [p.http_address for p in producers]
+            problems += [str(e) for e in errors]
+        elif a.ok and a.value:
+            out.append(a.value)
+        else:
+            try:
+                host, port = split_address(tcp)
+                guess = (f"[{host}]" if ":" in host else host) + f":{port + 1}"
+                problems.append(f"nsqd {tcp}: its HTTP address is not known ({guess}, TCP port + 1, "
+                                f"did not answer /info as the nsqd of TCP port {port})")
+            except ValueError:
+                problems.append(f"nsqd {tcp}: its HTTP address is not known")
     return list(dict.fromkeys(out)), problems
 
 
