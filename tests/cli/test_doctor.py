@@ -8,6 +8,7 @@ import time
 
 from helpers import http_post, run_nsqcli, wait_for
 from hung import cluster, stopped  # noqa: F401 - cluster: the fixture
+from portforward import PortPair
 
 
 # -- doctor ----------------------------------------------------------------------------------------
@@ -80,3 +81,32 @@ def test_doctor_checks_every_node_at_once_and_names_the_hung_ones(cluster):
         for c in (checks[f"nsqd {node.tcp_address} (TCP)"], checks[f"nsqd {node.http_address} (HTTP)"]):
             assert c["status"] == "fail" and ("in time" in c["detail"] or "no complete answer within 3s" in c["detail"])
             assert "stopped" in c["fix"]
+
+
+def test_doctor_warns_when_tcp_port_plus_one_is_another_nsqds(nsqd, nsqd_factory):
+    """nsqd reached through a port forward P -> its TCP, P + 1 -> another nsqd's HTTP: the HTTP
+    check taken from P + 1 says that /info names another TCP port (before: 'ok ... TCP port N')."""
+    other = nsqd_factory()
+    other_tcp_port = int(other.tcp_address.rsplit(":", 1)[1])
+    with PortPair(nsqd.tcp_address, other.http_address) as fwd:
+        r = run_nsqcli(["doctor", "--nsqd-tcp-address", fwd.address])
+    out = r.stdout.decode()
+    assert r.returncode == 0, (out, r.stderr)  # a warning, not a failure
+    assert (f"warn nsqd 127.0.0.1:{fwd.port + 1} (HTTP): v1.3.0, TCP port {other_tcp_port}, not {fwd.port}: "
+            f"this is not the HTTP port of nsqd {fwd.address} (taken as its TCP port + 1), ") in out, out
+    assert (f"    fix: give nsqd {fwd.address}'s HTTP address with --nsqd-http-address (its TCP port + 1 is "
+            "another nsqd's, or a port forward's)\n") in out
+    assert out.splitlines()[-1] == "1 ok, 1 warnings, 0 failed"
+
+
+def test_doctor_default_layout_nsqd_is_ok(tmp_path):
+    from nsq_fixtures import default_layout_nsqd
+
+    sb = default_layout_nsqd(tmp_path)
+    try:
+        r = run_nsqcli(["doctor", "--nsqd-tcp-address", sb.nsqd.tcp_address])
+        port = sb.nsqd.tcp_address.rsplit(":", 1)[1]
+        assert r.returncode == 0 and f"ok   nsqd {sb.nsqd.http_address} (HTTP): v1.3.0, TCP port {port}, " in \
+            r.stdout.decode(), r.stdout
+    finally:
+        sb.stop()

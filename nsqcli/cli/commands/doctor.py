@@ -128,7 +128,10 @@ class _Said:
         return self.error
 
 
-def _http_check(address: str, topic: str | None, deadline: float | None = None, target: str = "") -> tuple[Check, dict]:
+def _http_check(address: str, topic: str | None, deadline: float | None = None, target: str = "",
+                derived_from: str = "") -> tuple[Check, dict]:
+    """nsqd's HTTP API at ``address``; ``derived_from``: the nsqd TCP address whose port + 1
+    ``address`` is (then its /info must name that TCP port, or it is another nsqd's)."""
     from email.utils import parsedate_to_datetime
 
     from ...client.http import base_url, http_get, http_json, tls_required_port
@@ -158,7 +161,7 @@ def _http_check(address: str, topic: str | None, deadline: float | None = None, 
         # nsqd --tls-required: its HTTP API is on HTTPS only; check that instead, and say so
         host = base_url(address)[len("http://"):].rsplit(":", 1)[0]
         https = f"https://{host}:{https_port}"
-        check, info = _http_check(https, topic, deadline, target)
+        check, info = _http_check(https, topic, deadline, target, derived_from)
         note = f"this nsqd requires TLS for its HTTP API (403 TLS_REQUIRED): use {https}"
         if check.status == FAIL:
             return Check(target, FAIL, f"{note}; there: {check.detail}", check.fix), info
@@ -197,7 +200,30 @@ def _http_check(address: str, topic: str | None, deadline: float | None = None, 
                 status_, fix = WARN, f"topic {topic!r} is paused: nothing is delivered until it is unpaused"
         else:
             parts.append(f"no topic {topic!r}")
+    mismatch = _derived_mismatch(derived_from, info.get("tcp_port"))
+    if mismatch:
+        parts[1] = mismatch
+        status_ = WARN
+        fix = "; ".join(f for f in (f"give nsqd {derived_from}'s HTTP address with --nsqd-http-address (its "
+                                    "TCP port + 1 is another nsqd's, or a port forward's)", fix) if f)
     return Check(target, status_, ", ".join(p for p in parts if p), fix), info
+
+
+def _derived_mismatch(derived_from: str, tcp_port) -> str:
+    """'' when ``derived_from`` (an nsqd TCP address; '' when the HTTP address was given) has
+    the TCP port that /info named, else the mismatch in words (both ports)."""
+    from ...client.transport import split_address
+
+    if not derived_from:
+        return ""
+    try:
+        _, port = split_address(derived_from)
+    except ValueError:
+        return ""
+    if tcp_port == port:
+        return ""
+    return (f"TCP port {tcp_port}, not {port}: this is not the HTTP port of nsqd {derived_from} "
+            "(taken as its TCP port + 1)")
 
 
 def _at_once(jobs: list[tuple[str, object]], timeout: float, empty, deadline: float | None = None
@@ -285,13 +311,16 @@ def doctor(app, topic, nsqd_http, as_json, timeout, **kwargs):
         checks.append(Check(f"context {app.context}", OK, "settings from the context (flags and NSQCLI_* override)"))
     tcp = list(nsqd_addresses(conn))
     http = list(nsqd_http)
-    if not nsqd_http:  # by convention nsqd's HTTP port is its TCP port + 1
+    derived: dict[str, str] = {}  # HTTP address -> the TCP address it was derived from
+    if not nsqd_http:  # by convention nsqd's HTTP port is its TCP port + 1 (confirmed by its /info)
         for a in tcp:
             try:
                 host, port = split_address(a)
             except ValueError:
                 continue
-            http.append(f"{host}:{port + 1}")
+            guess = (f"[{host}]" if ":" in host else host) + f":{port + 1}"
+            http.append(guess)
+            derived.setdefault(guess, a)
     # every node at once, each check under its own deadline: a hung node costs one deadline
     lookupds = list(conn.get("lookupd_http_addresses") or ())
     for check, nodes in _at_once([(f"nsqlookupd {a}", lambda a=a: _lookupd_check(a, deadline)) for a in lookupds],
@@ -301,8 +330,10 @@ def doctor(app, topic, nsqd_http, as_json, timeout, **kwargs):
             host = n.get("broadcast_address")
             tcp.append(f"{host}:{n.get('tcp_port')}")
             http.append(f"{host}:{n.get('http_port')}")
+            derived.pop(f"{host}:{n.get('http_port')}", None)  # nsqlookupd said so
     jobs = [(f"nsqd {a} (TCP)", lambda a=a: (_tcp_check(a, cfg, deadline), None)) for a in dict.fromkeys(tcp)]
-    jobs += [(f"nsqd {a} (HTTP)", lambda a=a: _http_check(a, topic, deadline)) for a in dict.fromkeys(http)]
+    jobs += [(f"nsqd {a} (HTTP)", lambda a=a: _http_check(a, topic, deadline, derived_from=derived.get(a, "")))
+             for a in dict.fromkeys(http)]
     checks += [check for check, _ in _at_once(jobs, max(cfg.dial_timeout + cfg.handshake_timeout,
                                                          2 * HTTP_TIMEOUT), None, deadline)]
     if topic and not any(f"topic {topic!r}:" in c.detail for c in checks):
