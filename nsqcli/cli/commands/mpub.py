@@ -184,6 +184,7 @@ class Records:
         self.max_msg_size = max_msg_size or DEFAULT_MAX_MSG_SIZE
         self.limit_name = "--max-msg-size" if max_msg_size else "nsqd's default --max-msg-size"
         self.ask_limit = None if max_msg_size else ask_limit
+        self.unchecked: dict[int, int] = {}  # record -> size: over nsqd's default, its limit unknown
         self.unacked = Pending()
         self.acked = 0
         self.last_done = 0  # the last record skipped or handed to the producer
@@ -211,7 +212,7 @@ class Records:
                     stats.handled = self.last_done = stats.records
                     continue
                 if (raw and stats.records >= self.skip and (not self.limit or self.given + n <= self.limit)
-                        and b"" not in group and max(map(len, group)) <= self.max_msg_size):
+                        and b"" not in group and max(map(len, group)) <= min(self.max_msg_size, DEFAULT_MAX_MSG_SIZE)):
                     self.unacked.add(stats.records + 1, n)
                     stats.records += n
                     stats.bytes += sum(map(len, group))
@@ -247,6 +248,8 @@ class Records:
             if len(rec) > self.max_msg_size:
                 self._invalid(f"is {len(rec)} bytes, over {self.limit_name} {self.max_msg_size}")
                 continue
+            if len(rec) > DEFAULT_MAX_MSG_SIZE and self.max_msg_size == UNKNOWN_MAX_MSG_SIZE:
+                self.unchecked[stats.records] = len(rec)
             stats.bytes += len(rec)
             self.unacked.add(stats.records, 1)
             self.last_done = stats.records
@@ -315,9 +318,15 @@ class Records:
         n = min(unanswered, len(self.unacked))
         first, last = span
         records = f"record {first}" if first == last else f"records {first}-{last}"
+        big = next((r for r in sorted(self.unchecked) if first <= r <= last), None)
+        hint = "" if big is None else (
+            f"; record {big} is {self.unchecked[big]} bytes, over nsqd's default --max-msg-size "
+            f"({DEFAULT_MAX_MSG_SIZE}) and nsqd's own limit could not be asked: nsqd may have refused it and "
+            f"closed the connection before its answer was read (--max-msg-size checks records here; --skip "
+            f"{big} leaves it out)")
         return (f"{line}; up to {n} more ({records}) were written and got no answer: nsqd may hold them; "
                 f"resume with --skip {self.resume_at} (nothing lost; at-least-once: up to {n} duplicate"
-                f"{'s' * (n != 1)})")
+                f"{'s' * (n != 1)}){hint}")
 
 
 def _publish_deferred(producer, topic, records, defer, rate, stop, timeout=10.0):
