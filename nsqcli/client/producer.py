@@ -869,7 +869,7 @@ class _IterPublish:
         stopping = isinstance(e, Stopped) or not isinstance(e, Exception)
         grace = STOP_GRACE
         if self.p.deadline is not None:  # a stop at the deadline (or near it) does not outlast it by much
-            grace = min(grace, max(0.2, self.p.deadline - time.monotonic()))
+            grace = min(grace, max(0.1, self.p.deadline - time.monotonic()))
         end = time.monotonic() + (grace if stopping else 0.0)
         try:
             while ledger.entries and ledger.head().future is not None:

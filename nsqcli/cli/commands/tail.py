@@ -176,8 +176,8 @@ def tail(app, topics, channel, max_in_flight, count, idle_timeout, timeout, fmt,
     finally:
         done.set()
         # a clean stop (FINs out, CLS answered) takes milliseconds on healthy nodes; past the
-        # deadline a hung one is given 0.2 s, not ten (what it holds in flight it redelivers)
-        stop_by = 10.0 if deadline is None else min(10.0, max(0.2, deadline + 0.2 - time.monotonic()))
+        # deadline a hung one is given 0.1 s, not ten (what it holds in flight it redelivers)
+        stop_by = 10.0 if deadline is None else min(10.0, max(0.1, deadline + 0.1 - time.monotonic()))
         for c in consumers:
             c.stop(timeout=stop_by)
     outages.say_still_failing()
