@@ -175,7 +175,8 @@ class Copier:
             return
         delay = min(self.max_requeue_delay, self.requeue_delay * max(1, m.attempts))
         if new and said <= SAY_TOO_BIG:
-            then = (f"FINed (NOT copied) after --max-attempts {self.max_attempts}" if self.max_attempts else
+            then = (f"requeued for {delay:g}s; it will be FINed (NOT copied) at delivery {self.max_attempts} "
+                    f"(--max-attempts; this was delivery {m.attempts})" if self.max_attempts else
                     "it stays in the source, requeued with backoff (raise the destination's --max-msg-size "
                     "to copy it)")
             more = "; further ones are counted in the status line" if said == SAY_TOO_BIG else ""

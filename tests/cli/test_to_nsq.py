@@ -273,8 +273,8 @@ def test_a_message_over_the_limit_is_fined_only_with_max_attempts(laid_out, topi
     err = r.stderr.decode()
     warnings = [ln for ln in err.splitlines() if ln.startswith("nsqcli: warning:")]
     assert len(warnings) == 2, err
-    assert "1,048,576-byte message limit (its --max-msg-size): not copied; FINed (NOT copied) after --max-attempts 2" \
-        in warnings[0]
+    assert ("1,048,576-byte message limit (its --max-msg-size): not copied; requeued for 0.2s; it will be FINed "
+            "(NOT copied) at delivery 2 (--max-attempts; this was delivery 1)") in warnings[0]
     assert "gave up on message" in warnings[1] and "after 2 attempts (--max-attempts)" in warnings[1]
     assert "given up 1" in err.splitlines()[-1]
     assert count(dst, topic) == 0
