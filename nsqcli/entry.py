@@ -68,7 +68,7 @@ def main() -> None:
     if os.environ.get("NSQCLI_NO_FAST_PATH", "") in ("", "0"):
         plan = fast_pub_plan(sys.argv[1:])
         if plan is not None:
-            sys.exit(_guarded(plan))
+            _exit_now(_guarded(plan))
     from .cli import handoff
     from .cli import main as cli_main
 
@@ -216,6 +216,20 @@ def _guarded(plan: dict) -> int:
         return _fail(f"{e.strerror or e}{': ' + str(e.filename) if e.filename else ''}", 1)
     except Exception as e:
         return _fail(f"internal error: {type(e).__name__}: {e} (NSQCLI_DEBUG=1 shows where)", 1)
+
+
+def _exit_now(code: int) -> None:
+    """Flush and leave without the interpreter's teardown: it restores the default signal
+    dispositions first, so a Ctrl-C in those milliseconds killed a pub whose message nsqd had
+    taken without a line (and teardown is time a shell loop pays for every message)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BrokenPipeError:
+            _silence_stdout()
+        except (OSError, ValueError, AttributeError):
+            pass
+    os._exit(code)
 
 
 def _fail(message: str, code: int) -> int:

@@ -12,9 +12,22 @@ import pytest
 
 from helpers import NSQCLI, clean_env, topic_stats
 
-IMPORTED = ("import atexit, sys; atexit.register(lambda: sys.stderr.write("
-            "'click' in sys.modules and 'CLICK\\n' or 'FAST\\n')); "
-            "sys.argv = ['nsqcli'] + sys.argv[1:]; from nsqcli.entry import main; main()")
+# which path ran, said at exit: through atexit (click's sys.exit) or os._exit (the fast path
+# leaves without the interpreter's teardown, nsqcli.entry._exit_now)
+IMPORTED = """
+import atexit, os, sys
+mark = lambda: sys.stderr.write('click' in sys.modules and 'CLICK\\n' or 'FAST\\n')
+atexit.register(mark)
+_exit = os._exit
+def leave(code):
+    mark()
+    sys.stderr.flush()
+    _exit(code)
+os._exit = leave
+sys.argv = ['nsqcli'] + sys.argv[1:]
+from nsqcli.entry import main
+main()
+"""
 
 
 def both(args, env=None, input=b""):
