@@ -4,6 +4,7 @@ Python's single-threaded ``http.server.HTTPServer`` (HTTP/1.0, listen backlog 5)
     .venv/bin/python -m bench.to_http_backlog --messages 3000              # speed, both tools
     .venv/bin/python -m bench.to_http_backlog --messages 3000 --faults     # + duplicates under faults
     .venv/bin/python -m bench.to_http_backlog --keep-alive                 # a ThreadingHTTPServer, HTTP/1.1
+    .venv/bin/python -m bench.to_http_backlog --toxiproxy 16               # toxiproxy faults, 16 s each
 
 Each contender gets its own topic of N distinct bodies and its own receiver; msg/s is counted
 until the receiver holds every body, with the listen overflows (nstat TcpExtListenOverflows)
@@ -15,6 +16,13 @@ blackhole (the server stops for 3 s while requests queue). A failed message is r
 1 s in both (nsq_to_http --consumer-opt=default_requeue_delay,1s, nsqcli --requeue-delay 1s):
 with the default 90 s the run is the requeue delay's length. Reported: bodies received 2+ and
 3+ times.
+
+``--toxiproxy SECONDS``: a real toxiproxy-server (.nsq/bin, scripts/install-toxiproxy) between
+the tool and the receiver, and a fixed-length run of each tool on a topic it cannot finish, with
+one fault timeline from its start: 5 reset_peer (t = 2..6 s), a blackhole (timeout toxic, 8-10
+s), slow_close 500 ms (11-14 s); --http-timeout 5s (nsq_to_http
+--http-client-request-timeout=5s) so what the blackhole held fails within the run. Reported:
+bodies received, and those received 2+ / 3+ times.
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ def _receiver(port_q, got, stop, faults: bool, keep_alive: bool, backlog: int, o
 
     counts: Counter = Counter()
     seen = [0]  # requests begun (the fault schedule's clock)
+    lost = [0]  # bodies taken whose answer the reset lost: a duplicate each is unavoidable
 
     def reset(sock):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
@@ -70,6 +79,7 @@ def _receiver(port_q, got, stop, faults: bool, keep_alive: bool, backlog: int, o
             with got.get_lock():
                 got.value = len(counts)
             if fault == "reset_after":
+                lost[0] += 1
                 reset(self.connection)
                 self.close_connection = True
                 self.connection.close()
@@ -99,7 +109,7 @@ def _receiver(port_q, got, stop, faults: bool, keep_alive: bool, backlog: int, o
     port_q.put(srv.server_address[1])
     while not stop.is_set():
         srv.handle_request()
-    out_q.put(dict(counts))
+    out_q.put((dict(counts), lost[0]))
 
 
 def overflows() -> int:
@@ -111,24 +121,38 @@ def overflows() -> int:
 
 
 def run_one(name: str, src, topic: str, n: int, faults: bool, keep_alive: bool, backlog: int,
-            concurrency: int) -> dict:
+            concurrency: int, toxi=None, run_for: float = 0.0) -> dict:
     ctx = mp.get_context("fork")
     port_q, out_q, got, stop = ctx.Queue(), ctx.Queue(), ctx.Value("i", 0), ctx.Event()
     rx = ctx.Process(target=_receiver, args=(port_q, got, stop, faults, keep_alive, backlog, out_q), daemon=True)
     rx.start()
-    url = f"http://127.0.0.1:{port_q.get(timeout=10)}/ingest"
+    port = port_q.get(timeout=10)
+    proxy = None
+    if toxi is not None:
+        proxy = toxi.proxy(f"127.0.0.1:{port}")
+        url = f"http://{proxy.listen}/ingest"
+    else:
+        url = f"http://127.0.0.1:{port}/ingest"
     a = src.nsqd.tcp_address
+    slow = faults or toxi is not None
     if name == "nsq_to_http":
         cmd = [find_binary("nsq_to_http"), "--topic", topic, "--nsqd-tcp-address", a, "--post", url,
-               "-n", str(concurrency)] + (["--consumer-opt=default_requeue_delay,1s"] if faults else [])
+               "-n", str(concurrency)] + (["--consumer-opt=default_requeue_delay,1s"] if slow else [])
+        if toxi is not None:
+            cmd.append("--http-client-request-timeout=5s")
     else:
         cmd = [sys.executable, "-m", "nsqcli", "to-http", "-t", topic, "--nsqd-tcp-address", a, "--post", url,
-               "--concurrency", str(concurrency), "--no-live"] + (["--requeue-delay", "1s"] if faults else [])
+               "--concurrency", str(concurrency), "--no-live"] + (["--requeue-delay", "1s"] if slow else [])
+        if toxi is not None:
+            cmd += ["--http-timeout", "5s"]
     log = tempfile.TemporaryFile()
     o0 = overflows()
     t0 = time.perf_counter()
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log)
     timed_out = False
+    if proxy is not None:
+        _fault_timeline(proxy, t0, run_for)
+        n = 0
     while got.value < n:
         if p.poll() is not None:
             log.seek(0)
@@ -139,16 +163,38 @@ def run_one(name: str, src, topic: str, n: int, faults: bool, keep_alive: bool, 
         time.sleep(0.005)
     elapsed = time.perf_counter() - t0
     o1 = overflows()
-    time.sleep(1.0 if faults else 0.0)  # what was still under way lands (a late duplicate counts)
+    time.sleep(1.0 if slow else 0.0)  # what was still under way lands (a late duplicate counts)
     p.send_signal(signal.SIGTERM)
     p.wait(60)
     stop.set()
-    counts = out_q.get(timeout=10)
+    counts, lost = out_q.get(timeout=10)
     rx.join(5)
+    if proxy is not None:
+        proxy.delete()
     twice = sum(1 for c in counts.values() if c == 2)
     more = sum(1 for c in counts.values() if c >= 3)
     return {"rate": got.value / elapsed, "elapsed": elapsed, "overflows": o1 - o0, "received": len(counts),
-            "twice": twice, "thrice+": more, "timed_out": timed_out}
+            "twice": twice, "thrice+": more, "timed_out": timed_out, "lost": lost}
+
+
+def _fault_timeline(proxy, t0: float, run_for: float) -> None:
+    """The toxiproxy faults, by seconds from the tool's start (see the module's doc)."""
+
+    def at(t: float) -> None:
+        time.sleep(max(0.0, t0 + t - time.perf_counter()))
+
+    for t in (2, 3, 4, 5, 6):
+        at(t)
+        name = proxy.add("reset_peer", timeout=0)
+        time.sleep(0.05)
+        proxy.remove(name)
+    at(8)
+    with proxy.toxic("timeout", timeout=0):
+        at(10)
+    at(11)
+    with proxy.toxic("slow_close", delay=500):
+        at(14)
+    at(run_for)
 
 
 def main() -> None:
@@ -160,7 +206,19 @@ def main() -> None:
     ap.add_argument("--faults", action="store_true", help="resets, slow closes and a 3 s stop (duplicates)")
     ap.add_argument("--keep-alive", action="store_true", help="a ThreadingHTTPServer speaking HTTP/1.1 instead")
     ap.add_argument("--only", choices=["nsqcli", "go"], help="run one contender")
+    ap.add_argument("--toxiproxy", type=float, metavar="SECONDS", default=0.0,
+                    help="each tool for this long through toxiproxy's fault timeline (at least 15)")
     args = ap.parse_args()
+    toxi = None
+    if args.toxiproxy:
+        import contextlib
+        from pathlib import Path
+
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+        from toxiproxy import Toxiproxy
+
+        args.toxiproxy = max(15.0, args.toxiproxy)
+        toxi = Toxiproxy.start(Path(tempfile.mkdtemp(prefix="bench-toxiproxy-")))
     names = ["nsqcli to-http", "nsq_to_http"]
     if args.only:
         names = [names[0] if args.only == "nsqcli" else names[1]]
@@ -174,11 +232,12 @@ def main() -> None:
                 with Producer(src.nsqd.tcp_address, Config()) as pr:
                     pr.multi_publish(topic, [b"m%07d" % i for i in range(args.messages)], batch_size=500)
                 res = run_one(name, src, topic, args.messages, args.faults, args.keep_alive, args.backlog,
-                              args.concurrency)
+                              args.concurrency, toxi, args.toxiproxy)
                 rates[name].append(res["rate"])
                 print(f"round {r + 1}: {name:15s} {res['rate']:>8,.0f} msg/s  {res['elapsed']:6.1f} s  "
                       f"listen overflows {res['overflows']:>6,}  received {res['received']:,}"
-                      + (f"  twice {res['twice']}  3+ times {res['thrice+']}" if args.faults else "")
+                      + (f"  twice {res['twice']}  3+ times {res['thrice+']}" if args.faults or toxi else "")
+                      + (f" (answers lost after the body was taken: {res['lost']})" if args.faults else "")
                       + ("  (NOT DONE in 300 s)" if res["timed_out"] else ""), flush=True)
         if len(names) == 2:
             import statistics
@@ -187,6 +246,9 @@ def main() -> None:
             print(f"\nmedian of {args.rounds}: nsqcli to-http {med[names[0]]:,.0f} msg/s, nsq_to_http "
                   f"{med[names[1]]:,.0f} msg/s = {med[names[0]] / med[names[1]]:.2f}x ({args.messages:,} POSTs to "
                   f"{kind}, concurrency {args.concurrency}{', with faults' if args.faults else ''}, same run)")
+    if toxi is not None:
+        with contextlib.suppress(Exception):
+            toxi.stop()
 
 
 if __name__ == "__main__":
