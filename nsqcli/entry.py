@@ -280,10 +280,14 @@ def _publish(plan: dict) -> int:
     try:
         acked = producer.publish(plan["topic"], body, defer=plan["defer"], timeout=plan["timeout"])
     except PublishError as e:
+        from .client.producer import size_note
+
         # exit 3 only when the deadline did pass (a handshake's own Timeout - its share of the
         # deadline, with several nsqd - is a failure, 1); a wait that ended at it may wake a hair early
         if time.monotonic() >= deadline - 0.01:
-            raise _Deadline(f"--timeout passed: {e}") from e
+            raise _Deadline(f"--timeout passed: {e}{size_note(len(body), e)}") from e
+        if size_note(len(body), e):
+            raise PublishError(f"{e}{size_note(len(body), e)}", e.published, e.failed, e.cause) from e
         raise
     finally:
         producer.close(timeout=max(0.1, deadline - time.monotonic()))

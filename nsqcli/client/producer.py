@@ -146,6 +146,16 @@ def resend_note(maybe_held: list[str], acked: list[str]) -> str:
             "was lost before nsqd answered: it may be published there too (a possible duplicate)")
 
 
+def size_note(size: int, error: BaseException) -> str:
+    """What a failed single publish adds when its message is over nsqd's default --max-msg-size
+    and nsqd did not say why: nsqd refuses such a message and closes at once, and its error
+    frame can be lost to the reset while the message is still being written."""
+    if size <= 1024 * 1024 or "E_BAD" in str(error):
+        return ""
+    return (f"; the message is {size} bytes, over nsqd's default --max-msg-size (1048576): nsqd may have "
+            "refused it and closed the connection before its answer was read")
+
+
 #: how often a wait for nsqd's answer looks at a stop event (Producer.stop, publish_iter's stop)
 STOP_POLL = 0.1
 

@@ -255,3 +255,17 @@ def test_a_given_timeout_bounds_reading_stdin_the_default_starts_at_its_end(nsqd
     r = subprocess.run(["bash", "-c", f"({slow}) | {cli} pub {topic}"], capture_output=True, env=env, timeout=30)
     assert r.returncode == 0, r.stderr
     assert topic_stats(nsqd, topic)["message_count"] == 1
+
+
+@pytest.mark.parametrize("off", ["", "1"])
+def test_a_big_message_lost_with_its_connection_is_named_as_the_likely_cause(nsqd, topic, off):
+    """nsqd's HTTP port unknown (a proxy): its limit cannot be asked, and its refusal of a
+    message over it can be lost to the reset while the message is still being written (played:
+    answers held back from the PUB on, with --timeout 2s). Both paths say the size is the likely cause."""
+    with FaultProxy(nsqd.tcp_address, stall_on=b"PUB ") as proxy:
+        r = run(["pub", topic, "--nsqd-tcp-address", proxy.address, "--timeout", "2s"],
+                {"NSQCLI_NO_FAST_PATH": off}, input=b"x" * 1_100_000)
+    assert r.returncode in (1, 3), r.stderr  # nsqd's close after its refusal or the deadline
+    assert r.stderr.decode().rstrip().endswith(
+        "; the message is 1100000 bytes, over nsqd's default --max-msg-size (1048576): nsqd may have refused it "
+        "and closed the connection before its answer was read"), r.stderr

@@ -78,8 +78,12 @@ def pub(app, topic, rest, defer, fanout, timeout, as_json, **kwargs):
     try:
         acked = producer.publish(topic, body, defer=defer, timeout=timeout)
     except PublishError as e:
+        from ...client.producer import size_note
+
         if _passed(deadline):
-            raise DeadlineExceeded(f"--timeout passed: {e}") from e
+            raise DeadlineExceeded(f"--timeout passed: {e}{size_note(len(body), e)}") from e
+        if size_note(len(body), e):
+            raise PublishError(f"{e}{size_note(len(body), e)}", e.published, e.failed, e.cause) from e
         raise
     finally:
         producer.close(timeout=max(0.1, deadline - time.monotonic()))
