@@ -112,7 +112,7 @@ class _Conn:
     the exchange under way."""
 
     __slots__ = ("ep", "sock", "state", "job", "target", "out", "parser", "deadline", "connect_deadline",
-                 "reused", "used", "reserved", "syn_at", "resyn_at", "syn_wait")
+                 "reused", "used", "reserved", "syn_at", "resyn_at", "syn_wait", "addr")
 
     def __init__(self, ep: Endpoint, sock):
         self.ep, self.sock = ep, sock
@@ -126,6 +126,7 @@ class _Conn:
         self.used = False
         self.reserved: tuple | None = None  # (job, endpoint, deadline) this new connection is for
         self.syn_at = self.resyn_at = self.syn_wait = 0.0  # this connect's SYN; when it is made again
+        self.addr: tuple | None = None  # getaddrinfo's answer: a connect made again is not looked up again
 
 
 class Deliverer:
@@ -355,7 +356,9 @@ class Deliverer:
 
     def _syn(self, ep: Endpoint, now: float, conn: _Conn):
         """A non-blocking socket connecting to ``ep`` (its SYN is on the way), timed on ``conn``."""
-        family, kind, proto, _, addr = socket.getaddrinfo(ep.host, ep.port, type=socket.SOCK_STREAM)[0]
+        if conn.addr is None:
+            conn.addr = socket.getaddrinfo(ep.host, ep.port, type=socket.SOCK_STREAM)[0]
+        family, kind, proto, _, addr = conn.addr
         sock = socket.socket(family, kind, proto)
         try:
             sock.setblocking(False)
