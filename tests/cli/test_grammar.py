@@ -268,7 +268,8 @@ def test_relays_with_a_count_exit_3_when_the_timeout_passes_first(nsqd, topic):
                            (["to-http", topic, "--post", url], "delivered")):
             r = run_nsqcli([*argv, *src, "-n", "3", "--timeout", "2s", "--json"])
             one_error_line(r, 3, rf"--timeout passed after [01] of 3 messages {done}")
-            assert json.loads(r.stdout)["elapsed"] >= 2, r.stdout
+            # the deadline counts from process start; the run's own clock starts after start-up
+            assert json.loads(r.stdout)["elapsed"] >= 1.5, r.stdout
             r = run_nsqcli([*argv, *src, "--timeout", "1s", "--json"])
             assert r.returncode == 0 and json.loads(r.stdout), r.stderr
 
