@@ -29,20 +29,12 @@ from ..client.http import ResponseError, ResponseParser, build_request
 log = logging.getLogger("nsqcli.relay.http_delivery")
 
 
-def select_poll_writable(sock) -> bool:
-    """The socket is writable now (a connect answered), without waiting."""
-    import select
-
-    p = select.poll()
-    p.register(sock, select.POLLOUT)
-    return bool(p.poll(0))
-
 #: connects under way to one endpoint at once (see Deliverer._exchange)
 MAX_CONNECTING = 4
-#: a connect not answered after this long is made again with a new SYN (see Deliverer._resyn):
-#: before the first connect to a server has been timed; then 10x its fastest connects, within
-#: these bounds - far below the kernel's own SYN retransmission (1 s, then 3 s, 7 s)
-SYN_WAIT_FIRST, SYN_WAIT_MIN, SYN_WAIT_MAX = 0.2, 0.005, 0.5
+#: a connect that took this long, where the server's fastest took under FAST_CONNECT, had its
+#: SYN dropped and sent again by the kernel (1 s later): the server's listen queue is full (see
+#: Deliverer._timed)
+SYN_RETRIED, FAST_CONNECT = 0.9, 0.2
 
 
 class Endpoint:
@@ -112,7 +104,7 @@ class _Conn:
     the exchange under way."""
 
     __slots__ = ("ep", "sock", "state", "job", "target", "out", "parser", "deadline", "connect_deadline",
-                 "reused", "used", "reserved", "syn_at", "resyn_at", "syn_wait", "addr")
+                 "reused", "used", "reserved", "syn_at", "unserved", "addr")
 
     def __init__(self, ep: Endpoint, sock):
         self.ep, self.sock = ep, sock
@@ -125,7 +117,8 @@ class _Conn:
         self.reused = False  # the exchange under way is not the connection's first
         self.used = False
         self.reserved: tuple | None = None  # (job, endpoint, deadline) this new connection is for
-        self.syn_at = self.resyn_at = self.syn_wait = 0.0  # this connect's SYN; when it is made again
+        self.syn_at = 0.0  # when this connect's SYN went out
+        self.unserved = False  # counted in Deliverer._unserved until its first answer
         self.addr: tuple | None = None  # getaddrinfo's answer: a connect made again is not looked up again
 
 
@@ -151,7 +144,11 @@ class Deliverer:
         self._opening: set[_Conn] = set()  # connecting (or TLS handshake), no exchange yet
         self._connecting: dict[tuple, int] = {}
         self._waiting: dict[tuple, collections.deque] = {}  # (job, deadline) for a connection
-        self._best_connect: dict[tuple, float] = {}  # per server: its fastest connects (seconds)
+        self._best_connect: dict[tuple, float] = {}  # per server: its fastest connect (seconds)
+        #: servers seen dropping SYNs (a full listen queue): their new connections count as
+        #: connecting until their first answer, not only until the SYN-ACK (see _exchange)
+        self._backlogged: set[tuple] = set()
+        self._unserved: dict[tuple, int] = {}
         self._sel = selectors.DefaultSelector()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
@@ -294,9 +291,10 @@ class Deliverer:
         listen backlog (5 in Python's http.server), and the dropped SYNs come back only after a
         second or three - past --http-connect-timeout. Against a server that closes after each
         answer every request needs a connect, and the connected ones waiting in its listen
-        queue fill it: the SYNs beyond it are dropped all the same, so a connect unanswered
-        past its SYN wait is made again (_resyn) - at once when an answer says the server just
-        took a connection off its queue (_resyn_stale)."""
+        queue (the kernel answers the SYN, the server accepts later) fill it all the same: once
+        a server is seen dropping SYNs (_timed), its new connections count against
+        MAX_CONNECTING until their first answer, so no more wait in its queue than it holds.
+        (Making a slow connect again instead - a new SYN - broke servers a second away.)"""
         if self._aborting is not None:  # (a failover after abort())
             self._answered(ep, job, Failed(f"{ep.method} {ep.url}: {self._aborting}", abandoned=True))
             return
@@ -310,7 +308,8 @@ class Deliverer:
 
     def _more_connections(self, key: tuple) -> None:
         waiting = self._waiting.get(key)
-        while waiting and self._connecting.get(key, 0) < min(MAX_CONNECTING, len(waiting)):
+        while waiting and (self._connecting.get(key, 0) + self._unserved.get(key, 0)
+                           < min(MAX_CONNECTING, len(waiting))):
             try:
                 self._connect(waiting[0][1], time.monotonic())
             except OSError as e:  # no connection to be had now: the oldest waiting job fails
@@ -370,65 +369,35 @@ class Deliverer:
             sock.close()
             raise
         conn.syn_at = now
-        conn.syn_wait = conn.syn_wait * 2 if conn.syn_wait else self._syn_wait(ep.key)
-        conn.resyn_at = now + conn.syn_wait
         return sock
 
-    def _syn_wait(self, key: tuple) -> float:
-        best = self._best_connect.get(key)
-        if best is None:
-            return SYN_WAIT_FIRST
-        return min(SYN_WAIT_MAX, max(SYN_WAIT_MIN, 10 * best))
-
     def _timed(self, conn: _Conn, now: float) -> None:
-        """A connect was answered: how long its SYN took, for the server's SYN wait. Only the
-        ones answered before their own re-SYN count: a SYN the kernel had to send again (1 s
-        later) says nothing about the way to the server."""
+        """A connect was answered. One that took a kernel SYN retransmission (~1 s) where the
+        server's fastest took a few ms says its listen queue overflowed: it is backlogged from
+        now on. A far server (every connect slow) never is."""
+        key = conn.ep.key
         took = now - conn.syn_at
-        if took >= conn.syn_wait:
-            return
-        best = self._best_connect.get(conn.ep.key)
-        # the fastest so far, drifting up slowly when connects take longer (a busier server)
-        self._best_connect[conn.ep.key] = took if best is None or took < best else best + (took - best) / 16
-
-    def _resyn(self, conn: _Conn, now: float) -> None:
-        """A connect's SYN went unanswered past its SYN wait: most likely the server's listen
-        queue was full and the kernel dropped it (a small backlog - 5 in Python's http.server -
-        under a burst of connects), and the kernel sends it again only after 1 s, then 3 s. The
-        connect is made again at once on a new socket (the old one never got past SYN-SENT: the
-        server knows nothing of it), each time waiting twice as long (a far server still gets
-        its round trip); --http-connect-timeout still bounds the whole."""
-        if select_poll_writable(conn.sock):  # answered: the select says so next
-            return
-        old = conn.sock
-        try:
-            self._sel.unregister(old)
-        except (KeyError, ValueError):
-            pass
-        old.close()
-        try:
-            conn.sock = self._syn(conn.ep, now, conn)
-        except OSError as e:
-            conn.sock = old  # closed: _fail's unregister/close of it are harmless
-            self._fail(conn, e.strerror or str(e))
-            return
-        self._sel.register(conn.sock, selectors.EVENT_WRITE, conn)
-
-    def _resyn_stale(self, key: tuple, now: float) -> None:
-        """An answer came from this server: it took the next connection off its listen queue,
-        so there is room for a SYN it dropped - the connects waiting longer than a few of its
-        round trips are made again now instead of after their SYN wait."""
         best = self._best_connect.get(key)
-        if best is None:
-            return
-        stale = max(0.001, 3 * best)
-        for conn in [c for c in self._opening if c.ep.key == key and c.state == "connecting"]:
-            if now - conn.syn_at >= stale:
-                self._resyn(conn, now)
+        if best is None or took < best:
+            self._best_connect[key] = took
+        elif took >= SYN_RETRIED and best < FAST_CONNECT and key not in self._backlogged:
+            self._backlogged.add(key)
+            log.debug("%s:%s dropped a SYN (connect took %.2fs, its fastest %.4fs): at most %d new "
+                      "connections waiting for its answer", key[1], key[2], took, best, MAX_CONNECTING)
+
+    def _served(self, conn: _Conn) -> None:
+        """A new connection of a backlogged server got its first answer (or ended): the server
+        has taken it off its listen queue."""
+        if conn.unserved:
+            conn.unserved = False
+            self._unserved[conn.ep.key] -= 1
 
     def _connected(self, conn: _Conn) -> None:
         self._opening.discard(conn)
         self._connecting[conn.ep.key] -= 1
+        if conn.ep.key in self._backlogged:
+            conn.unserved = True
+            self._unserved[conn.ep.key] = self._unserved.get(conn.ep.key, 0) + 1
         if conn.reserved is not None:
             reserved, conn.reserved = conn.reserved, None
             self._begin(conn, *reserved)
@@ -528,8 +497,7 @@ class Deliverer:
         then the connection is reused - unless the server closes it, sent more than the answer,
         or answered before the whole request was sent."""
         p, job, ep = conn.parser, conn.job, conn.target
-        if self._connecting.get(conn.ep.key):
-            self._resyn_stale(conn.ep.key, time.monotonic())
+        self._served(conn)
         reuse = not (p.headers.get("connection", "").lower() == "close" or p.rest or conn.out)
         conn.parser = conn.job = conn.target = None
         self._busy.discard(conn)
@@ -541,7 +509,7 @@ class Deliverer:
             self._usable(conn)
         else:
             self._drop(conn)
-            self._more_connections(conn.ep.key)
+        self._more_connections(conn.ep.key)  # (a backlogged server just took one off its queue)
 
     def _fail(self, conn: _Conn, what: str, closed: bool = False) -> None:
         """The connection is done for: its exchange fails - or, while it was being made for the
@@ -575,6 +543,7 @@ class Deliverer:
         self._more_connections(conn.ep.key)
 
     def _drop(self, conn: _Conn) -> None:
+        self._served(conn)
         if conn in self._opening:
             self._opening.discard(conn)
             self._connecting[conn.ep.key] -= 1
@@ -597,12 +566,6 @@ class Deliverer:
             if now >= conn.connect_deadline:
                 self._fail(conn, "timed out (connecting)")
                 continue
-            if conn.state == "connecting":
-                if now >= conn.resyn_at:
-                    self._resyn(conn, now)
-                    if conn not in self._opening:  # it failed
-                        continue
-                wait = min(wait, max(0.0, conn.resyn_at - now))
             wait = min(wait, conn.connect_deadline - now)
         for conn in list(self._busy):
             if now >= conn.deadline:

@@ -375,13 +375,10 @@ class OneAtATime:
         self.server.server_close()
 
 
-def test_a_server_that_closes_after_each_answer_with_a_backlog_of_5_is_not_stalled_by_dropped_syns():
-    """600 jobs, 100 at once, to http.server (HTTP/1.0, backlog 5): the connects made while its
-    listen queue is full have their SYNs dropped, and the kernel sends them again only after
-    1 s (then 3 s): with four connects at a time waiting out that second, to-http delivered
-    ~5-10 messages a second (600 took over a minute). A connect unanswered for a few of the
-    server's round trips is made again at once - and whenever an answer says the server took
-    the next connection off its queue: all 600 arrive, each once, in seconds."""
+def test_a_server_that_closes_after_each_answer_with_a_backlog_of_5_gets_each_job_once():
+    """600 jobs, 100 at once, to http.server (HTTP/1.0, backlog 5) in this process: each body
+    arrives once. (The stall on dropped SYNs shows only with the server in a process of its own:
+    tests/cli/test_to_http.py::test_http_server_with_its_backlog_of_5_gets_every_message_in_seconds.)"""
     s = OneAtATime(backlog=5)
     d = make([s.url + "/ingest"], timeout=10, connect_timeout=5)
     bodies = [b"b%03d" % i for i in range(600)]
@@ -392,49 +389,8 @@ def test_a_server_that_closes_after_each_answer_with_a_backlog_of_5_is_not_stall
     finally:
         d.close(5)
         s.close()
-    assert sorted(s.bodies) == bodies  # each once: a connect made again never sent anything twice
-    assert took < 15, took  # ~0.5 s here; at the old 1 s bursts of ~6 it is > 60 s
-
-
-def test_a_dropped_syn_is_sent_again_long_before_the_kernels_one_second():
-    """The server's listen queue is full (backlog 1, two connections it has not accepted), so
-    the kernel drops the deliverer's SYN and would send it again 1 s later. 50 ms in, the queue
-    is emptied: the connect made again gets through at once - the job is answered well
-    within 0.6 s instead of at 1 s."""
-    lst = socket.socket()
-    lst.bind(("127.0.0.1", 0))
-    lst.listen(1)
-    lst.settimeout(5)
-    d = make([f"http://127.0.0.1:{lst.getsockname()[1]}/x"], timeout=10, connect_timeout=5, concurrency=1)
-
-    def serve_one():
-        c, _ = lst.accept()
-        with c:
-            if c.recv(65536):
-                c.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok")
-
-    got: list = []
-    fillers = []
-    try:
-        d.submit(b"first", got.append)
-        serve_one()  # a connect timed: the server is microseconds away
-        fillers = [socket.create_connection(lst.getsockname(), timeout=2) for _ in range(2)]  # queue full
-        answered = threading.Event()
-        t0 = time.monotonic()
-        d.submit(b"second", lambda e: (got.append(e), answered.set()))
-        time.sleep(0.05)
-        for _ in fillers:  # room again
-            lst.accept()[0].close()
-        serve_one()
-        assert answered.wait(5)
-        took = time.monotonic() - t0
-    finally:
-        d.close(5)
-        lst.close()
-        for f in fillers:
-            f.close()
-    assert got == [None, None]
-    assert took < 0.6, took  # the kernel's own retry alone: >= 1.0 s
+    assert sorted(s.bodies) == bodies  # each once
+    assert took < 30, took
 
 
 def test_abort_gives_up_what_is_in_flight_at_once(servers):
