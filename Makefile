@@ -2,7 +2,7 @@
 PY     ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
-PYTEST_ARGS ?=
+PYTEST_ARGS ?= --durations=30  # where CI time goes: the 30 slowest tests, at the end of the first pass
 # `make test` runs the whole suite on NSQ v1.3.0 (.nsq/bin), then the tests that exercise the
 # server - client core, pub/mpub/tail, to-file, admin, TLS/AUTH - again on each older release
 # here (built into .nsq/versions/VERSION/bin). `make test COMPAT_VERSIONS=` runs the first pass
