@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import time
 
 from .clock import STARTED  # noqa: F401 - first: `--timeout` counts from process start (nsqcli.clock)
 

@@ -92,7 +92,7 @@ def _req_ms(address: str, delay: float) -> int:
     on a REQ above its --max-req-timeout (E_INVALID), 1.3 clamps it; capped where /config told
     it (nsqcli.client.limits), else left to nsqd."""
     ms = max(0, int(delay * 1000))
-    cap = limits.known(address).max_req_timeout
+    cap = limits.value(address, "max_req_timeout")
     return ms if cap is None else min(ms, int(cap * 1000))
 
 

@@ -120,6 +120,13 @@ def known(address: str) -> Limits:
         return lim.copy() if lim is not None else Limits(address)
 
 
+def value(address: str, name: str):
+    """One of ``address``'s limits as far as known (None: not known), without copying the rest:
+    for per-message paths (a REQ's delay cap)."""
+    lim = _known.get(address)  # one dict read and one attribute read: atomic under the GIL
+    return None if lim is None else getattr(lim, name)
+
+
 def note_http(address: str, http_address: str) -> None:
     """nsqd ``address`` (TCP) answers HTTP at ``http_address`` (nsqlookupd said so)."""
     if address and http_address:
