@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass
 import click
 
 from ..command import command, option
+from ...clock import left as _left  # most seconds, or what is left of --timeout
 from ..options import (build_config, check_timeout, connection_options, deadline_of, nsqd_addresses,
                        pop_connection, timeout_option, topic_arguments)
 from ..types import HTTP_ADDRESS
@@ -26,13 +27,6 @@ class Check:
     status: str
     detail: str
     fix: str = ""
-
-
-def _left(deadline: float | None, most: float) -> float:
-    """``most`` seconds, or what is left of --timeout if that is less (never quite 0)."""
-    if deadline is None:
-        return most
-    return max(0.001, min(most, deadline - time.monotonic()))
 
 
 def _tcp_check(address: str, cfg, deadline: float | None = None) -> Check:

@@ -12,6 +12,7 @@ import click
 from ..command import command, option
 from ..options import check_timeout, deadline_of, http_tls_options, setup_http_tls, timeout_option, topic_arguments
 from ..types import DURATION, HTTP_ADDRESS
+from ...clock import left
 
 HEADER = ("------rate------+----------------depth----------------+--------------metadata---------------\n"
           "ingress  egress |   total     mem    disk inflt   def |     req     t-o         msgs clients")
@@ -171,9 +172,7 @@ def stat(app, topic, channel, nsqd, lookupd, interval, count, per_node, clients,
 
 def _left(request_timeout: float, deadline: float | None) -> float:
     """A round's deadline: --http-client-request-timeout, cut to what is left of --timeout."""
-    if deadline is None:
-        return request_timeout
-    return max(0.05, min(request_timeout, deadline - time.monotonic()))
+    return left(deadline, request_timeout, floor=0.05)
 
 
 def _require_topic(topic: str, sample, lookupd: list, nodes: list, lookupd_errors: set) -> None:

@@ -12,6 +12,7 @@ import click
 from ..command import command, option
 from ..options import build_config, connection_options, deadline_of, nsqd_addresses, pop_connection, topic_arguments
 from ..types import DURATION, HTTP_ADDRESS
+from ...clock import left
 
 
 class Sink:
@@ -208,7 +209,7 @@ def _same_terminal() -> bool:
 
 
 def _left(by: float) -> float:
-    return max(0.001, by - time.monotonic())
+    return left(by, float("inf"))
 
 
 def _http_addresses(topic: str, conn: dict, nsqd_http: list[str], by: float) -> tuple[list[str], list[str]]:
