@@ -274,7 +274,8 @@ def test_relays_with_a_count_exit_3_when_the_timeout_passes_first(nsqd, topic):
             assert r.returncode == 0 and json.loads(r.stdout), r.stderr
 
 
-@pytest.mark.parametrize("cmd", [["stat"], ["bench", "sub"], ["to-nsq", "x"], ["to-http", "x"]])
+@pytest.mark.parametrize("cmd", [["stat"], ["bench", "sub"], ["to-nsq", "x"], ["to-http", "x"], ["mpub", "-t", "x"],
+                                 ["lookup", "x"], ["doctor"], ["topic", "pause", "x"]])
 def test_timeout_zero_is_refused(cmd):
     one_error_line(run_nsqcli([*cmd, "--timeout", "0"]), 2, r"'--timeout': must be more than 0")
 
