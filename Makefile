@@ -12,7 +12,12 @@ COMPAT_TESTS ?= tests/client/test_conn.py tests/client/test_consumer.py tests/cl
 	tests/client/test_interop.py tests/client/test_discovery.py tests/cli/test_pub.py tests/cli/test_mpub.py \
 	tests/cli/test_tail.py tests/cli/test_to_file.py tests/cli/test_admin.py tests/cli/test_security_hints.py
 
-.PHONY: setup nsq test demo bench bench-spark clean
+# `make test` then runs the tests marked spark_lts again on the oldest supported pyspark (the
+# LTS line of the managed runtimes), in its own environment made by scripts/spark-env.
+SPARK_LTS ?= 4.0.5
+SPARK_LTS_VENV = .venv-spark-$(SPARK_LTS)
+
+.PHONY: setup nsq test test-spark-lts demo bench bench-spark clean
 
 setup: $(VENV)/.installed nsq
 
@@ -32,6 +37,12 @@ test: setup
 		echo "== the server-facing tests again, on NSQ $$v"; \
 		NSQCLI_TEST_NSQ_VERSION=$$v $(BIN)/pytest $(COMPAT_TESTS) || exit 1; \
 	done
+	$(MAKE) --no-print-directory test-spark-lts
+
+test-spark-lts: nsq
+	scripts/spark-env $(SPARK_LTS) $(SPARK_LTS_VENV)
+	@echo "== the spark_lts tests again, on pyspark $(SPARK_LTS)"
+	$(SPARK_LTS_VENV)/bin/pytest -m spark_lts
 
 demo: setup
 	$(BIN)/python scripts/demo
@@ -44,4 +55,4 @@ bench-spark: setup
 	$(BIN)/python -m bench.spark $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) .nsq .pytest_cache .hypothesis
+	rm -rf $(VENV) .venv-spark-* .nsq .pytest_cache .hypothesis

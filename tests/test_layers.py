@@ -16,12 +16,14 @@ ALLOWED = {
     "archive": {"client", "protocol", "errors", "records"},
     "relay": {"client", "protocol", "errors", "records", "version"},  # to-nsq copier, to-http delivery
     "loadgen": {"client", "protocol", "errors"},  # bench's publisher/consumer workers
-    "spark": {"client", "archive", "relay", "records", "protocol", "errors", "version", "__init__"},
+    "spark": {"client", "archive", "relay", "records", "protocol", "errors", "version", "__init__",
+              "spark_features"},
+    "spark_features": set(),          # what the installed pyspark supports, from its version: stdlib only
     "nsq_install": set(),             # builds NSQ with Go: stdlib only (scripts/install-nsq runs it bare)
     "contexts": {"errors"},           # named connection settings (TOML files)
     "sandbox": {"errors", "nsq_install"},
     "cli": {"client", "archive", "relay", "records", "loadgen", "protocol", "errors", "sandbox", "spark",
-            "contexts", "nsq_install", "version", "stdio", "clock", "__init__"},
+            "spark_features", "contexts", "nsq_install", "version", "stdio", "clock", "__init__"},
     "__init__": {"client", "protocol", "version"},
     "stdio": set(),                   # closed standard streams repaired: stdlib only
     "clock": set(),                   # process start, --timeout's origin: stdlib only

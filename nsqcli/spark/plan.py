@@ -121,8 +121,11 @@ def parse(offset: dict) -> tuple[str, int, list[Part]]:
     return str(offset["epoch"]), int(offset["batch"]), [Part(*p) for p in offset.get("plan") or []]
 
 
-def offset(epoch: str, batch: int, plan: list[Part], depth: int) -> dict:
-    return {"v": 2, "epoch": epoch, "batch": batch, "plan": [list(p) for p in plan], "depth": depth}
+def offset(epoch: str, batch: int, plan: list[Part], depth: int, last: dict | None = None) -> dict:
+    """A batch's end offset: its plan, the depth seen, and (``last``) the lateness of the batch
+    before it (lastBatch, ...SpooledRows, ...OldestMessageAgeMs, ...Redelivered)."""
+    return {"v": 2, "epoch": epoch, "batch": batch, "plan": [list(p) for p in plan], "depth": depth,
+            **(last or {})}
 
 
 # -- the plan ----------------------------------------------------------------------------------------

@@ -21,8 +21,12 @@ executors, exactly once through a write-ahead spool.
   it saw; ``latestOffset`` shows the channel depth, the rows the last batch spooled and the age
   of its oldest message.
 
-Needs Spark >= 4.2 (``latestOffset(start, limit)``). ``spoolLocation`` must be a path every
-executor reaches (local disk in local mode; a shared mount on a cluster).
+Spark 4.2+ passes ``latestOffset`` the end of the last batch (``start``) and a read limit. Spark
+4.0 and 4.1 call ``latestOffset()`` with nothing: the source then keeps the end of the last batch
+Spark planned itself (``partitions(start, end)`` comes after Spark wrote ``end`` to its offset log),
+in memory and in ``<spoolLocation>/planned.json`` for a restarted driver (compat.py).
+``spoolLocation`` must be a path every executor reaches (local disk in local mode; a shared mount
+on a cluster), and on Spark < 4.2 belongs to one query.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ except ImportError:  # pragma: no cover - Spark 4.0/4.1
 
 from . import plan as P
 from . import spool
+from .compat import Planned
 
 log = logging.getLogger("nsqcli.spark.source")
 
@@ -159,6 +164,7 @@ class NSQStreamReader(*_BASES):
         self._warned_held = False
         self._available_now = False
         self._metrics: dict = {}
+        self._planned = Planned(self.s.spool, needed=ReadMaxRows is None)
 
     def __getstate__(self):  # the planner's copy goes to executors
         state = dict(self.__dict__)
@@ -186,8 +192,8 @@ class NSQStreamReader(*_BASES):
         self._available_now = True
 
     def latestOffset(self, start: dict | None = None, limit=None) -> dict:
-        if start is None:
-            raise RuntimeError("the nsq source needs Spark >= 4.2 (pip install 'pyspark>=4.2')")
+        if start is None:  # Spark 4.0/4.1: where the last batch ended is ours to know
+            start = self._planned.last(self._epoch) or self.initialOffset()
         epoch, batch, _ = P.parse(start)
         self._epoch = epoch
         view = self._view()
@@ -209,7 +215,10 @@ class NSQStreamReader(*_BASES):
                                 "consumers or deferred at nsqd (a killed run's come back after msg_timeout): "
                                 "a later run takes them", held)
             return start
-        return P.offset(epoch, batch + 1, parts, known)
+        # the last batch's lateness rides in the new end offset too: Spark < 4.2 shows no
+        # reportLatestOffset, every version shows endOffset (progress.sources[0])
+        last = {k: v for k, v in self._metrics.items() if k.startswith("lastBatch")}
+        return P.offset(epoch, batch + 1, parts, known, last)
 
     def _available_now_left(self, depths: list, epoch: str, batch: int, start: dict) -> list:
         """AvailableNow: what each target held when first seen is its target, less the rows each
@@ -248,13 +257,16 @@ class NSQStreamReader(*_BASES):
             return {}
         ages = [e["spooled_ns"] - e["oldest_ns"] for e in ends if e.get("oldest_ns") and e.get("spooled_ns")]
         return {"lastBatch": batch, "lastBatchSpooledRows": sum(int(e.get("rows") or 0) for e in ends),
-                "lastBatchOldestMessageAgeMs": int(max(ages) / 1e6) if ages else None}
+                "lastBatchOldestMessageAgeMs": int(max(ages) / 1e6) if ages else None,
+                "lastBatchRedelivered": sum(int(e.get("redelivered") or 0) for e in ends)}
 
     def reportLatestOffset(self) -> dict:  # Spark >= 4.2: shown as the source's latestOffset
         return {"v": 2, "epoch": self._epoch, **self._metrics}
 
     # -- planning (driver) and reading (executors) -------------------------------------------------
     def partitions(self, start: dict, end: dict):
+        if self._planned.needed:
+            self._planned.seen(end)
         epoch, batch, parts = P.parse(end)
         spool.prepare(self.s.spool, epoch, batch)
         return [NSQPartition(epoch, batch, i, p) for i, p in enumerate(parts)]

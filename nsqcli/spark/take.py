@@ -58,6 +58,13 @@ def to_record_batch(msgs: list, nsqd: str, topic: str, channel: str):
     ], names=list(COLUMNS))
 
 
+def _redelivered(rb) -> int:
+    """Rows of a spooled chunk that nsqd had delivered before (attempts > 1)."""
+    import pyarrow.compute as pc
+
+    return int(pc.sum(pc.greater(rb.column("attempts"), 1)).as_py() or 0)
+
+
 def _ipc(batch) -> bytes:
     import pyarrow as pa
 
@@ -183,7 +190,7 @@ def take(settings, part, epoch: str, batch: int, index: int):
     spool = PartitionSpool(settings.spool, epoch, batch, index)
     started = time.monotonic()
     deadline = started + settings.max_read_time
-    rows, size, oldest, slot = 0, 0, None, 0
+    rows, size, oldest, slot, again_n = 0, 0, None, 0, 0
     taker: _Taker | None = None
     try:
         while True:
@@ -195,6 +202,7 @@ def take(settings, part, epoch: str, batch: int, index: int):
                 for rb in _from_ipc(value):
                     rows += rb.num_rows
                     size += rb.nbytes
+                    again_n += _redelivered(rb)
                     yield rb
                 slot += 1
                 continue
@@ -217,7 +225,7 @@ def take(settings, part, epoch: str, batch: int, index: int):
                             continue
             if not msgs:  # share taken, nothing more came, or out of time: close the partition
                 if spool.end(slot, {"index": index, "rows": rows, "share": part.share, "oldest_ns": oldest,
-                                      "msg_timeout": taker.msg_timeout() if taker else None, "pid": os.getpid(),
+                                      "redelivered": again_n, "msg_timeout": taker.msg_timeout() if taker else None, "pid": os.getpid(),
                                       "spooled_ns": time.time_ns(),
                                       "seconds": round(time.monotonic() - started, 3)}):
                     return
@@ -239,6 +247,7 @@ def take(settings, part, epoch: str, batch: int, index: int):
                 oldest = first if oldest is None else min(oldest, first)
                 rows += len(msgs)
                 size += rb.nbytes
+                again_n += sum(1 for m in msgs if m.attempts > 1)
                 slot += 1
                 yield rb
             else:

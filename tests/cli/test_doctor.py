@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import time
 
+import pytest
+
 from helpers import http_post, run_nsqcli, wait_for
 from hung import cluster, stopped  # noqa: F401 - cluster: the fixture
 from portforward import PortPair
+
+#: doctor's last check says what the installed pyspark supports (the test env has the spark extra)
+SPARK = 1 if importlib.util.find_spec("pyspark") else 0
 
 
 # -- doctor ----------------------------------------------------------------------------------------
@@ -34,7 +40,7 @@ def test_doctor_checks_the_cluster(nsqd, lookupd, topic):
 def test_doctor_names_port_mixups_with_the_fix(nsqd):
     r = run_nsqcli(["doctor", "--lookupd-http-address", nsqd.http_address, "--nsqd-tcp-address", nsqd.http_address,
                     "--nsqd-http-address", nsqd.tcp_address, "--json"])
-    assert r.returncode == 1 and r.stderr.decode() == "nsqcli: error: 3 of 3 checks failed\n"
+    assert r.returncode == 1 and r.stderr.decode() == f"nsqcli: error: 3 of {3 + SPARK} checks failed\n"
     checks = {c["target"].split(" ")[0] + c["target"][-6:]: c for c in json.loads(r.stdout)["checks"]}
     lk = next(c for c in json.loads(r.stdout)["checks"] if c["target"].startswith("nsqlookupd"))
     assert "(it is an nsqd)" in lk["detail"] and "usually 4161" in lk["fix"]
@@ -71,7 +77,7 @@ def test_doctor_checks_every_node_at_once_and_names_the_hung_ones(cluster):
         t0 = time.monotonic()
         r = run_nsqcli(["doctor", "--json", "--lookupd-http-address", cluster.lookupd.http_address], timeout=60)
         took = time.monotonic() - t0
-    assert r.returncode == 1 and r.stderr.decode() == "nsqcli: error: 4 of 7 checks failed\n", r.stderr
+    assert r.returncode == 1 and r.stderr.decode() == f"nsqcli: error: 4 of {7 + SPARK} checks failed\n", r.stderr
     assert took < 9.0, took  # one node after another: 2 x (6 + 3) s
     checks = {c["target"]: c for c in json.loads(r.stdout)["checks"]}
     assert checks[f"nsqlookupd {cluster.lookupd.http_address}"]["detail"].startswith("v1.3.0, 3 nsqd registered")
@@ -96,7 +102,7 @@ def test_doctor_warns_when_tcp_port_plus_one_is_another_nsqds(nsqd, nsqd_factory
             f"this is not the HTTP port of nsqd {fwd.address} (taken as its TCP port + 1), ") in out, out
     assert (f"    fix: give nsqd {fwd.address}'s HTTP address with --nsqd-http-address (its TCP port + 1 is "
             "another nsqd's, or a port forward's)\n") in out
-    assert out.splitlines()[-1] == "1 ok, 1 warnings, 0 failed"
+    assert out.splitlines()[-1] == f"{1 + SPARK} ok, 1 warnings, 0 failed"
 
 
 def test_doctor_default_layout_nsqd_is_ok(tmp_path):
@@ -110,3 +116,18 @@ def test_doctor_default_layout_nsqd_is_ok(tmp_path):
             r.stdout.decode(), r.stdout
     finally:
         sb.stop()
+
+
+@pytest.mark.spark_lts
+def test_doctor_and_version_say_what_the_installed_pyspark_supports(nsqd):
+    from importlib import metadata
+
+    version = metadata.version("pyspark")
+    r = run_nsqcli(["doctor", "--json", "--nsqd-tcp-address", nsqd.tcp_address])
+    check = json.loads(r.stdout)["checks"][-1]
+    assert check["target"] == f"pyspark {version}" and "nsq source: exactly once" in check["detail"]
+    in_batches = tuple(int(x) for x in version.split(".")[:2]) >= (4, 2)
+    assert check["status"] == ("ok" if in_batches else "warn")
+    assert ("one batch per start" in check["detail"]) != in_batches
+    out = run_nsqcli(["version"]).stdout.decode()
+    assert f"pyspark        {version}\n                 nsq source: exactly once" in out

@@ -29,6 +29,24 @@ class Check:
     fix: str = ""
 
 
+def _spark_check() -> Check | None:
+    """What the installed pyspark supports (only when the spark extra is there): a warning for
+    a pyspark the extra does not support, or one without admission control."""
+    from ...spark_features import features, installed, source_available_now_in_batches
+
+    version = installed()
+    if version is None:
+        return None
+    can = features(version)
+    detail = "; ".join(f"{k}: {v}" for k, v in can.items())
+    if "nsq source" not in can:
+        return Check(f"pyspark {version}", WARN, detail, "pip install 'pyspark>=4.0,<5'")
+    if not source_available_now_in_batches(version):
+        return Check(f"pyspark {version}", WARN, detail,
+                     "for trigger(availableNow=True) in batches of maxMessagesPerBatch: pyspark >= 4.2")
+    return Check(f"pyspark {version}", OK, detail)
+
+
 def _tcp_check(address: str, cfg, deadline: float | None = None) -> Check:
     from ...client.conn import Connection
     from ...errors import AuthError, NSQError, TransportError
@@ -333,6 +351,9 @@ def doctor(app, topic, nsqd_http, as_json, timeout, **kwargs):
     if topic and not any(f"topic {topic!r}:" in c.detail for c in checks):
         checks.append(Check(f"topic {topic}", WARN, "no nsqd has it yet",
                             "it is created by the first publish (or 'nsqcli pub' to a given nsqd)"))
+    spark = _spark_check()  # last: the estate first
+    if spark is not None:
+        checks.append(spark)
     failed = [c for c in checks if c.status == FAIL]
     if as_json:
         write_stdout(json.dumps({"ok": not failed, "context": app.context,

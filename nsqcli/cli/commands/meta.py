@@ -34,6 +34,8 @@ def versions() -> dict:
     for dist in ("click", "rich", "python-snappy", "pyspark", "pyarrow"):
         doc[dist] = _dist_version(dist)
     doc["nsqd"] = _nsqd_version()
+    from ...spark_features import features
+    doc["spark_features"] = features(doc["pyspark"])
     return doc
 
 
@@ -57,7 +59,8 @@ nsqcli version --json | jq -r .pyspark
 """)
 @option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")
 def version(as_json):
-    """Show the versions of nsqcli, Python, its libraries, the optional Spark extra and nsqd."""
+    """Show the versions of nsqcli, Python, its libraries, the optional Spark extra (and what
+    that pyspark supports) and nsqd."""
     from ..app import write_stdout
 
     doc = versions()
@@ -67,9 +70,13 @@ def version(as_json):
     missing = {"pyspark": "not installed (pip install 'nsqcli[spark]')",
                "pyarrow": "not installed (pip install 'nsqcli[spark]')",
                "nsqd": "not found (nsqcli sandbox --install builds it)"}
+    spark = doc.pop("spark_features")
     width = max(map(len, doc))
-    write_stdout("".join(f"{k:<{width}}  {v if v is not None else missing.get(k, 'not installed')}\n"
-                         for k, v in doc.items()))
+    lines = [f"{k:<{width}}  {v if v is not None else missing.get(k, 'not installed')}\n" for k, v in doc.items()]
+    if spark:  # what this pyspark can do, under its line
+        at = next(i for i, k in enumerate(doc) if k == "pyspark") + 1
+        lines[at:at] = [f"{'':<{width}}    {k}: {v}\n" for k, v in spark.items()]
+    write_stdout("".join(lines))
     return 0
 
 
