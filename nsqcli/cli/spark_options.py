@@ -54,8 +54,17 @@ def session(app, name: str, master, remote, confs, py_files, spark_log_level):
     if not remote and shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         from ..errors import NSQError
         raise NSQError("Spark needs Java 17 or 21: no 'java' on PATH and JAVA_HOME is not set")
-    spark, log = build(f"nsqcli {name}", master, remote, conf, spark_log_level.upper(), py_files,
-                       verbose=app.verbosity >= 1)
+    try:
+        spark, log = build(f"nsqcli {name}", master, remote, conf, spark_log_level.upper(), py_files,
+                           verbose=app.verbosity >= 1)
+    except Exception as e:
+        packages = conf.get("spark.jars.packages")
+        if not packages or "JAVA_GATEWAY_EXITED" not in str(e):
+            raise
+        from ..errors import NSQError  # Ivy's own lines went to Spark's log (shown with -v)
+        raise NSQError(f"Spark's JVM exited at start: most likely a jar of spark.jars.packages ({packages}) "
+                       "could not be had (not in the Ivy cache ~/.ivy2.5.2 and Maven Central unreachable, "
+                       "or no such version); -v shows Spark's resolver") from None
     if log:
         app.debug(f"Spark's log: {log}")
     return spark, log

@@ -65,19 +65,19 @@ def messages_table(spark, archives, fmt="auto", name="messages") -> None:
 
 
 def start_to_parquet(spark, options: dict, output: str, checkpoint: str, partition_by: list[str],
-                     trigger_seconds: float, dedupe_seconds: float | None, available_now: bool):
-    """The to-parquet streaming query (started): nsq source -> (dedupe) -> Parquet."""
+                     trigger_seconds: float, dedupe_seconds: float | None, available_now: bool,
+                     fmt: str = "parquet"):
+    """The to-parquet streaming query (started): nsq source -> (dedupe) -> Parquet, or a Delta
+    Lake or Iceberg table (``fmt``; nsqcli.spark.tables)."""
     from pyspark.sql import functions as F
+
+    from .tables import start
 
     df = spark.readStream.format("nsq").options(**options).load()
     if dedupe_seconds is not None:
         df = (df.withWatermark("timestamp", f"{int(dedupe_seconds)} seconds")
               .dropDuplicatesWithinWatermark(["nsqd", "topic", "id"]))  # ids are unique per topic only
     df = df.withColumn("date", F.to_date("timestamp")).withColumn("hour", F.hour("timestamp"))
-    w = (df.writeStream.format("parquet").option("path", output).option("checkpointLocation", checkpoint)
-         .partitionBy(*partition_by))
-    if available_now:
-        w = w.trigger(availableNow=True)
-    else:
-        w = w.trigger(processingTime=f"{int(trigger_seconds * 1000)} milliseconds")
-    return w.start()
+    trigger = ({"availableNow": True} if available_now
+               else {"processingTime": f"{int(trigger_seconds * 1000)} milliseconds"})
+    return start(spark, df, fmt, output, checkpoint, partition_by, trigger)

@@ -17,10 +17,19 @@ from ..types import DURATION, HTTP_ADDRESS
 nsqcli to-parquet -t events -o /data/events --checkpoint /data/_ck/events
 nsqcli to-parquet -t events -o /data/events --checkpoint /data/_ck/events --available-now
 nsqcli to-parquet -t a -t b -o s3a://bucket/nsq --checkpoint s3a://bucket/_ck --master spark://10.0.0.5:7077
+nsqcli to-parquet -t events -o /lake/events --checkpoint /lake/_ck/events --format delta
+nsqcli to-parquet -t events -o /lake/events --checkpoint /lake/_ck/events --format iceberg
 """)
 @topic_arguments(many=True, channel="option", channel_default="nsqcli_to_parquet",
                  topic_help="Topic to archive (repeatable; or as arguments).")
-@option("-o", "--output", required=True, metavar="DIR", help="The Parquet dataset (a directory or URL).")
+@option("-o", "--output", required=True, metavar="DIR",
+        help="The Parquet dataset, or the table's directory (a path or URL); for --format iceberg its "
+             "parent directory is the warehouse of a Hadoop catalog and its last part the table's name.")
+@option("--format", "fmt", type=click.Choice(["parquet", "delta", "iceberg"]), default="parquet",
+        show_default=True,
+        help="parquet: Spark's file sink; delta / iceberg: a Delta Lake / Iceberg table, its jar fetched "
+             "by Spark from Maven Central on the first run and cached (~/.ivy2.5.2). Delta needs Spark 4.0, "
+             "4.1 or 4.2, Iceberg 4.0 or 4.1; --conf spark.jars.packages=... brings your own jar.")
 @option("--checkpoint", required=True, metavar="DIR",
               help="Spark checkpoint; restart with the same one to go on where it stopped.")
 @option("--partition-by", default="topic,date", show_default=True,
@@ -45,9 +54,9 @@ nsqcli to-parquet -t a -t b -o s3a://bucket/nsq --checkpoint s3a://bucket/_ck --
 @spark_options
 @connection_options(consumer=True)
 @click.pass_obj
-def to_parquet(app, topics, channel, output, checkpoint, partition_by, trigger, max_messages_per_batch,
+def to_parquet(app, topics, channel, output, fmt, checkpoint, partition_by, trigger, max_messages_per_batch,
                max_messages_per_partition, spool, nsqd_http, dedupe, dedupe_watermark, available_now, master, remote, confs, py_files, spark_log_level, **kwargs):
-    """Consume TOPIC(s) into a Parquet dataset with Spark Structured Streaming.
+    """Consume TOPIC(s) into a Parquet dataset, Delta Lake or Iceberg table with Spark.
 
     \b
     Exactly once: Spark's tasks read from nsqd on the executors and keep what they took in the
@@ -55,6 +64,7 @@ def to_parquet(app, topics, channel, output, checkpoint, partition_by, trigger, 
     spool, not nsqd. SIGTERM/SIGINT stop the query cleanly: the running batch closes early and is
     committed; a restart with the same --checkpoint goes on where it stopped, with nothing lost
     and nothing twice.
+    Delta Lake and Iceberg commit each micro-batch once by its id, as Spark's Parquet sink does.
     Columns: body, id, timestamp, attempts, nsqd, topic, channel (+ date, hour).
     """
     conn = pop_connection(kwargs)
@@ -64,9 +74,37 @@ def to_parquet(app, topics, channel, output, checkpoint, partition_by, trigger, 
     if bad:
         raise click.UsageError(f"--partition-by: unknown column {bad[0]!r} (columns: {', '.join(sorted(known))})")
     spool = _spool_dir(spool, checkpoint)
+    confs = _table_confs(fmt, output, confs, remote)
     with spark_session(app, "to-parquet", master, remote, confs, py_files, spark_log_level) as spark:
         return _run(app, spark, topics, channel, output, checkpoint, cols, trigger, max_messages_per_batch,
-                    max_messages_per_partition, spool, nsqd_http, dedupe, dedupe_watermark, available_now, conn)
+                    max_messages_per_partition, spool, nsqd_http, dedupe, dedupe_watermark, available_now, conn,
+                    fmt)
+
+
+def _table_confs(fmt: str, output: str, confs: tuple, remote) -> tuple:
+    """The session's confs for --format; a Spark that no jar of the format works with, or an
+    --output that holds another format, is refused here, before Spark starts (exit 2)."""
+    from ...spark import tables
+
+    held = tables.format_of_existing(output)
+    if held and held != fmt:
+        raise click.UsageError(f"--output {output} holds a {tables.describe(held)}, not a "
+                               f"{tables.describe(fmt)}: give --format {held}, or another --output")
+    if fmt == "parquet":
+        return confs
+    version = None
+    if not remote:  # a Connect server's Spark, jars and extensions are its own
+        from importlib import metadata
+
+        try:
+            version = metadata.version("pyspark")
+        except metadata.PackageNotFoundError:
+            return confs  # the session says what to install
+        user = dict(kv.partition("=")[::2] for kv in confs)
+        why = tables.refusal(fmt, version, {k.strip(): v for k, v in user.items()})
+        if why:
+            raise click.UsageError(why)
+    return tables.session_confs(fmt, version, output, confs, remote=bool(remote))
 
 
 def _spool_dir(spool: str | None, checkpoint: str) -> str:
@@ -86,7 +124,7 @@ def _spool_dir(spool: str | None, checkpoint: str) -> str:
 
 
 def _run(app, spark, topics, channel, output, checkpoint, cols, trigger, per_batch, per_partition, spool, nsqd_http,
-         dedupe, watermark, available_now, conn):
+         dedupe, watermark, available_now, conn, fmt="parquet"):
     from ..app import stop_on_signals
 
     options = {**sink_options(conn), "topic": ",".join(topics), "channel": channel,
@@ -105,7 +143,7 @@ def _run(app, spark, topics, channel, output, checkpoint, cols, trigger, per_bat
     clear_stop(spool)  # left by a run killed while it stopped
     try:
         q = start_to_parquet(spark, options, output, checkpoint, cols, trigger, watermark if dedupe else None,
-                             available_now)
+                             available_now, fmt)
     except Exception as e:
         raise spark_error(e) from None
     stopping = threading.Event()
@@ -141,7 +179,10 @@ def _run(app, spark, topics, channel, output, checkpoint, cols, trigger, per_bat
     if q.exception() is not None:
         raise spark_error(q.exception()) from None
     collect()
-    app.info(f"to-parquet: {sum(seen.values())} rows in {len(seen)} batches written to {output}")
+    from ...spark.tables import describe
+
+    app.info(f"to-parquet: {sum(seen.values())} rows in {len(seen)} batches written to the "
+             f"{describe(fmt)} {output}")
     return 0
 
 
