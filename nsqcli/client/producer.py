@@ -471,11 +471,17 @@ class Producer(ConnectionDelegate):
 
     def publish_framed(self, frames: Iterable[Framed], *, window: int = 8, timeout: float = 30.0,
                        rate: float | None = None, on_progress: Callable[[int], None] | None = None,
-                       retries: int = 0, retry_backoff: float = 1.0, stop=None) -> PublishResult:
+                       retries: int = 0, retry_backoff: float = 1.0, stop=None,
+                       retry_for: float | None = None) -> PublishResult:
         """publish_iter for batches already encoded (:class:`Framed`, any topics): the same
-        window, pacing, failover, splitting, retries and exact acknowledged count."""
-        return _IterPublish(self, "", 0, window, timeout, rate, on_progress,
-                            retries, retry_backoff, stop).run_framed(frames)
+        window, pacing, failover, splitting, retries and exact acknowledged count.
+
+        ``retry_for`` (seconds) replaces ``retries`` with a time budget: once every address
+        failed, go round them again (pauses from ``retry_backoff`` doubling, at most
+        RETRY_PAUSE_MAX) until that long has passed since the first failure after the last OK."""
+        run = _IterPublish(self, "", 0, window, timeout, rate, on_progress, retries, retry_backoff, stop)
+        run.retry_for = retry_for
+        return run.run_framed(frames)
 
     def close(self, timeout: float = 10.0) -> None:
         """Wait (up to ``timeout``) for nsqd's answer to every command sent, then close. Every
@@ -538,6 +544,10 @@ TOO_BIG = ("E_BAD_BODY", "E_BAD_MESSAGE")
 def _answered(entry: Entry) -> bool:
     return entry.future is not None and entry.future.done()
 
+
+#: the longest pause between rounds over the addresses under a ``retry_for`` budget: an nsqd
+#: back after a restart is found within this long
+RETRY_PAUSE_MAX = 5.0
 
 #: after a stop, how long the answers in flight may take in all before they count as unanswered
 STOP_GRACE = 1.0
@@ -615,6 +625,8 @@ class _IterPublish:
         self.retries_left = max(0, retries)
         self.retry_backoff = retry_backoff
         self.retried = 0
+        self.retry_for: float | None = None  # a time budget instead of ``retries`` (publish_framed)
+        self.outage: tuple[float, int] | None = None  # (since, self.retried then): every address failing
         self.stop = stop
         self.source_error: BaseException | None = None
         #: messages [acked, maybe_end) may be held by some nsqd without its OK having come:
@@ -783,6 +795,7 @@ class _IterPublish:
             self.ledger.ack_head()
             self._sent -= 1
             self.failovers = 0
+            self.outage = None
             if self.on_progress is not None:
                 self.on_progress(self.ledger.acked)
             if self._sent < len(self.ledger):
@@ -851,10 +864,19 @@ class _IterPublish:
 
     def _retry_pause(self, error: BaseException) -> None:
         """Every address failed: wait and go round again, or re-raise when no retry is left."""
-        if self.retries_left <= 0:
-            raise error
-        self.retries_left -= 1
-        pause = min(30.0, self.retry_backoff * (2 ** self.retried))
+        if self.retry_for is not None:
+            now = time.monotonic()
+            if self.outage is None:
+                self.outage = (now, self.retried)
+            left = self.outage[0] + self.retry_for - now
+            if left <= 0:
+                raise error
+            pause = min(left, RETRY_PAUSE_MAX, self.retry_backoff * (2 ** (self.retried - self.outage[1])))
+        else:
+            if self.retries_left <= 0:
+                raise error
+            self.retries_left -= 1
+            pause = min(30.0, self.retry_backoff * (2 ** self.retried))
         if self.stop is None:
             time.sleep(pause)
         elif self.stop.wait(pause):

@@ -34,27 +34,50 @@ def publish(df, options: dict, rate: float | None = None) -> list[dict]:
 
     The ledgers come back as the query's result rows (``mapInArrow``), not through the sink's
     driver-side commit: under Spark Connect that commit runs in the server's driver, whose files
-    and stderr the client never sees. ``rate`` (messages/s for the whole job) is split evenly
-    over the partitions. Once a task failed, later tasks in its worker publish nothing (their
+    and stderr the client never sees. ``rate`` (messages/s for the whole job) becomes the sink's
+    ``ratePerTask``: the rate over the tasks that run at once (the session's parallelism, or
+    fewer partitions). Once a task failed, later tasks in its worker publish nothing (their
     ``error`` starts with "skipped"), as the tasks of a failed job would not run."""
     import functools
     import uuid
 
-    from .session import is_connect
     from .sink import LEDGER_SCHEMA, SinkSettings, publish_rows
 
     options = dict(options)
     if rate:
-        if is_connect(df.sparkSession):  # no RDD API through Connect: a known partition count
-            n = int(df.sparkSession.conf.get("spark.sql.shuffle.partitions") or 200)
-            df = df.repartition(n)
-        else:
-            n = df.rdd.getNumPartitions()
-        options.update(ratePerSecond=str(rate), numPartitions=str(n))
+        df, per_task = rate_per_task(df, rate)
+        options["ratePerTask"] = repr(per_task)
     settings = SinkSettings(options, df.schema)
     run = uuid.uuid4().hex  # this publish, for the workers (reused across jobs)
     rows = df.mapInArrow(functools.partial(publish_rows, settings, run), LEDGER_SCHEMA).collect()
     return [r.asDict() for r in rows]
+
+
+def parallelism(spark) -> int:
+    """How many tasks the session runs at once (its default parallelism: the cores it has)."""
+    from .session import is_connect
+
+    if not is_connect(spark):
+        return max(1, spark.sparkContext.defaultParallelism)
+    # no SparkContext through Connect: a range without a partition count gets the default parallelism
+    from pyspark.sql import functions as F
+
+    return max(1, spark.range(0, 1 << 16).select(F.max(F.spark_partition_id())).first()[0] + 1)
+
+
+def rate_per_task(df, rate: float):
+    """(df, messages/s per task) so that the tasks running at once publish ``rate`` in all: Spark
+    does not tell a Python task how many others run beside it, so the split is decided here.
+    Through Connect (no partition count to ask) the rows are repartitioned to the parallelism."""
+    from .session import is_connect
+
+    slots = parallelism(df.sparkSession)
+    if is_connect(df.sparkSession):
+        df = df.repartition(slots)
+        n = slots
+    else:
+        n = df.rdd.getNumPartitions()
+    return df, rate / max(1, min(n, slots))
 
 
 def messages_table(spark, archives, fmt="auto", name="messages") -> None:

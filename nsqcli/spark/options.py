@@ -181,8 +181,18 @@ CONNECTION = ("nsqdTCPAddresses", "lookupdHTTPAddresses", "tls", "tlsCAFile", "t
               "authSecretFile", "clientId", "msgTimeout", "connectTimeout")
 SOURCE = ("topic", "channel", "nsqdHTTPAddresses", "spoolLocation", "maxMessagesPerBatch",
           "maxMessagesPerPartition", "minPartitions", "maxReadTime", "readIdleTimeout", "spoolRetention")
-SINK = ("topic", "batchSize", "maxInFlightBatches", "maxRetries", "retryBackoff", "timeout", "ratePerSecond",
-        "numPartitions", "maxBodySize", "maxMessageSize", "commitReportPath")
+SINK = ("topic", "batchSize", "maxInFlightBatches", "retryTimeout", "retryBackoff", "timeout", "ratePerTask",
+        "maxBodySize", "maxMessageSize", "commitReportPath")
+# the sink's options that are gone, and what to give instead (keys lowercased)
+SINK_GONE = {
+    "ratepersecond": ("option 'ratePerSecond' is gone: Spark does not tell a Python writer how many tasks run at "
+                      "once, so a whole write's rate cannot be kept; give 'ratePerTask' (messages/s for each task; "
+                      "the write's rate is that times the tasks running at once, e.g. the executors' cores)"),
+    "numpartitions": ("option 'numPartitions' is gone (it split 'ratePerSecond'): give 'ratePerTask', messages/s "
+                      "for each task"),
+    "maxretries": ("option 'maxRetries' is gone: give 'retryTimeout' (a duration, default 60s: how long a task "
+                   "keeps trying its nsqd addresses, with backoff, after the last OK before it fails)"),
+}
 # writeStream hands its own options to the sink with the user's: checkpointLocation (the query's
 # checkpoint, from .option()) and queryName (from .queryName()). Observed on pyspark 4.3.0; nothing
 # else is added (session confs, partitionBy, trigger are not options).
@@ -244,6 +254,8 @@ def problem(name: str, kind: str, also: tuple = ()) -> str | None:
     mine = known(kind, also)
     if key in mine:
         return None
+    if kind == "sink" and key in SINK_GONE:
+        return SINK_GONE[key]
     shown = _KAFKA_NAMES.get(key, name)
     hint = _kafka_hint(key)
     if hint is not None:

@@ -3,12 +3,22 @@
 Each Spark task (one per partition) opens one producer connection and publishes its partition's
 Arrow batches as pipelined MPUBs (DPUB for rows with ``defer_ms``), every OK awaited before the
 task reports success. A lost connection fails over to the next nsqd (addresses rotated by
-partition id, so partitions spread over the nodes); when every nsqd failed ``maxRetries`` times the
-task fails and Spark retries it.
+partition id, so partitions spread over the nodes); when every nsqd failed, the task goes round
+them again with backoff for ``retryTimeout`` (60s: long enough for an nsqd restart) after the last
+OK, then fails and Spark may retry it.
 
 Delivery is **at least once**: a retried task, or a streaming micro-batch run again after a
 failure, publishes its rows again. Consumers that need effectively-once dedupe on a key in the
-body. The driver's commit adds the tasks' counts and prints one line on stderr.
+body.
+
+The driver's commit (or abort) prints one line on stderr, and never a count it does not know:
+what the committed tasks acknowledged, and, when failed attempts came before (a committed task
+with ``attemptNumber() > 0``, an aborted job's failed tasks), that more landed and how many when
+that is known. It is known with ``commitReportPath`` (storage the driver and every executor can
+write): each task attempt keeps a record there of what nsqd acknowledged (at its start, every
+second as OKs come, and at its end), the driver adds the failed attempts' records to the
+committed tasks' counts and writes one JSON report per write (a micro-batch: one per batch id),
+atomically. The report is also how the totals reach a Spark Connect client.
 
 The same per-task publishing also runs as a query (``publish_rows`` under ``mapInArrow``, see
 nsqcli.spark.jobs.publish): each task returns its ledger as one row, so the caller gets the exact
@@ -17,8 +27,11 @@ acknowledged count as data, also through Spark Connect (whose driver is not the 
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 import time
+import uuid
 from dataclasses import dataclass, field
 
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
@@ -35,7 +48,7 @@ from . import options as opt
 
 @dataclass
 class NSQCommitMessage(WriterCommitMessage):
-    """What one task published (travels from the executor to the driver's commit)."""
+    """What one task attempt published (travels from the executor to the driver's commit)."""
 
     partition: int
     messages: int
@@ -45,17 +58,25 @@ class NSQCommitMessage(WriterCommitMessage):
     nsqd: list[str] = field(default_factory=list)
     seconds: float = 0.0
     error: str | None = None  # set when the task stopped early: ``messages`` is what nsqd acknowledged
+    attempt: int = 0  # TaskContext.attemptNumber(): > 0 means failed attempts of this task came before
+    resent: int = 0  # sent again after a lost connection without nsqd's answer: possible duplicates
+    attempt_id: str = ""  # this attempt's record under commitReportPath ("" without one)
 
 
-#: publish_rows' output: one row per task (the fields of NSQCommitMessage)
+#: publish_rows' output: one row per task (the fields of NSQCommitMessage but attempt_id)
 LEDGER_SCHEMA = ("partition int, messages long, bytes long, batches long, retries long, nsqd array<string>, "
-                 "seconds double, error string")
+                 "seconds double, error string, attempt int, resent long")
+
+#: the per-attempt records beside a batch write's report file, and in a streaming report directory
+ATTEMPTS = ".attempts"
+#: how often a task attempt updates its record as OKs come (and once more at its end)
+RECORD_EVERY = 1.0
 
 
 class SinkSettings:
     """Everything a task needs, parsed (and checked) on the driver at planning time."""
 
-    def __init__(self, options, schema):
+    def __init__(self, options, schema, streaming: bool = False):
         self.topic = (opt.topics(options, "topic", required=False) or [None])[0]
         fields = {f.name: f.dataType.simpleString() for f in schema.fields}
         from .arrow import check_schema
@@ -64,17 +85,13 @@ class SinkSettings:
         self.config = opt.config(options)
         self.batch_size = opt.number(options, "batchSize", 5000, minimum=1)
         self.window = opt.number(options, "maxInFlightBatches", 8, minimum=1)
-        self.max_retries = opt.number(options, "maxRetries", 3, minimum=0)
-        self.retry_backoff = opt.seconds(options, "retryBackoff") or 1.0
-        self.timeout = opt.seconds(options, "timeout") or 30.0
-        self.rate = opt.number(options, "ratePerSecond", None, minimum=1, integer=False)
-        self.rate_partitions = opt.number(options, "numPartitions", None, minimum=1)
-        if self.rate and not self.rate_partitions:
-            raise opt.OptionError(
-                "option 'ratePerSecond' needs option 'numPartitions' (how many partitions share the rate, "
-                "e.g. df.rdd.getNumPartitions()): Spark does not tell a Python writer how many tasks run")
+        self.retry_timeout = _seconds_or(options, "retryTimeout", 60.0)
+        self.retry_backoff = max(0.01, _seconds_or(options, "retryBackoff", 1.0))
+        self.timeout = _seconds_or(options, "timeout", 30.0) or 30.0
+        self.rate = opt.number(options, "ratePerTask", None, minimum=0.001, integer=False)
         self.max_body_size = opt.number(options, "maxBodySize", self.config.max_body_size, minimum=1024)
         self.max_msg_size = opt.number(options, "maxMessageSize", self.config.max_msg_size, minimum=1)
+        self.report = report_path(options, streaming)
 
     def addresses(self, partition: int) -> list[str]:
         """nsqd addresses for this task: the given ones, else the nodes lookupd knows (those
@@ -92,48 +109,154 @@ class SinkSettings:
         return addrs[k:] + addrs[:k]
 
 
-def publish_ledger(settings: SinkSettings, batches) -> NSQCommitMessage:
-    """Publish one partition's record batches; never raises for a failed publish: the message's
-    ``error`` says why the task stopped and ``messages`` how many nsqd acknowledged before."""
+def _seconds_or(options, name: str, default: float) -> float:
+    v = opt.seconds(options, name)
+    return default if v is None else v
+
+
+def report_path(options, streaming: bool) -> str | None:
+    """commitReportPath, checked and made on the driver: a batch write's report FILE (replaced
+    by each write), a streaming query's report DIRECTORY (``<batchId>.json`` per micro-batch).
+    A local path (``file:`` allowed); on a cluster, a mount every executor shares."""
+    raw = opt.string(options, "commitReportPath")
+    if raw is None:
+        return None
+    path = raw
+    if "://" in raw or raw.startswith("file:"):
+        scheme, _, rest = raw.partition(":")
+        if scheme.lower() != "file":
+            raise opt.OptionError(f"option 'commitReportPath' must be a local path (or file:), written by the "
+                                  f"driver and every executor (on a cluster: a shared mount), not {raw!r}")
+        path = "/" + rest.lstrip("/")
+    path = os.path.abspath(os.path.expanduser(path))
+    where = path if streaming else os.path.dirname(path)
+    if not streaming and os.path.isdir(path):
+        raise opt.OptionError(f"option 'commitReportPath': {raw!r} is a directory; a batch write's report is "
+                              "one JSON file (a streaming query's is a directory)")
+    try:
+        os.makedirs(where, exist_ok=True)
+        probe = os.path.join(where, f".nsqcli-probe-{uuid.uuid4().hex}")
+        with open(probe, "w"):
+            pass
+        os.unlink(probe)
+    except OSError as e:
+        raise opt.OptionError(f"option 'commitReportPath': cannot write in {where}: "
+                              f"{e.strerror or e}") from None
+    return path
+
+
+def attempts_dir(report: str, key: str, streaming: bool) -> str:
+    """Where the task attempts of one write (``key``: the writer's id) or micro-batch (the batch
+    id) keep their records."""
+    if streaming:
+        return os.path.join(report, ATTEMPTS, key)
+    return os.path.join(os.path.dirname(report), ATTEMPTS, f"{os.path.basename(report)}.{key}")
+
+
+def write_atomically(path: str, doc: dict) -> None:
+    tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(doc, f)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+class AttemptRecord:
+    """This task attempt's record under commitReportPath: what nsqd acknowledged so far
+    (``final`` once the attempt ended, succeeded or not). Written before anything is published:
+    an attempt with no record published nothing."""
+
+    def __init__(self, directory: str, partition: int, attempt: int):
+        self.id = uuid.uuid4().hex
+        self.path = os.path.join(directory, f"p{partition}-a{attempt}-{self.id}.json")
+        self.doc = {"id": self.id, "partition": partition, "attempt": attempt, "acknowledged": 0,
+                    "final": False, "error": None, "nsqd": [], "resent": 0}
+        self.last = 0.0
+        try:
+            os.makedirs(directory, exist_ok=True)
+            self.save()
+        except OSError as e:
+            raise RuntimeError(f"nsq sink, partition {partition}: cannot write its record under commitReportPath "
+                               f"({directory}): {e.strerror or e}; nothing was published") from None
+
+    def save(self) -> None:
+        write_atomically(self.path, self.doc)
+        self.last = time.monotonic()
+
+    def progress(self, acked: int) -> None:
+        self.doc["acknowledged"] = acked
+        if time.monotonic() - self.last >= RECORD_EVERY:
+            try:
+                self.save()
+            except OSError:
+                pass  # stays behind: the driver reads a count that is not final as "at least"
+
+    def end(self, m: NSQCommitMessage) -> None:
+        self.doc.update(acknowledged=m.messages, final=True, error=m.error, nsqd=m.nsqd, resent=m.resent)
+        try:
+            self.save()
+        except OSError:
+            pass
+
+
+def _task():
+    """(partition, attempt number, local property reader) of the running task."""
     from pyspark import TaskContext
 
+    ctx = TaskContext.get()
+    if ctx is None:
+        return 0, 0, lambda key: None
+    return ctx.partitionId(), ctx.attemptNumber(), ctx.getLocalProperty
+
+
+def publish_ledger(settings: SinkSettings, batches, record_dir: str | None = None) -> NSQCommitMessage:
+    """Publish one partition's record batches; never raises for a failed publish: the message's
+    ``error`` says why the task stopped and ``messages`` how many nsqd acknowledged before.
+    With ``record_dir`` this attempt keeps its record there (see AttemptRecord)."""
     from ..client.producer import Producer
     from ..errors import PublishError
     from .arrow import Framer
 
-    ctx = TaskContext.get()
-    partition = ctx.partitionId() if ctx is not None else 0
+    partition, attempt, _ = _task()
     start = time.monotonic()
+    record = AttemptRecord(record_dir, partition, attempt) if record_dir else None
     framer = Framer(settings.topic, settings.batch_size, settings.max_body_size, settings.max_msg_size)
 
-    def stopped(published: int, why: str, retries: int = 0) -> NSQCommitMessage:
-        return NSQCommitMessage(partition, published, 0, 0, retries, [], time.monotonic() - start,
-                                f"nsq sink, partition {partition}: {why}")
+    def done(m: NSQCommitMessage) -> NSQCommitMessage:
+        m.attempt = attempt
+        if record is not None:
+            m.attempt_id = record.id
+            record.end(m)
+        return m
+
+    def stopped(published: int, why: str, retries: int = 0, resent: int = 0) -> NSQCommitMessage:
+        return done(NSQCommitMessage(partition, published, 0, 0, retries, [], time.monotonic() - start,
+                                     f"nsq sink, partition {partition}: {why}", resent=resent))
 
     try:
         addresses = settings.addresses(partition)
     except Exception as e:  # lookupd found no nsqd
         return stopped(0, str(e).removeprefix("nsq sink: "))
-    rate = settings.rate / settings.rate_partitions if settings.rate else None
     producer = Producer(addresses, settings.config)
     try:
         result = producer.publish_framed(framer.frames(batches), window=settings.window,
-                                         timeout=settings.timeout, rate=rate,
-                                         retries=settings.max_retries, retry_backoff=settings.retry_backoff)
+                                         timeout=settings.timeout, rate=settings.rate,
+                                         on_progress=record.progress if record is not None else None,
+                                         retry_backoff=settings.retry_backoff, retry_for=settings.retry_timeout)
     except PublishError as e:  # every error of the source or of nsqd, with the exact acknowledged count
-        return stopped(e.published, str(e))
+        return stopped(e.published, str(e), resent=getattr(e, "resent", 0) or 0)
     finally:
         producer.close()
     if result.published != framer.rows:  # the ledger's count is the only truth: never report more
         return stopped(result.published, f"nsqd acknowledged {result.published} of {framer.rows} rows",
-                       result.retries)
-    return NSQCommitMessage(partition, result.published, framer.bytes, result.batches,
-                            result.retries, result.nsqd, time.monotonic() - start)
+                       result.retries, result.resent)
+    return done(NSQCommitMessage(partition, result.published, framer.bytes, result.batches,
+                                 result.retries, result.nsqd, time.monotonic() - start, resent=result.resent))
 
 
-def publish_partition(settings: SinkSettings, batches) -> NSQCommitMessage:
+def publish_partition(settings: SinkSettings, batches, record_dir: str | None = None) -> NSQCommitMessage:
     """The writers' task: publish_ledger, raising (failing the task) unless all were acknowledged."""
-    m = publish_ledger(settings, batches)
+    m = publish_ledger(settings, batches, record_dir)
     if m.error:
         raise RuntimeError(f"{m.error} (the task fails; when Spark retries it, the acknowledged messages "
                            "are published again: at-least-once)")
@@ -180,7 +303,8 @@ def _ledger_arrow_schema():
 
     return pa.schema([("partition", pa.int32()), ("messages", pa.int64()), ("bytes", pa.int64()),
                       ("batches", pa.int64()), ("retries", pa.int64()), ("nsqd", pa.list_(pa.string())),
-                      ("seconds", pa.float64()), ("error", pa.string())])
+                      ("seconds", pa.float64()), ("error", pa.string()), ("attempt", pa.int32()),
+                      ("resent", pa.int64())])
 
 
 def rows_to_batches(rows, schema):
@@ -198,49 +322,176 @@ def rows_to_batches(rows, schema):
         yield pa.record_batch([pa.array([r[n] for r in chunk]) for n in names], names=names)
 
 
-def summary(messages, what: str) -> str:
+def _plural(n: int, word: str, many: str | None = None) -> str:
+    return f"{n} {word if n == 1 else (many or word + 's')}"
+
+
+def read_records(directory: str) -> list[dict]:
+    """The task attempts' records of one write or micro-batch (see AttemptRecord)."""
+    out = []
+    try:
+        names = sorted(os.listdir(directory))
+    except FileNotFoundError:
+        return out
+    for name in names:
+        if not name.endswith(".json"):
+            continue
+        try:
+            with open(os.path.join(directory, name), encoding="utf-8") as f:
+                out.append(json.load(f))
+        except (OSError, ValueError):
+            continue  # torn or gone: a record is replaced atomically, so this is not one of ours
+    return out
+
+
+def settle(messages, records: list[dict] | None, committed: bool, what: str) -> tuple[str, dict]:
+    """The driver's one line (and the report's document) for a commit or an abort.
+
+    ``messages``: Spark's commit messages, None for a failed task. ``records``: the attempts'
+    records under commitReportPath, or None without one. Every number said is known: the
+    committed tasks' acknowledged counts exactly; the failed attempts' from their records
+    ("at least" while one was not final: an attempt still running, or killed); without
+    records, that more landed, not how many."""
     done = [m for m in messages if m is not None]
+    failed_tasks = [i for i, m in enumerate(messages) if m is None]
     total = sum(m.messages for m in done)
     nbytes = sum(m.bytes for m in done)
-    nsqd = sorted({a for m in done for a in m.nsqd})
-    failed = len(messages) - len(done)
     retries = sum(m.retries for m in done)
-    line = (f"nsqcli.spark: {what}: published {total} messages ({nbytes} bytes) in {len(done)} "
-            f"partition{'s' * (len(done) != 1)} to {', '.join(nsqd) or 'no nsqd'}")
-    if retries:
-        line += f" after {retries} retr{'ies' if retries != 1 else 'y'}"
-    if failed:
-        line += f"; {failed} task{'s' * (failed != 1)} failed"
-    return line
+    resent = sum(m.resent for m in done)
+    rerun = [m for m in done if m.attempt > 0]
+    nsqd = {a for m in done for a in m.nsqd}
+    ids = {m.attempt_id for m in done}
+    others = [r for r in records if r.get("id") not in ids] if records is not None else []
+    extra = sum(int(r.get("acknowledged") or 0) for r in others)
+    exact = all(r.get("final") for r in others)
+    resent += sum(int(r.get("resent") or 0) for r in others)
+    nsqd |= {a for r in others for a in r.get("nsqd") or ()}
+    to = ", ".join(sorted(nsqd)) or "no nsqd"
+
+    if committed:
+        line = (f"nsqcli.spark: {what}: published {total} messages ({nbytes} bytes) in "
+                f"{_plural(len(done), 'partition')} to {to}")
+        if retries:
+            line += f" after {_plural(retries, 'retry', 'retries')}"
+    else:
+        line = (f"nsqcli.spark: {what}: nsqd acknowledged {total} messages from the "
+                f"{_plural(len(done), 'task')} that finished" if done else f"nsqcli.spark: {what}: no task finished")
+    failed_before = bool(rerun or failed_tasks or others)
+    if failed_before:
+        who = []
+        if failed_tasks:
+            who.append(f"{_plural(len(failed_tasks), 'task')} failed")
+        if rerun:
+            who.append(f"{_plural(len(rerun), 'task')} ran again after failed attempts")
+        who = " and ".join(who)
+        if records is None:
+            line += (f"; {who}, which published an unknown number more (at least once: nsqd holds at least "
+                     f"{total}; option commitReportPath counts them)")
+        else:
+            least = "" if exact else "at least "
+            attempts = _plural(len(others), "failed attempt")
+            line += (f"; {who}: {attempts} published {least}{extra} more (at least once): nsqd acknowledged "
+                     f"{least}{total + extra} in all")
+    if resent:
+        line += (f"; up to {resent} may be in nsqd twice (sent again after a lost connection had taken them "
+                 "without nsqd's answer)")
+    known = records is not None or not failed_before
+    doc = {
+        "state": "committed" if committed else "aborted",
+        "topic": None,
+        "published": total, "bytes": nbytes,
+        "failed_attempts_acknowledged": extra if records is not None else None,
+        "acknowledged": total + extra if known else None,
+        "exact": known and exact,
+        "may_be_duplicates": resent,
+        "partitions": [{"partition": m.partition, "messages": m.messages, "bytes": m.bytes, "attempt": m.attempt,
+                        "retries": m.retries, "resent": m.resent, "nsqd": m.nsqd, "seconds": round(m.seconds, 3)}
+                       for m in sorted(done, key=lambda m: m.partition)],
+        "failed_tasks": failed_tasks,
+        "rerun_tasks": sorted(m.partition for m in rerun),
+        "failed_attempts": [{k: r.get(k) for k in ("partition", "attempt", "acknowledged", "final", "error",
+                                                   "resent", "nsqd")}
+                            for r in sorted(others, key=lambda r: (r.get("partition", 0), r.get("attempt", 0)))],
+        "nsqd": sorted(nsqd),
+        "line": line,
+        "time": time.time(),
+    }
+    return line, doc
 
 
-class NSQWriter(DataSourceArrowWriter):
+class _Reporting:
+    settings: SinkSettings
+
+    def _finish(self, messages, committed: bool, what: str, records_dir: str | None, report: str | None,
+                **about) -> None:
+        records = read_records(records_dir) if records_dir else None
+        line, doc = settle(messages, records, committed, what)
+        doc.update(topic=self.settings.topic, **about)
+        print(line, file=sys.stderr, flush=True)
+        if report is None:
+            return
+        try:
+            write_atomically(report, doc)
+        except OSError as e:
+            print(f"nsqcli.spark: could not write the commit report {report}: {e.strerror or e}",
+                  file=sys.stderr, flush=True)
+            return
+        import shutil
+
+        shutil.rmtree(records_dir, ignore_errors=True)
+        try:
+            os.rmdir(os.path.dirname(records_dir))  # .attempts, when no other write is using it
+        except OSError:
+            pass
+
+
+class NSQWriter(_Reporting, DataSourceArrowWriter):
     def __init__(self, options, schema):
         self.settings = SinkSettings(options, schema)
+        self.id = uuid.uuid4().hex  # this write: the same in every task's copy and in commit's
+
+    def _records(self) -> str | None:
+        return attempts_dir(self.settings.report, self.id, False) if self.settings.report else None
 
     def write(self, iterator):
-        return publish_partition(self.settings, iterator)
+        return publish_partition(self.settings, iterator, self._records())
 
     def commit(self, messages):
-        print(summary(messages, "write committed"), file=sys.stderr, flush=True)
+        self._finish(messages, True, "write committed", self._records(), self.settings.report,
+                     write_id=self.id, batch_id=None)
 
     def abort(self, messages):
-        print(summary(messages, "write ABORTED (published messages cannot be taken back)"),
-              file=sys.stderr, flush=True)
+        self._finish(messages, False, "write ABORTED (published messages cannot be taken back)", self._records(),
+                     self.settings.report, write_id=self.id, batch_id=None)
 
 
-class NSQStreamWriter(_StreamWriterBase):
+#: the local property Spark's micro-batch execution sets to the running batch's id
+BATCH_ID = "streaming.sql.batchId"
+
+
+class NSQStreamWriter(_Reporting, _StreamWriterBase):
     def __init__(self, options, schema):
-        self.settings = SinkSettings(options, schema)
+        self.settings = SinkSettings(options, schema, streaming=True)
         self.schema = schema
+
+    def _records(self, batch_id) -> str | None:
+        return attempts_dir(self.settings.report, str(batch_id), True) if self.settings.report else None
 
     def write(self, iterator):
         batches = iterator if _STREAM_ARROW else rows_to_batches(iterator, self.schema)
-        return publish_partition(self.settings, batches)
+        records = None
+        if self.settings.report:
+            batch_id = _task()[2](BATCH_ID)
+            records = self._records(batch_id if batch_id is not None else "unknown")
+        return publish_partition(self.settings, batches, records)
 
     def commit(self, messages, batchId):
-        print(summary(messages, f"micro-batch {batchId}"), file=sys.stderr, flush=True)
+        self._finish(messages, True, f"micro-batch {batchId}", self._records(batchId),
+                     self._report(batchId), batch_id=batchId, write_id=None)
 
     def abort(self, messages, batchId):
-        print(summary(messages, f"micro-batch {batchId} ABORTED (published messages stay published)"),
-              file=sys.stderr, flush=True)
+        self._finish(messages, False, f"micro-batch {batchId} ABORTED (published messages stay published)",
+                     self._records(batchId), self._report(batchId), batch_id=batchId, write_id=None)
+
+    def _report(self, batch_id) -> str | None:
+        return os.path.join(self.settings.report, f"{batch_id}.json") if self.settings.report else None

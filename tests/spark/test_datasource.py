@@ -120,7 +120,8 @@ def test_streaming_sink_publishes_each_file_line(spark, nsqd, topic, tmp_path):
     ("cast(id as string) as body", {}, "give option 'topic' or a 'topic' column"),
     ("cast(id as string) as body, id as topic", {}, "column 'topic' must be a string"),
     ("cast(id as string) as body", {"topic": "bad topic!"}, "option 'topic'"),
-    ("cast(id as string) as body", {"topic": "x", "ratePerSecond": "10"}, "needs option 'numPartitions'"),
+    ("cast(id as string) as body", {"topic": "x", "ratePerSecond": "10"}, "option 'ratePerSecond' is gone"),
+    ("cast(id as string) as body", {"topic": "x", "retryTimeout": "soon"}, "option 'retryTimeout' must be a duration"),
     ("cast(id as string) as body", {"topic": "x", "batchSize": "lots"}, "option 'batchSize' must be an integer"),
 ])
 def test_bad_schema_or_option_fails_at_planning(spark, nsqd, columns, options, message):
@@ -143,7 +144,7 @@ def test_sink_fails_over_to_the_next_nsqd(spark, nsqd, topic):
     create_channel(nsqd, topic, "check")
     df = spark.range(1000).selectExpr("cast(id as string) as body").repartition(2)
     (df.write.format("nsq").option("nsqdTCPAddresses", f"{dead},{nsqd.tcp_address}")
-     .option("topic", topic).option("maxRetries", "0").mode("append").save())
+     .option("topic", topic).option("retryTimeout", "0").mode("append").save())
     assert topic_stats(nsqd, topic)["message_count"] == 1000
 
 
@@ -151,18 +152,18 @@ def test_sink_task_fails_clearly_when_no_nsqd_answers(spark, topic):
     df = spark.range(10).selectExpr("cast(id as string) as body")
     with pytest.raises(Exception) as info:
         (df.write.format("nsq").option("nsqdTCPAddresses", "127.0.0.1:1").option("topic", topic)
-         .option("maxRetries", "1").option("retryBackoff", "100ms").mode("append").save())
+         .option("retryTimeout", "300ms").option("retryBackoff", "100ms").mode("append").save())
     text = str(info.value)
     assert "nsq sink, partition" in text and "published 0 of" in text and "Connection refused" in text
 
 
-def test_sink_rate_per_second_paces_the_whole_write(spark, nsqd, topic):
+def test_sink_rate_per_task_paces_each_task(spark, nsqd, topic):
     df = spark.range(600).selectExpr("cast(id as string) as body").repartition(2)
     t0 = time.monotonic()
-    (df.write.format("nsq").options(**nsq_opts(nsqd, topic=topic, ratePerSecond=300, numPartitions=2)).mode("append").save())
+    (df.write.format("nsq").options(**nsq_opts(nsqd, topic=topic, ratePerTask=150)).mode("append").save())
     elapsed = time.monotonic() - t0
     assert topic_stats(nsqd, topic)["message_count"] == 600
-    assert elapsed >= 1.8, f"600 messages at 300/s took only {elapsed:.2f}s"
+    assert elapsed >= 1.8, f"2 tasks of 300 messages at 150/s each took only {elapsed:.2f}s"
 
 
 # -- streaming source: tests/spark/test_source.py -------------------------------------------------

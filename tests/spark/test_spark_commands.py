@@ -203,7 +203,8 @@ def test_spark_commands_without_the_extra_say_what_to_install(tmp_path):
 
 def test_replay_failure_says_what_was_acknowledged(archive, topic):
     path, _ = archive
-    r = nsqcli(["replay", str(path), "-t", topic, "--nsqd-tcp-address", "127.0.0.1:1", *SPARK])
+    r = nsqcli(["replay", str(path), "-t", topic, "--nsqd-tcp-address", "127.0.0.1:1", "--retry-timeout", "1s",
+                *SPARK])
     assert r.returncode == 1
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith("nsqcli: error: ") and "Connection refused" in last

@@ -268,7 +268,7 @@ def test_publish_rows_reports_the_ledger_and_skips_after_a_failure(nsqd, topic):
     rb = pa.record_batch([pa.array([b"m%d" % i for i in range(50)], pa.binary())], names=["body"])
 
     def run(address, run_id, batches):
-        settings = SinkSettings({"nsqdTCPAddresses": address, "topic": topic, "maxRetries": "0"}, schema)
+        settings = SinkSettings({"nsqdTCPAddresses": address, "topic": topic, "retryTimeout": "0"}, schema)
         (out,) = list(publish_rows(settings, run_id, batches))
         return out.to_pylist()[0]
 

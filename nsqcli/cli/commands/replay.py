@@ -12,7 +12,7 @@ import click
 from ..command import command, option
 from ..options import connection_options, pop_connection, topic_arguments
 from ..spark_options import check_archives, spark_session, sink_options, spark_error, spark_options
-from ..types import MOMENT, TOPIC
+from ..types import DURATION, MOMENT, TOPIC
 
 
 @command(examples="""
@@ -29,7 +29,11 @@ nsqcli replay /archive/ -t events --master spark://10.0.0.5:7077 --rate 5000
               help="A Spark SQL condition over body_text, topic, host, timestamp, attempts, id, nsqd, hour.")
 @option("--from-topic", "from_topics", multiple=True, type=TOPIC,
               help="Only messages archived from this topic (repeatable; for mixed archives).")
-@option("--rate", type=click.FloatRange(min=0.001), help="Messages per second for the whole job.")
+@option("--rate", type=click.FloatRange(min=0.001),
+        help="Messages per second for the whole job (split over the tasks the session runs at once).")
+@option("--retry-timeout", type=DURATION, default="60s", show_default=True, metavar="DURATION",
+        help="How long a task keeps trying its nsqd addresses, with backoff, after nsqd's last OK (an nsqd "
+             "restart) before it stops.")
 @option("--dry-run", is_flag=True, help="Count what would be published, by topic and hour; publish nothing.")
 @option("--json", "as_json", is_flag=True, help="The result (or the --dry-run counts) as one JSON line on stdout.")
 @option("-f", "--format", "fmt", type=click.Choice(["auto", "raw", "json"]), default="auto", show_default=True,
@@ -37,16 +41,17 @@ nsqcli replay /archive/ -t events --master spark://10.0.0.5:7077 --rate 5000
 @spark_options
 @connection_options()
 @click.pass_obj
-def replay(app, topic, rest, since, until, where, from_topics, rate, dry_run, as_json, fmt, master, remote, confs,
-           py_files, spark_log_level, **kwargs):
+def replay(app, topic, rest, since, until, where, from_topics, rate, retry_timeout, dry_run, as_json, fmt, master,
+           remote, confs, py_files, spark_log_level, **kwargs):
     """Re-publish archived messages (what to-file or nsq_to_file wrote: raw or JSON, gzip or
     not; files, directories, globs) into TOPIC, on Spark.
 
     \b
     --since/--until use the JSON envelope's timestamp, else the hour in the file name.
-    Delivery is at least once: a task that cannot publish (nsqd still failing after its
-    retries) stops, and the command fails saying how many messages nsqd acknowledged; running
-    it again publishes those again. The last line says how many messages nsqd acknowledged.
+    Delivery is at least once: a task that cannot publish (nsqd still failing after
+    --retry-timeout) stops, and the command fails saying how many messages nsqd acknowledged;
+    running it again publishes those again. The last line says how many messages nsqd
+    acknowledged (and when a task ran again after a lost attempt, that more may have landed).
     """
     archives = tuple(rest)
     conn = pop_connection(kwargs)
@@ -55,11 +60,11 @@ def replay(app, topic, rest, since, until, where, from_topics, rate, dry_run, as
     check_archives(archives, remote)
     with spark_session(app, "replay", master, remote, confs, py_files, spark_log_level) as spark:
         return _replay(app, spark, archives, topic, since, until, where, from_topics, rate, dry_run, fmt, conn,
-                       as_json)
+                       as_json, retry_timeout)
 
 
 def _replay(app, spark, archives, topic, since, until, where, from_topics, rate, dry_run, fmt, conn,
-            as_json=False):
+            as_json=False, retry_timeout=60.0):
     from ...spark.jobs import archive_selection, counts_by_topic_and_hour
     from ..app import write_stdout
 
@@ -87,7 +92,7 @@ def _replay(app, spark, archives, topic, since, until, where, from_topics, rate,
     from ...spark.session import is_connect
     from ...spark.sink import SKIPPED
 
-    options = {**sink_options(conn), "topic": topic}
+    options = {**sink_options(conn), "topic": topic, "retryTimeout": f"{round(retry_timeout * 1000)}ms"}
     # Spark's task progress on a TTY (the status tracker needs a driver in this process)
     progress = (_Progress(spark, app) if sys.stderr.isatty() and app.verbosity >= 0 and not is_connect(spark)
                 else None)
@@ -111,6 +116,16 @@ def _replay(app, spark, archives, topic, since, until, where, from_topics, rate,
             progress.stop()
     el = time.monotonic() - t0
     done = sum(m["messages"] for m in ledgers)
+    # a task Spark ran again (an executor lost): its lost attempt's messages were published too,
+    # and no ledger counts them; a lost connection's batches sent again may be in nsqd twice
+    rerun = sum(1 for m in ledgers if m.get("attempt"))
+    resent = sum(m.get("resent") or 0 for m in ledgers)
+    more = ""
+    if rerun:
+        more += (f"; {rerun} task{'s' * (rerun != 1)} ran again after a lost attempt, which published an unknown "
+                 "number more (at least once)")
+    if resent:
+        more += f"; up to {resent} may be in nsqd twice (sent again after a lost connection)"
     failed = [m for m in ledgers if m["error"] and not m["error"].startswith(SKIPPED)]
     skipped = sum(1 for m in ledgers if m["error"] and m["error"].startswith(SKIPPED))
     if failed or skipped:
@@ -119,12 +134,12 @@ def _replay(app, spark, archives, topic, since, until, where, from_topics, rate,
         first = (failed or [m for m in ledgers if m["error"]])[0]["error"]
         tasks = f"{len(failed)} of {len(ledgers)} tasks stopped early" + (f", {skipped} skipped" if skipped else "")
         raise NSQError(f"{first}; nsqd acknowledged {done} messages ({tasks}; at-least-once: run again, "
-                       "and what was acknowledged is published again)")
+                       f"and what was acknowledged is published again){more}")
     app.info(f"replayed {done} message{'s' * (done != 1)} into {topic} in {el:.1f}s "
-             f"({done / el if el else 0:,.0f} msg/s)")
+             f"({done / el if el else 0:,.0f} msg/s){more}")
     if as_json:
-        write_stdout(json.dumps({"dry_run": False, "topic": topic, "published": done,
-                                 "elapsed": round(el, 3)}) + "\n")
+        write_stdout(json.dumps({"dry_run": False, "topic": topic, "published": done, "rerun_tasks": rerun,
+                                 "may_be_duplicates": resent, "elapsed": round(el, 3)}) + "\n")
     return 0
 
 
