@@ -62,7 +62,7 @@ def parallelism(spark) -> int:
     # no SparkContext through Connect: a range without a partition count gets the default parallelism
     from pyspark.sql import functions as F
 
-    return max(1, spark.range(0, 1 << 16).select(F.max(F.spark_partition_id())).first()[0] + 1)
+    return max(1, spark.range(0, 1 << 16).select(F.spark_partition_id().alias("p")).distinct().count())
 
 
 def rate_per_task(df, rate: float):

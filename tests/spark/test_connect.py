@@ -8,7 +8,9 @@ client in the pytest process would switch pyspark into Connect mode for the whol
 (SPARK_CONNECT_MODE_ENABLED), under the other tests' local SparkSession. Clients run in their own
 working and temporary directories, the server in others. Both still share one filesystem here, so
 a count passed through a file would not be caught by these tests alone; replay and to-parquet
-pass none (their counts are query results and progress objects).
+pass none (their counts are query results and progress objects). The sink's commitReportPath is
+such a file on purpose: a Connect client reads it where the server's driver wrote it (a path
+both see).
 """
 
 from __future__ import annotations
@@ -124,12 +126,14 @@ def raw_archive(path: Path, lines: list[bytes]) -> Path:
 DRIVER = r'''
 import json, sys
 from pyspark.sql import SparkSession
-url, nsqd, topic, out_topic, checkpoint, nsqd_http = sys.argv[1:7]
+url, nsqd, topic, out_topic, checkpoint, nsqd_http, report = sys.argv[1:8]
 spark = SparkSession.builder.remote(url).getOrCreate()
 import nsqcli.spark
 nsqcli.spark.register(spark)
 df = spark.range(0, 3000, 1, 3).selectExpr("concat('c-', cast(id as string)) as body")  # 3 tasks
-df.write.format("nsq").option("nsqdTCPAddresses", nsqd).option("topic", topic).mode("append").save()
+df.write.format("nsq").option("nsqdTCPAddresses", nsqd).option("topic", topic) \
+    .option("commitReportPath", report).mode("append").save()
+written = json.load(open(report))  # the sink's totals: written by the server's driver, read here
 stream = (spark.readStream.format("nsq").option("nsqdHTTPAddresses", nsqd_http).option("topic", topic)
           .option("channel", "relay").option("maxMessagesPerBatch", "1000")
           .option("spoolLocation", checkpoint + "/spool").load())
@@ -138,7 +142,7 @@ q = (stream.select("body").writeStream.format("nsq").option("nsqdTCPAddresses", 
 q.awaitTermination(150)
 error = q.exception()
 print("RESULT " + json.dumps({"error": str(error) if error else None, "active": q.isActive,
-                              "rows": [p.numInputRows for p in q.recentProgress]}), flush=True)
+                              "rows": [p.numInputRows for p in q.recentProgress], "written": written}), flush=True)
 spark.stop()
 '''
 
@@ -149,11 +153,16 @@ def test_nsq_sink_and_source_from_a_connect_client(connect_server, nsqd, topic, 
     script.write_text(DRIVER)
     out_topic = topic + "_out"
     r = run_client([sys.executable, str(script), connect_server.url, nsqd.tcp_address, topic, out_topic,
-                    str(tmp_path / "checkpoint"), nsqd.http_address], client_dir)
+                    str(tmp_path / "checkpoint"), nsqd.http_address, str(tmp_path / "report.json")], client_dir)
     assert r.returncode == 0, r.stderr[-3000:]
     result = json.loads(next(line for line in r.stdout.splitlines() if line.startswith("RESULT "))[7:])
     assert result["error"] is None and not result["active"]
     assert sum(result["rows"]) == 3000 and max(result["rows"]) <= 1000, result["rows"]
+    written = result["written"]  # the commit report, read by the client
+    assert (written["state"], written["published"], written["acknowledged"], written["exact"]) == (
+        "committed", 3000, 3000, True)
+    assert sorted(p["messages"] for p in written["partitions"]) == [1000, 1000, 1000]
+    assert written["line"].startswith("nsqcli.spark: write committed: published 3000 messages (")
     assert topic_stats(nsqd, topic)["message_count"] == 3000  # the batch write, exactly
     assert topic_stats(nsqd, out_topic)["message_count"] == 3000  # the stream, exactly
     relay = channel_stats(nsqd, topic, "relay")
