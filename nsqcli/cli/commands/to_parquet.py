@@ -50,7 +50,8 @@ nsqcli to-parquet -t events -o /lake/events --checkpoint /lake/_ck/events --form
               "--dedupe-watermark (not needed for exactly-once: the spool does that).")
 @option("--dedupe-watermark", type=DURATION, default="1h", show_default=True)
 @option("--available-now", is_flag=True,
-              help="Drain what was published before the start, then exit 0 (batch jobs, CI; Spark >= 4.2).")
+              help="Drain what was published before the start, then exit 0 (batch jobs, CI). Spark < 4.2 "
+                   "runs one batch per query start: the query is started again until the channel is drained.")
 @spark_options
 @connection_options(consumer=True)
 @click.pass_obj
@@ -138,18 +139,43 @@ def _run(app, spark, topics, channel, output, checkpoint, cols, trigger, per_bat
         if not conn.get("nsqd_tcp_addresses"):  # not the default 127.0.0.1:4150 beside them
             options.pop("nsqdTCPAddresses", None)
     from ...spark.jobs import start_to_parquet
-    from ...spark.spool import clear_stop, request_stop
+    from ...spark.spool import clear_stop
 
     clear_stop(spool)  # left by a run killed while it stopped
-    try:
-        q = start_to_parquet(spark, options, output, checkpoint, cols, trigger, watermark if dedupe else None,
-                             available_now, fmt)
-    except Exception as e:
-        raise spark_error(e) from None
+    from ...spark_features import source_available_now_in_batches
+
+    # Spark < 4.2 runs an AvailableNow query over a Python source as Trigger.Once: one batch per
+    # start (after a crash, the interrupted one), so the query is started again until a start
+    # takes nothing, or (after the first) less than a whole batch: the channel was drained
+    again = available_now and not source_available_now_in_batches(spark.version)
     stopping = threading.Event()
     stop_on_signals(stopping)
     seen: dict = {}
     last_report = time.monotonic()
+    starts = 0
+    while True:
+        before = sum(seen.values())
+        try:
+            q = start_to_parquet(spark, options, output, checkpoint, cols, trigger,
+                                 watermark if dedupe else None, available_now, fmt)
+        except Exception as e:
+            raise spark_error(e) from None
+        starts += 1
+        _wait(app, q, seen, spool, stopping, last_report)
+        took = sum(seen.values()) - before
+        if not again or stopping.is_set() or took == 0 or (starts > 1 and took < per_batch):
+            break
+    from ...spark.tables import describe
+
+    app.info(f"to-parquet: {sum(seen.values())} rows in {len(seen)} batches written to the "
+             f"{describe(fmt)} {output}")
+    return 0
+
+
+def _wait(app, q, seen: dict, spool: str, stopping, last_report: float) -> None:
+    """Until the query ends (or is stopped on a signal), with a progress line every 10 s (-v:
+    every batch); ``seen`` gets each batch's row count."""
+    from ...spark.spool import clear_stop, request_stop
 
     def collect() -> list:
         # by attribute: under Spark Connect a StreamingQueryProgress's dict entry numInputRows is
@@ -179,11 +205,6 @@ def _run(app, spark, topics, channel, output, checkpoint, cols, trigger, per_bat
     if q.exception() is not None:
         raise spark_error(q.exception()) from None
     collect()
-    from ...spark.tables import describe
-
-    app.info(f"to-parquet: {sum(seen.values())} rows in {len(seen)} batches written to the "
-             f"{describe(fmt)} {output}")
-    return 0
 
 
 def _stop_between_batches(q, patience: float = 30.0, mark=None) -> None:
