@@ -59,7 +59,7 @@ class NSQCommitMessage(WriterCommitMessage):
     seconds: float = 0.0
     error: str | None = None  # set when the task stopped early: ``messages`` is what nsqd acknowledged
     attempt: int = 0  # TaskContext.attemptNumber(): > 0 means failed attempts of this task came before
-    resent: int = 0  # sent again after a lost connection without nsqd's answer: possible duplicates
+    resent: int = 0  # sent without nsqd's answer on a lost connection (and sent again): possible duplicates
     attempt_id: str = ""  # this attempt's record under commitReportPath ("" without one)
 
 
@@ -244,7 +244,9 @@ def publish_ledger(settings: SinkSettings, batches, record_dir: str | None = Non
                                          on_progress=record.progress if record is not None else None,
                                          retry_backoff=settings.retry_backoff, retry_for=settings.retry_timeout)
     except PublishError as e:  # every error of the source or of nsqd, with the exact acknowledged count
-        return stopped(e.published, str(e), resent=getattr(e, "resent", 0) or 0)
+        # sent again after a lost connection, or sent and never answered: nsqd may hold them too
+        maybe = (getattr(e, "resent", 0) or 0) + (getattr(e, "unanswered", 0) or 0)
+        return stopped(e.published, str(e), resent=maybe)
     finally:
         producer.close()
     if result.published != framer.rows:  # the ledger's count is the only truth: never report more
@@ -393,8 +395,8 @@ def settle(messages, records: list[dict] | None, committed: bool, what: str) -> 
             line += (f"; {who}: {attempts} published {least}{extra} more (at least once): nsqd acknowledged "
                      f"{least}{total + extra} in all")
     if resent:
-        line += (f"; up to {resent} may be in nsqd twice (sent again after a lost connection had taken them "
-                 "without nsqd's answer)")
+        line += (f"; up to {resent} more may be in nsqd (taken by a connection that was lost before nsqd's "
+                 "answer, and sent again)")
     known = records is not None or not failed_before
     doc = {
         "state": "committed" if committed else "aborted",

@@ -70,8 +70,8 @@ def test_lines_say_only_what_is_known():
                     "at least 139 in all")
     assert (doc["acknowledged"], doc["exact"], doc["failed_tasks"]) == (139, False, [1])
     line, _ = settle([M(0, 100, resent=20)], None, True, "micro-batch 3")
-    assert line.endswith("; up to 20 may be in nsqd twice (sent again after a lost connection had taken them "
-                         "without nsqd's answer)")
+    assert line.endswith("; up to 20 more may be in nsqd (taken by a connection that was lost before nsqd's "
+                         "answer, and sent again)")
 
 
 @pytest.mark.parametrize("options, message", [
