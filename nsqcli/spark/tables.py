@@ -13,24 +13,8 @@ import os
 
 FORMATS = ("parquet", "delta", "iceberg")
 
-# Spark minor -> the Maven coordinates measured to write, then read back, a partitioned table
-# from a streaming query (and pyspark's newest patch release that was measured with it). Delta's
-# artifacts are built per Spark minor since Delta 4.1 (delta-spark_<minor>_2.13), Iceberg's
-# runtime per Spark minor (iceberg-spark-runtime-<minor>_2.13). Not listed, as measured:
-#   Delta on Spark 4.3: no build; the 4.2 jar commits, then reading fails (NoSuchMethodError
-#     LogicalRDD.<init>).
-#   Iceberg on Spark 4.2 and 4.3: no runtime; the 4.1 runtime (1.12.0) fails at CREATE TABLE
-#     (IncompatibleClassChangeError: SparkView ... View is not an interface).
-DELTA = {
-    "4.0": "io.delta:delta-spark_4.0_2.13:4.4.0",
-    "4.1": "io.delta:delta-spark_4.1_2.13:4.4.0",
-    "4.2": "io.delta:delta-spark_4.2_2.13:4.4.0",
-}
-ICEBERG = {
-    "4.0": "org.apache.iceberg:iceberg-spark-runtime-4.0_2.13:1.11.0",
-    "4.1": "org.apache.iceberg:iceberg-spark-runtime-4.1_2.13:1.12.0",
-}
-MEASURED_PYSPARK = {"4.0": "4.0.5", "4.1": "4.1.4", "4.2": "4.2.1"}
+from ..spark_features import DELTA, ICEBERG, MEASURED_PYSPARK  # the measured matrix (pure data)
+
 # what a user's own --conf spark.jars.packages / spark.jars names to bring the format itself
 _OWN_JAR = {"delta": ("io.delta:delta-spark", "delta-spark_"), "iceberg": ("iceberg-spark-runtime",)}
 _NAME = {"parquet": "Parquet dataset", "delta": "Delta Lake table", "iceberg": "Iceberg table"}
