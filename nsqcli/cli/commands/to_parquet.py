@@ -152,7 +152,7 @@ def _run(app, spark, topics, channel, output, checkpoint, cols, trigger, per_bat
     stop_on_signals(stopping)
     seen: dict = {}
     last_report = time.monotonic()
-    starts = 0
+    starts, target = 0, None
     while True:
         before = sum(seen.values())
         try:
@@ -163,13 +163,38 @@ def _run(app, spark, topics, channel, output, checkpoint, cols, trigger, per_bat
         starts += 1
         _wait(app, q, seen, spool, stopping, last_report)
         took = sum(seen.values()) - before
-        if not again or stopping.is_set() or took == 0 or (starts > 1 and took < per_batch):
+        if again and target is None:  # what the channel held at the first plan: AvailableNow's target
+            target = _planned_depth(q)
+        if not again or stopping.is_set() or took == 0 or (starts > 1 and took < per_batch) \
+                or (target is not None and sum(seen.values()) >= target):
             break
     from ...spark.tables import describe
 
     app.info(f"to-parquet: {sum(seen.values())} rows in {len(seen)} batches written to the "
              f"{describe(fmt)} {output}")
     return 0
+
+
+def _planned_depth(q) -> int | None:
+    """The channel depth the source saw when it planned the query's first batch (its end offset's
+    ``depth``; pyspark 4.0 gives offsets as dict text, not JSON); None if unknown."""
+    import ast
+    import json
+
+    for p in q.recentProgress:
+        if not p.numInputRows or not p.sources:
+            continue
+        text = p.sources[0].endOffset
+        try:
+            end = json.loads(text)
+        except (TypeError, ValueError):
+            try:
+                end = ast.literal_eval(text)
+            except (ValueError, SyntaxError):
+                return None
+        depth = end.get("depth") if isinstance(end, dict) else None
+        return depth if isinstance(depth, int) and depth > 0 else None
+    return None
 
 
 def _wait(app, q, seen: dict, spool: str, stopping, last_report: float) -> None:
