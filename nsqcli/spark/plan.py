@@ -123,7 +123,8 @@ def parse(offset: dict) -> tuple[str, int, list[Part]]:
 
 def offset(epoch: str, batch: int, plan: list[Part], depth: int, last: dict | None = None) -> dict:
     """A batch's end offset: its plan, the depth seen, and (``last``) the lateness of the batch
-    before it (lastBatch, ...SpooledRows, ...OldestMessageAgeMs, ...Redelivered)."""
+    before it (lastBatch, ...SpooledRows, ...OldestMessageAgeMs, ...Redelivered) and when it
+    was planned (plannedAtMs)."""
     return {"v": 2, "epoch": epoch, "batch": batch, "plan": [list(p) for p in plan], "depth": depth,
             **(last or {})}
 

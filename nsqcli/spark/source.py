@@ -23,10 +23,9 @@ executors, exactly once through a write-ahead spool.
 
 Spark 4.2+ passes ``latestOffset`` the end of the last batch (``start``) and a read limit. Spark
 4.0 and 4.1 call ``latestOffset()`` with nothing: the source then keeps the end of the last batch
-Spark planned itself (``partitions(start, end)`` comes after Spark wrote ``end`` to its offset log),
-in memory and in ``<spoolLocation>/planned.json`` for a restarted driver (compat.py).
+Spark planned itself, from ``partitions(start, end)`` (compat.py).
 ``spoolLocation`` must be a path every executor reaches (local disk in local mode; a shared mount
-on a cluster), and on Spark < 4.2 belongs to one query.
+on a cluster).
 """
 
 from __future__ import annotations
@@ -72,6 +71,7 @@ class _Nodes:
         self.pending: dict = {}            # target -> the topic's depth at the last read
         self.held: dict = {}               # target -> in flight + deferred at the last read
         self.warned: set = set()
+        self.settled: set = set()         # targets whose depth was read settled once
 
     def targets(self) -> list[P.Target]:
         from ..client.http import cluster_view, http_json
@@ -141,6 +141,7 @@ class _Nodes:
         """The depth once the topic has copied what it holds to the channel (nsqd counts the
         topic and the channel at different moments, so while it copies - after the channel was
         created, under a burst - messages on their way count in neither); at most ``timeout``."""
+        self.settled.add(t)
         d = self.depth(t)
         deadline = time.monotonic() + timeout
         while d not in (None, UNREACHABLE) and self.pending.get(t) and time.monotonic() < deadline:
@@ -164,7 +165,7 @@ class NSQStreamReader(*_BASES):
         self._warned_held = False
         self._available_now = False
         self._metrics: dict = {}
-        self._planned = Planned(self.s.spool, needed=ReadMaxRows is None)
+        self._planned = Planned(needed=ReadMaxRows is None)
 
     def __getstate__(self):  # the planner's copy goes to executors
         state = dict(self.__dict__)
@@ -197,7 +198,9 @@ class NSQStreamReader(*_BASES):
         epoch, batch, _ = P.parse(start)
         self._epoch = epoch
         view = self._view()
-        depths = [(t, view.depth(t)) for t in view.targets()]
+        # a target seen for the first time: its depth once the topic copied what it holds to the
+        # channel (just created, under a burst), else the first batch misses what is on its way
+        depths = [(t, view.depth(t) if t in view.settled else view.settled_depth(t)) for t in view.targets()]
         depths = [(t, d) for t, d in depths if d != UNREACHABLE]
         known = sum(d for _, d in depths if d)
         if self._available_now:
@@ -218,6 +221,7 @@ class NSQStreamReader(*_BASES):
         # the last batch's lateness rides in the new end offset too: Spark < 4.2 shows no
         # reportLatestOffset, every version shows endOffset (progress.sources[0])
         last = {k: v for k, v in self._metrics.items() if k.startswith("lastBatch")}
+        last["plannedAtMs"] = int(time.time() * 1000)  # tells a batch run again from one planned now
         return P.offset(epoch, batch + 1, parts, known, last)
 
     def _available_now_left(self, depths: list, epoch: str, batch: int, start: dict) -> list:

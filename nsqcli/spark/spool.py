@@ -133,7 +133,7 @@ def prepare(root: str, epoch: str, batch: int) -> None:
 def batches_on_disk(root: str, epoch: str) -> list[int]:
     try:
         names = os.listdir(os.path.join(root, epoch))
-    except OSError:  # none, or not a directory (planned.json)
+    except OSError:  # none, or not a directory
         return []
     return sorted(int(n) for n in names if n.isdigit())
 

@@ -152,7 +152,7 @@ def _run(app, spark, topics, channel, output, checkpoint, cols, trigger, per_bat
     stop_on_signals(stopping)
     seen: dict = {}
     last_report = time.monotonic()
-    starts, target = 0, None
+    starts, target, base, since = 0, None, 0, time.time()
     while True:
         before = sum(seen.values())
         try:
@@ -163,10 +163,10 @@ def _run(app, spark, topics, channel, output, checkpoint, cols, trigger, per_bat
         starts += 1
         _wait(app, q, seen, spool, stopping, last_report)
         took = sum(seen.values()) - before
-        if again and target is None:  # what the channel held at the first plan: AvailableNow's target
-            target = _planned_depth(q)
+        if again and target is None:  # what the channel held at this run's first plan: the target,
+            target, base = _planned_depth(q, since), before  # counted from that plan's batch on
         if not again or stopping.is_set() or took == 0 or (starts > 1 and took < per_batch) \
-                or (target is not None and sum(seen.values()) >= target):
+                or (target is not None and sum(seen.values()) - base >= target):
             break
     from ...spark.tables import describe
 
@@ -175,9 +175,10 @@ def _run(app, spark, topics, channel, output, checkpoint, cols, trigger, per_bat
     return 0
 
 
-def _planned_depth(q) -> int | None:
-    """The channel depth the source saw when it planned the query's first batch (its end offset's
-    ``depth``; pyspark 4.0 gives offsets as dict text, not JSON); None if unknown."""
+def _planned_depth(q, since: float) -> int | None:
+    """The channel depth the source saw when it planned the first batch of this run, at or after
+    ``since`` (its end offset's ``depth``; a batch run again after a crash was planned before and
+    saw an old depth; pyspark 4.0 gives offsets as dict text, not JSON); None if none yet."""
     import ast
     import json
 
@@ -192,7 +193,9 @@ def _planned_depth(q) -> int | None:
                 end = ast.literal_eval(text)
             except (ValueError, SyntaxError):
                 return None
-        depth = end.get("depth") if isinstance(end, dict) else None
+        if not isinstance(end, dict) or int(end.get("plannedAtMs") or 0) < since * 1000 - 1000:
+            continue  # planned by an earlier run (1 s of slack for the driver's clock)
+        depth = end.get("depth")
         return depth if isinstance(depth, int) and depth > 0 else None
     return None
 
