@@ -122,10 +122,10 @@ def report_path(options, streaming: bool) -> str | None:
     if raw is None:
         return None
     path = raw
-    if "://" in raw or raw.startswith("file:"):
+    if "://" in raw or raw[:5].lower() == "file:":
         scheme, _, rest = raw.partition(":")
-        if scheme.lower() != "file":
-            raise opt.OptionError(f"option 'commitReportPath' must be a local path (or file:), written by the "
+        if scheme.lower() != "file" or not rest.startswith("/"):
+            raise opt.OptionError(f"option 'commitReportPath' must be a local path (or file:/...), written by the "
                                   f"driver and every executor (on a cluster: a shared mount), not {raw!r}")
         path = "/" + rest.lstrip("/")
     path = os.path.abspath(os.path.expanduser(path))

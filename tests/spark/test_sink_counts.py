@@ -216,7 +216,8 @@ def test_streaming_report_per_micro_batch(spark, nsqd, topic, tmp_path):
 
 def test_report_path_must_be_local_and_writable(spark, nsqd, topic, tmp_path):
     df = spark.range(3).selectExpr("cast(id as string) as body")
-    for path, message in (("s3a://bucket/r.json", "option 'commitReportPath' must be a local path (or file:)"),
+    for path, message in (("s3a://bucket/r.json", "option 'commitReportPath' must be a local path (or file:/...)"),
+                          ("file:rel/r.json", "must be a local path (or file:/...)"),
                           (str(tmp_path), "is a directory; a batch write's report is one JSON file")):
         with pytest.raises(Exception) as info:
             (df.write.format("nsq").option("nsqdTCPAddresses", nsqd.tcp_address).option("topic", topic)

@@ -89,8 +89,9 @@ def _table_confs(fmt: str, output: str, confs: tuple, remote) -> tuple:
 
     held = tables.format_of_existing(output)
     if held and held != fmt:
-        raise click.UsageError(f"--output {output} holds a {tables.describe(held)}, not a "
-                               f"{tables.describe(fmt)}: give --format {held}, or another --output")
+        have, want = tables.describe(held), tables.describe(fmt)
+        raise click.UsageError(f"--output {output} holds {_a(have)}, not {_a(want)}: give --format {held}, "
+                               "or another --output")
     if fmt == "parquet":
         return confs
     version = None
@@ -173,6 +174,10 @@ def _run(app, spark, topics, channel, output, checkpoint, cols, trigger, per_bat
     app.info(f"to-parquet: {sum(seen.values())} rows in {len(seen)} batches written to the "
              f"{describe(fmt)} {output}")
     return 0
+
+
+def _a(noun: str) -> str:
+    return ("an " if noun[0].lower() in "aeiou" else "a ") + noun
 
 
 def _planned_depth(q, since: float) -> int | None:
