@@ -38,7 +38,7 @@ def R(partition, attempt, acknowledged, final=True, id=None):
 
 
 def test_lines_say_only_what_is_known():
-    from nsqcli.spark.sink import settle
+    from nsqcli.spark.sink_report import settle
 
     line, doc = settle([M(0, 100), M(1, 50)], None, True, "write committed")
     assert line == "nsqcli.spark: write committed: published 150 messages (1500 bytes) in 2 partitions to 127.0.0.1:4150"
