@@ -241,7 +241,7 @@ def test_to_parquet_remote_available_now_counts_rows(connect_server, nsqd, topic
                connect_server, client_dir, timeout=240)
     assert r.returncode == 0, r.stderr[-2000:]
     assert last_line(r).startswith("nsqcli: to-parquet: 1500 rows in "), r.stderr
-    assert last_line(r).endswith(f" written to {out}")
+    assert last_line(r).endswith(f" written to the Parquet dataset {out}")
     import pyarrow.dataset as ds
     table = ds.dataset(str(out), format="parquet", partitioning="hive").to_table()
     assert table.num_rows == 1500 and set(table.column("body").to_pylist()) == bodies
