@@ -22,8 +22,9 @@ ALLOWED = {
     "nsq_install": set(),             # builds NSQ with Go: stdlib only (scripts/install-nsq runs it bare)
     "contexts": {"errors"},           # named connection settings (TOML files)
     "sandbox": {"errors", "nsq_install"},
+    "daemon": {"client", "protocol", "errors", "version", "clock"},  # run harness's helpers: no click/rich
     "cli": {"client", "archive", "relay", "records", "loadgen", "protocol", "errors", "sandbox", "spark",
-            "spark_features", "contexts", "nsq_install", "version", "stdio", "clock", "__init__"},
+            "spark_features", "contexts", "nsq_install", "version", "stdio", "clock", "daemon", "__init__"},
     "__init__": {"client", "protocol", "version"},
     "stdio": set(),                   # closed standard streams repaired: stdlib only
     "clock": set(),                   # process start, --timeout's origin: stdlib only
