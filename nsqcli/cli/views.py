@@ -183,6 +183,35 @@ def live_height(console) -> int:
     return max(4, console.height - 1)
 
 
+#: the smallest terminal a live view is drawn on (columns, lines): below it, status lines
+LIVE_MIN_WIDTH, LIVE_MIN_HEIGHT = 40, 6
+
+
+def cannot_draw_live(console) -> str:
+    """Why rich cannot draw a live view on ``console`` (a rich Console), or "" when it can.
+    A live view redraws in place with cursor movement; without it (TERM=dumb or unknown -
+    rich then prints nothing until the end -, TERM unset on a terminal, a terminal too small
+    for a table, not a terminal at all) a command prints status lines (or rows) instead."""
+    import os
+
+    if not console.is_terminal:
+        return "not a terminal"
+    term = getattr(console, "_environ", os.environ).get("TERM", "")
+    if console.is_dumb_terminal:
+        return f"TERM={term}"
+    if not term and os.name != "nt":
+        return "TERM is not set"
+    width, height = console.size
+    if width < LIVE_MIN_WIDTH or height < LIVE_MIN_HEIGHT:
+        return f"the terminal is {width}x{height} (a live view needs {LIVE_MIN_WIDTH}x{LIVE_MIN_HEIGHT})"
+    return ""
+
+
+def can_draw_live(console) -> bool:
+    """True when a live view can be drawn on ``console`` (see cannot_draw_live for why not)."""
+    return not cannot_draw_live(console)
+
+
 class LiveConnections:
     def __init__(self, console, consumers, refresh_per_second: float = 4):
         from rich.live import Live

@@ -186,3 +186,110 @@ def test_tail_and_to_file_live_tables_render(nsqd, topic, tmp_path):
         assert os.path.basename(a.status()[0]["file"]) in text
     finally:
         a.stop()
+
+
+# -- terminals rich cannot drive -------------------------------------------------------------------
+def _console(term: str | None, width=80, height=24, terminal=True):
+    env = {} if term is None else {"TERM": term}
+    return Console(file=io.StringIO(), force_terminal=terminal, width=width, height=height, _environ=env)
+
+
+@pytest.mark.parametrize("term,size,terminal,why", [
+    ("xterm-256color", (80, 24), True, ""),
+    ("screen", (40, 6), True, ""),
+    ("dumb", (80, 24), True, "TERM=dumb"),
+    ("unknown", (80, 24), True, "TERM=unknown"),
+    ("DUMB", (80, 24), True, "TERM=DUMB"),
+    (None, (80, 24), True, "TERM is not set"),
+    ("", (80, 24), True, "TERM is not set"),
+    ("xterm", (39, 24), True, "39x24"),
+    ("xterm", (120, 5), True, "120x5"),
+    ("xterm", (80, 24), False, "not a terminal"),
+])
+def test_cannot_draw_live_says_why(term, size, terminal, why):
+    from nsqcli.cli.views import can_draw_live, cannot_draw_live
+
+    console = _console(term, *size, terminal=terminal)
+    got = cannot_draw_live(console)
+    assert (why in got and bool(got) == bool(why)), got
+    assert can_draw_live(console) is (not why)
+
+
+def _stat_on_a_pty(nsqd, topic, term: str, rows=30, cols=120, extra=()) -> tuple[int, str]:
+    """``nsqcli stat`` with stdout and stderr on a pseudo-terminal of ``rows`` x ``cols``:
+    (exit code, everything the terminal received)."""
+    import fcntl
+    import select
+    import struct
+    import subprocess
+    import termios
+
+    from helpers import NSQCLI, clean_env
+
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+    env = clean_env({"TERM": term})
+    for name in ("COLUMNS", "LINES", "FORCE_COLOR", "NO_COLOR", "TTY_COMPATIBLE"):
+        env.pop(name, None)
+    p = subprocess.Popen(NSQCLI + ["stat", topic, "--nsqd-http-address", nsqd.http_address, "--interval", "0.3s",
+                                   "-n", "3", *extra], stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, env=env)
+    os.close(slave)
+    out = b""
+    deadline = time.monotonic() + 30
+    try:
+        while time.monotonic() < deadline:
+            if select.select([master], [], [], 0.5)[0]:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:  # EIO: every end of the slave is closed
+                    break
+                if not chunk:
+                    break
+                out += chunk
+            elif p.poll() is not None:
+                break
+        rc = p.wait(10)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        os.close(master)
+    return rc, out.decode(errors="replace").replace("\r\n", "\n")
+
+
+@pytest.fixture
+def busy_topic(nsqd, topic):
+    http_post(nsqd.http_address, "/mpub", b"a\nb\nc", topic=topic)
+    return topic
+
+
+def _rows(text: str, topic: str) -> list[str]:
+    return [ln for ln in text.splitlines() if ln.startswith(f"{topic}/-")]
+
+
+@pytest.mark.parametrize("term,rows,cols", [("dumb", 30, 120), ("unknown", 30, 120), ("xterm-256color", 4, 120)])
+def test_stat_on_a_terminal_rich_cannot_drive_prints_rows(nsqd, busy_topic, term, rows, cols):
+    """TERM=dumb (rich would draw nothing until the end), unknown, or a terminal 4 lines high:
+    the plain rows every --interval, with no cursor movement or colour."""
+    rc, text = _stat_on_a_pty(nsqd, busy_topic, term, rows, cols)
+    assert rc == 0, text
+    assert "\x1b" not in text, repr(text)
+    assert "ingress  egress" in text and "nsqcli stat" not in text  # nsq_stat's header, not the live title
+    got = _rows(text, busy_topic)
+    assert len(got) == 3 and all(ln.split()[-2] == "3" for ln in got), text  # 3 messages, every report
+
+
+def test_stat_live_asked_for_on_a_dumb_terminal_says_why_once(nsqd, busy_topic):
+    rc, text = _stat_on_a_pty(nsqd, busy_topic, "dumb", extra=["--live"])
+    assert rc == 0, text
+    warnings = [ln for ln in text.splitlines() if "warning" in ln]
+    assert warnings == ["nsqcli: warning: --live: no live view here (TERM=dumb): rows every --interval instead"]
+    assert len(_rows(text, busy_topic)) == 3
+
+
+def test_stat_on_a_real_terminal_still_draws_live(nsqd, busy_topic):
+    rc, text = _stat_on_a_pty(nsqd, busy_topic, "xterm-256color")
+    assert rc == 0, text
+    assert "nsqcli stat" in text and busy_topic in text
+    assert "\x1b[2K" in text or "\x1b[1A" in text, repr(text)  # redrawn in place
+    assert "ingress  egress" not in text

@@ -65,7 +65,9 @@ nsqcli stat --clients                          # also every consumer: RDY, in-fl
 @option("--per-node", is_flag=True, help="A row per node instead of summing over nodes.")
 @option("--clients", is_flag=True, help="Also show every consumer (live view and --json).")
 @option("--json", "as_json", is_flag=True, help="One NDJSON snapshot per interval on stdout.")
-@option("--live/--no-live", default=None, help="Live dashboard (default: when stdout is a TTY).")
+@option("--live/--no-live", default=None,
+        help="Live dashboard (default: when stdout is a terminal that can draw it). Where rich cannot "
+             "(TERM=dumb or unknown, TERM unset, smaller than 40x6), rows every --interval instead.")
 @option("--http-client-request-timeout", "request_timeout", type=DURATION, default="5s", show_default=True,
         help="How long each poll waits for the nodes' answers (nodes are asked at once); "
              "a node that has not answered by then is reported down.")
@@ -106,7 +108,18 @@ def stat(app, topic, channel, nsqd, lookupd, interval, count, per_node, clients,
     nsqd, lookupd = list(nsqd), list(lookupd)
     if not nsqd and not lookupd:
         nsqd = ["127.0.0.1:4151"]
+    asked_live = live
     live = sys.stdout.isatty() and not as_json if live is None else live
+    if live:
+        from rich import get_console
+
+        from ..views import cannot_draw_live
+
+        why = cannot_draw_live(get_console())
+        if why:  # rich would show a blank screen until the end: the plain rows instead
+            if asked_live:
+                app.warn(f"--live: no live view here ({why}): rows every --interval instead")
+            live = False
     stop = threading.Event()
     from ..signals import GracefulStop
 
