@@ -145,3 +145,40 @@ def test_a_full_queue_does_not_hold_the_caller(systemd):
     assert "queue" in n.last_error
     assert len(received(sock)) == results.count(True)
     assert n.status("room again") and sock.recv(4096) == b"STATUS=room again"
+
+
+def test_the_readme_unit_is_valid_and_names_real_options(tmp_path):
+    """README's sample unit: systemd-analyze verify has nothing to say about it (where systemd is
+    installed), and every option its ExecStart gives is one `nsqcli to-file --help` lists."""
+    import re
+    import shlex
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from helpers import run_nsqcli
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    m = re.search(r"<!-- systemd-unit -->\n```ini\n(.*?)```\n<!-- /systemd-unit -->", readme, re.S)
+    assert m, "README.md lost its systemd unit"
+    unit = m.group(1)
+    for needed in ("Type=notify", "NotifyAccess=main", "WatchdogSec=", "ExecReload=/bin/kill -HUP $MAINPID",
+                   "Restart=on-failure", "RestartSec=", "StartLimitIntervalSec=", "StartLimitBurst=",
+                   "KillSignal=SIGTERM", "TimeoutStopSec="):
+        assert needed in unit
+    exec_start = re.search(r"^ExecStart=(.*?)(?<!\\)$", unit, re.S | re.M).group(1).replace("\\\n", " ")
+    argv = shlex.split(exec_start)
+    assert argv[:2] == ["/usr/local/bin/nsqcli", "to-file"]
+    r = run_nsqcli(["to-file", "--help"])
+    assert r.returncode == 0
+    options = set(re.findall(r"(--[a-z][a-z-]+)", r.stdout.decode()))
+    given = [a for a in argv if a.startswith("--")]
+    assert "--metrics-address" in given and not set(given) - options, set(given) - options
+    if shutil.which("systemd-analyze"):
+        path = tmp_path / "nsqcli-archive.service"
+        path.write_text(unit.replace("/usr/local/bin/nsqcli", str(Path(sys.executable).parent / "nsqcli")))
+        v = subprocess.run(["systemd-analyze", "verify", "--man=no", str(path)], capture_output=True, text=True,
+                           timeout=60)
+        said = [ln for ln in (v.stdout + v.stderr).splitlines() if str(path) in ln or "nsqcli-archive" in ln]
+        assert v.returncode == 0 and not said, v.stdout + v.stderr
