@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 
 import pytest
 
@@ -27,7 +28,7 @@ def test_write_then_read(tmp_path):
 def test_a_reader_never_sees_a_partial_file(tmp_path):
     path = tmp_path / "status.json"
     sf = StatusFile(str(path))
-    big = {"depth": [{"topic": f"t{i}", "channel": "c", "depth": i} for i in range(300)]}
+    big = {"depth": [{"topic": f"t{i}", "channel": "c", "depth": i} for i in range(100)]}
     sf.write({"n": -1, **big})
     stop = threading.Event()
     seen, bad = [], []
@@ -43,6 +44,7 @@ def test_a_reader_never_sees_a_partial_file(tmp_path):
                 seen.append(json.loads(data)["n"])
             except ValueError:
                 bad.append(data[:80])
+            time.sleep(0.0005)  # let the writer run: a busy reader only slows the test
 
     t = threading.Thread(target=reader)
     t.start()
