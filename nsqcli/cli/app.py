@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 import sys
 import threading
-import time
 
+from ..daemon.outages import STABLE_AFTER, Outages, source_error, sources_recovered  # noqa: F401 - re-exported
 from ..errors import NSQError
 
 EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, EXIT_DEADLINE = 0, 1, 2, 3
@@ -65,6 +65,10 @@ class App:
 
     def __init__(self, verbosity: int = 0):
         self.verbosity = verbosity
+        # a logging.Logger (nsqcli.daemon.logs.setup): when set (the run harness sets it for the
+        # daemons), info/warn/debug are log records (timestamp, pid, --log-format json) instead
+        # of "nsqcli: ..." lines
+        self.logger = None
         self.context: str | None = None  # `nsqcli --context NAME`, then the one a command used
         self._console = None
 
@@ -81,81 +85,32 @@ class App:
     def stderr_is_tty(self) -> bool:
         return sys.stderr.isatty()
 
-    def info(self, text: str) -> None:
+    def info(self, text: str, event: str | None = None, fields: dict | None = None) -> None:
         if self.verbosity >= 0:
-            write_stderr(f"nsqcli: {text}")
+            if self.logger is not None:
+                self.logger.info(text, extra=_extra(event, fields))
+            else:
+                write_stderr(f"nsqcli: {text}")
 
-    def warn(self, text: str) -> None:
+    def warn(self, text: str, event: str | None = None, fields: dict | None = None) -> None:
         if self.verbosity >= 0:
-            write_stderr(f"nsqcli: warning: {text}")
+            if self.logger is not None:
+                self.logger.warning(text, extra=_extra(event, fields))
+            else:
+                write_stderr(f"nsqcli: warning: {text}")
 
-    def debug(self, text: str) -> None:
-        if self.verbosity >= 1:
+    def debug(self, text: str, event: str | None = None, fields: dict | None = None) -> None:
+        if self.logger is not None:  # the log level decides (--log-level debug)
+            self.logger.debug(text, extra=_extra(event, fields))
+        elif self.verbosity >= 1:
             write_stderr(f"nsqcli: {text}")
 
     def error(self, text: str) -> None:
         write_stderr(f"nsqcli: error: {text}")
 
 
-class Outages:
-    """Repeated warnings for failures that last (a dead destination, an nsqd refusing every
-    reconnect), one state per ``key``:
-
-    - the first failure is said at once (``warning: TEXT``);
-    - repeats of the same text while it lasts are counted, and said again with the count
-      (``TEXT (x9 since 12:00:01)``) at most every ``every`` seconds, or at once when the text
-      changes;
-    - the next success says one ``recovered`` line; a later outage is said again.
-
-    Thread-safe; the clock is injectable for tests."""
-
-    def __init__(self, app: "App", every: float = 30.0, clock=time.monotonic, wall=time.time):
-        self.app, self.every, self.clock, self.wall = app, every, clock, wall
-        self._lock = threading.Lock()
-        self._open: dict = {}  # key -> [text, count, first wall time, last said (clock)]
-
-    def failed(self, key, text: str) -> None:
-        """One more failure of ``key``; says it when new, changed, or due."""
-        now = self.clock()
-        with self._lock:
-            state = self._open.get(key)
-            if state is None:
-                self._open[key] = [text, 1, self.wall(), now]
-                line = text
-            else:
-                state[1] += 1
-                if text == state[0] and now - state[3] < self.every:
-                    return
-                state[0], state[3] = text, now
-                line = f"{text} (x{state[1]} since {self._hms(state[2])})"
-        self.app.warn(line)
-
-    def ok(self, key, what: str | None = None) -> None:
-        """``key`` works again: one ``recovered`` line if it was failing, else nothing."""
-        if key not in self._open:  # the common case, without the lock
-            return
-        with self._lock:
-            state = self._open.pop(key, None)
-        if state is not None:
-            n = state[1]
-            self.app.info(f"recovered: {what or key} ({n} failure{'s' if n != 1 else ''} since "
-                          f"{self._hms(state[2])})")
-
-    def say_still_failing(self) -> None:
-        """At the end of a run: each outage that has not recovered, with its count."""
-        with self._lock:
-            still = list(self._open.values())
-        for text, n, since, _ in still:
-            if n > 1:
-                self.app.warn(f"{text} (x{n} since {self._hms(since)}, not recovered)")
-
-    def failing(self) -> list:
-        with self._lock:
-            return list(self._open)
-
-    @staticmethod
-    def _hms(t: float) -> str:
-        return time.strftime("%H:%M:%S", time.localtime(t))
+def _extra(event: str | None, fields: dict | None) -> dict:
+    return {"event": event or "log", "fields": fields or {}}
 
 
 def once_each(say):
@@ -172,38 +127,6 @@ def once_each(say):
         say(text)
 
     return notice
-
-
-def source_error(outages: Outages, err) -> None:
-    """A consumer's error (its nsqd lost or refusing, a lookupd failing): said when it starts,
-    counted while it lasts; :func:`sources_recovered` says when the nsqd is back."""
-    outages.failed(("source", getattr(err, "address", None) or getattr(err, "endpoint", None)), f"source: {err}")
-
-
-#: seconds a connection must have lasted before its source counts as recovered
-STABLE_AFTER = 1.0
-
-
-def sources_recovered(outages: Outages, consumers) -> None:
-    """Called periodically: a source that failed and whose nsqd is connected again (or, for an
-    error without an address, any connection) recovered."""
-    failing = [k for k in outages.failing() if isinstance(k, tuple) and k[0] == "source"]
-    if not failing:
-        return
-    # connected for a while: a server that fails every connection right after its handshake
-    # (garbage after SUB's OK) stays one counted outage, not "recovered" after each reconnect
-    now = time.time()
-    connected = {s.address for c in consumers for s in c.stats()
-                 if s.connected_at is not None and now - s.connected_at >= STABLE_AFTER}
-    for key in failing:
-        if key[1] in connected or (connected and not _is_nsqd(key[1], consumers)):
-            outages.ok(key, f"source {key[1]}" if key[1] else "source")
-
-
-def _is_nsqd(address, consumers) -> bool:
-    """An explicitly given nsqd (recovers only when connected again); other addresses (lookupd,
-    an nsqd found through lookupd that is gone) recover once anything is connected."""
-    return address is not None and any(address in c.nsqd_addresses for c in consumers)
 
 
 def stop_on_signals(event, signals=None) -> None:

@@ -18,7 +18,7 @@ import time
 
 from ..errors import NSQError
 from . import workers
-from .http import lookup_all
+from .http import base_url, lookup_all
 
 #: seconds after the loss of a lookupd-found nsqd during which lookupd is re-polled quickly
 LOST_WINDOW = 300.0
@@ -37,6 +37,10 @@ class Discovery:
         self.lost: dict[str, float] = {}  # lookupd-found address -> when it was lost
         self.fast_polls = 0               # consecutive quick re-polls since a loss
         self.next_poll = 0.0
+        # what the last polls said, for the outage log (nsqcli.daemon.outages): the topic's
+        # producers when every lookupd answered (None until then), each lookupd's last answer
+        self.listed: set[str] | None = None
+        self.answered: dict[str, float] = {}  # lookupd base URL -> time.time() it last answered
 
     @property
     def lookupds(self) -> list[str]:
@@ -125,6 +129,7 @@ class Discovery:
         if deadline is not None:
             timeout = max(0.001, min(timeout, deadline - time.monotonic()))
         producers, errors = lookup_all(self.lookupds, c.topic, timeout)
+        self._note_answers(producers, errors)
         if report:
             for e in errors:
                 c._report(e)
@@ -137,6 +142,15 @@ class Discovery:
                     errors.append(err)
         self.plan_next_poll()
         return list(errors)
+
+    def _note_answers(self, producers: list, errors: list) -> None:
+        failed = {_base(getattr(e, "endpoint", "")) for e in errors}
+        now = time.time()
+        for address in self.lookupds:
+            if _base(address) not in failed:
+                self.answered[_base(address)] = now
+        if not errors:
+            self.listed = {p.tcp_address for p in producers}
 
     def plan_next_poll(self) -> None:
         """Regular polls every lookupd_poll_interval (jittered); quick ones with backoff while a
@@ -158,3 +172,11 @@ class Discovery:
             if not self.consumer._handles:  # nothing to read yet: find a new topic's first nsqd soon
                 nxt = min(nxt, now + min(cfg.lookupd_poll_interval, 5.0))
             self.next_poll = nxt
+
+
+def _base(address: str) -> str:
+    """A lookupd address as its errors name it (http://host:port), whatever the path."""
+    try:
+        return base_url(address)
+    except ValueError:
+        return address
