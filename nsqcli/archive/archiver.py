@@ -5,7 +5,12 @@ Sync (write + fsync, then FIN every buffered message) happens when the buffer re
 max_in_flight, when the consumer is starved (some connection has >= 85 % of its RDY in
 flight: nsqd will not send more until we FIN), every ``sync_interval``, on SIGHUP, and at
 stop. A write or fsync error stops the run: the buffered messages are requeued (never FINed),
-and the error is reported.
+and :meth:`Archiver.fatal_message` says what failed (the path) and the messages' fate.
+
+Log lines (INFO unless said): every file closed with why (``closed PATH (--rotate-size reached;
+1048576 bytes, 5000 records)``), ``SIGHUP: closing and moving N files``, ``archiving topic T``,
+``topic T disappeared ...`` (WARNING when it was still receiving messages). Each carries an
+event name and fields (``extra``) for ``--log-format json``.
 
 Topics come from ``--topic`` or from ``--topic-pattern`` matched against the topics that every
 reachable nsqlookupd knows, refreshed every ``topic_refresh`` (first at start-up). Topics that
@@ -32,6 +37,25 @@ from .writer import ArchiveFile, FileOptions, escaping_name
 
 log = logging.getLogger("nsqcli.archive.archiver")
 
+#: the per-topic counts kept when a topic is removed (added back if it is archived again)
+RETIRED_KEYS = ("received", "finished", "requeued", "syncs", "closed", "bytes_written", "timed_out",
+                "lost_responses", "late_messages")
+REASONS = {"size": "--rotate-size reached", "interval": "--rotate-interval passed",
+           "datetime": "the <DATETIME> of its name changed", "sighup": "SIGHUP", "stop": "stopping",
+           "topic_gone": "its topic disappeared"}
+#: errnos of a full disk (or a file size limit): a restart fails again until there is room
+FULL = {28, 122, 27}  # ENOSPC, EDQUOT, EFBIG
+
+
+def ev(event: str, **fields) -> dict:
+    """``extra=`` for a record with an event and fields (nsqcli.daemon.logs shows them)."""
+    return {"event": event, "fields": fields}
+
+
+def say_closed(topic: str, path: Path, reason: str, size: int, records: int) -> None:
+    log.info("closed %s (%s; %d bytes, %d records)", path, REASONS.get(reason, reason), size, records,
+             extra=ev("file_closed", topic=topic, path=str(path), reason=reason, bytes=size, records=records))
+
 #: handler threads shared by every topic (a batch is written to its file's buffer; a sync
 #: fsyncs, so two let one topic sync while another writes)
 HANDLER_THREADS = 2
@@ -54,7 +78,8 @@ class TopicArchiver:
                  config: Config, nsqd: list[str], lookupd: list[str], on_error: Callable,
                  on_fatal: Callable, handlers: HandlerPool | None = None):
         self.topic = topic
-        self.file = ArchiveFile(topic, opts, on_trim=say_trimmed)
+        self.file = ArchiveFile(topic, opts, on_trim=say_trimmed,
+                                on_close=lambda *a: say_closed(topic, *a))
         self.format = formatter
         self.on_fatal = on_fatal
         self.lock = threading.Lock()
@@ -62,6 +87,8 @@ class TopicArchiver:
         self.failed: BaseException | None = None
         self.received = 0
         self.finished = 0
+        self.requeued = 0            # given back to nsqd because they were not durable (a write failed)
+        self.last_received = 0.0     # time.time() of the last batch
         self.consumer = Consumer(topic, channel, batch_handler=self._on_batch, config=config,
                                  nsqd_tcp_addresses=nsqd, lookupd_http_addresses=lookupd,
                                  on_error=on_error, handlers=handlers)
@@ -76,9 +103,11 @@ class TopicArchiver:
         for m in msgs:
             m.auto_response = False  # FINed after the sync (disable_auto_response, inlined: hot path)
         with self.lock:
+            self.last_received = time.time()
             if self.failed is not None:
                 for m in msgs:
                     m.requeue(delay=0, backoff=False)
+                self.requeued += len(msgs)
                 return
             self.file.add(self.format(msgs), len(msgs))
             for m in msgs:  # its record is in the file's buffer; FIN or REQ needs only the id
@@ -98,6 +127,7 @@ class TopicArchiver:
             self.failed = e
             for m in self.pending:  # not durable: give them back, never FIN
                 m.requeue(delay=0, backoff=False)
+            self.requeued += len(self.pending)
             self.pending = []
             self.on_fatal(self, e)
             return
@@ -113,36 +143,44 @@ class TopicArchiver:
                 self._sync_locked()
             if self.failed is None:
                 try:
-                    if self.file.maybe_rotate():
-                        log.info("closed %s", self.file.closed_files[-1])
+                    self.file.maybe_rotate()  # said by the file's on_close
                 except OSError as e:
                     self.failed = e
                     self.on_fatal(self, e)
 
-    def sync_and_close(self) -> None:
+    def sync_and_close(self, reason: str = "stop") -> None:
         """SIGHUP and stop: make everything durable, FIN it, close and move the file."""
         with self.lock:
             self._sync_locked()
             if self.failed is None:
                 try:
-                    closed = self.file.close()
+                    self.file.close(reason)  # said by the file's on_close
                 except OSError as e:
                     self.failed = e
                     self.on_fatal(self, e)
-                    return
-                if closed:
-                    log.info("closed %s", closed)
 
-    def stop(self, timeout: float = 30.0) -> None:
+    def stop(self, timeout: float = 30.0, reason: str = "stop") -> None:
         """CLS, take what is still arriving, final sync + FIN, close, then stop the consumer."""
         self.consumer.drain(timeout)
-        self.sync_and_close()
+        self.sync_and_close(reason)
         self.consumer.stop(timeout)
         f = self.file
         t = self.consumer.totals()
         log.info("topic %s: %d messages archived and FINed in %d syncs, %d files closed; %d FINs lost "
                  "with their connection, %d late messages (nsqd redelivers both)", self.topic,
-                 self.finished, f.syncs, len(f.closed_files), t["lost_responses"], t["late_messages"])
+                 self.finished, f.syncs, f.closed, t["lost_responses"], t["late_messages"],
+                 extra=ev("topic_stopped", topic=self.topic, finished=self.finished, syncs=f.syncs,
+                          files_closed=f.closed, lost_responses=t["lost_responses"],
+                          late_messages=t["late_messages"]))
+
+    def counts(self) -> dict:
+        """This topic's counts since it was added (RETIRED_KEYS)."""
+        f = self.file
+        t = self.consumer.totals()
+        return {"received": self.received, "finished": self.finished, "requeued": self.requeued,
+                "syncs": f.syncs, "closed": f.closed, "bytes_written": f.bytes_written,
+                "timed_out": t["timed_out"], "lost_responses": t["lost_responses"],
+                "late_messages": t["late_messages"]}
 
 
 class Archiver:
@@ -167,6 +205,11 @@ class Archiver:
         self.handlers = HandlerPool(HANDLER_THREADS, name="nsqcli-archive")
         self._refused: set[str] = set()  # topics found whose file names would leave --output-dir
         self.fatal: BaseException | None = None
+        self.fatal_topic: TopicArchiver | None = None
+        self.write_errors = 0
+        self._retired: dict[str, dict] = {}  # topic -> counts of its earlier subscriptions (removed)
+        self._retired_last_fsync: float | None = None
+        self._stopped: list[TopicArchiver] = []  # removed topics' archivers whose work file was not moved
         self.stop_event = threading.Event()
         self.hup_event = threading.Event()
         self._lock = threading.Lock()
@@ -209,8 +252,9 @@ class Archiver:
         ask_all(archivers, lambda a: a.stop(timeout), timeout + 5, threads=STOP_THREADS, name=lambda a: a.topic)
 
     def _fatal(self, archiver: TopicArchiver, err: BaseException) -> None:
+        self.write_errors += 1
         if self.fatal is None:
-            self.fatal = err
+            self.fatal, self.fatal_topic = err, archiver
         self.stop_event.set()
 
     # -- topics -------------------------------------------------------------------------------------
@@ -223,15 +267,46 @@ class Archiver:
         a.start(fail_fast=fail_fast, found=found)
         with self._lock:
             self.topics[topic] = a
-        log.info("archiving topic %s", topic)
+        again = " again" if topic in self._retired else ""
+        log.info("archiving topic %s%s", topic, again, extra=ev("topic_added", topic=topic, nsqd=list(found),
+                                                               again=bool(again)))
 
     def _remove_topic(self, topic: str) -> None:
         with self._lock:
-            a = self.topics.pop(topic, None)
-        if a is not None:
-            a.stop()
-            fdlimit.reserve(-1)
-            log.info("topic %s disappeared: unsubscribed, file closed", topic)
+            a = self.topics.get(topic)
+        if a is None:
+            return
+        pending, last = len(a.pending), a.last_received
+        a.stop(reason="topic_gone")
+        with self._lock:
+            self.topics.pop(topic, None)
+            self._retire(a)
+        fdlimit.reserve(-1)
+        ago = time.time() - last if last else None
+        busy = pending or (ago is not None and ago < max(2 * self.topic_refresh, 10.0))
+        what = (f"no message received" if ago is None else f"last message {ago:.1f}s ago") + \
+            f", {a.received} archived by this subscription"
+        fields = dict(topic=topic, pending=pending, last_message_seconds_ago=None if ago is None else round(ago, 3),
+                      received=a.received)
+        if busy:
+            log.warning("topic %s disappeared (no nsqlookupd lists a producer for it): unsubscribed, file "
+                        "closed, while it was receiving messages (%s%s): what its channel still holds stays "
+                        "in nsqd until the topic is archived again", topic, what,
+                        f"; {pending} buffered ones were synced first" if pending else "",
+                        extra=ev("topic_removed", busy=True, **fields))
+        else:
+            log.info("topic %s disappeared (no nsqlookupd lists a producer for it): unsubscribed, file closed "
+                     "(%s)", topic, what, extra=ev("topic_removed", busy=False, **fields))
+
+    def _retire(self, a: TopicArchiver) -> None:
+        """Keep a removed topic's counts (with the lock): never back to zero if it comes again."""
+        old = self._retired.setdefault(a.topic, dict.fromkeys(RETIRED_KEYS, 0))
+        for k, v in a.counts().items():
+            old[k] += v
+        if a.file.last_sync and (self._retired_last_fsync or 0) < a.file.last_sync:
+            self._retired_last_fsync = a.file.last_sync
+        if a.failed is not None:
+            self._stopped.append(a)
 
     def lookupd_topics(self) -> set[str] | None:
         """Union of /topics over every lookupd, asked at once; None if none answered. Partial
@@ -300,8 +375,11 @@ class Archiver:
                     archivers = list(self.topics.values())
                 if self.hup_event.is_set():
                     self.hup_event.clear()
+                    n = sum(1 for a in archivers if a.file.is_open or a.file.pending)
+                    log.info("SIGHUP: closing and moving %d file%s", n, "s" if n != 1 else "",
+                             extra=ev("sighup", files=n))
                     for a in archivers:
-                        a.sync_and_close()
+                        a.sync_and_close("sighup")
                 for a in archivers:
                     a.tick(now, self.sync_interval)
                 if self.status_interval and time.monotonic() >= self._next_status:
@@ -321,6 +399,8 @@ class Archiver:
         """A periodic line per topic for daemons without a terminal."""
         self._next_status = time.monotonic() + self.status_interval
         for row in self.status():
+            if not row["active"]:
+                continue
             before = self._status_last.get(row["topic"], 0)
             self._status_last[row["topic"]] = row["received"]
             log.info("topic %s: %d messages (%.1f/s), %d pending, file %s (%d bytes), %d syncs, %d files closed, "
@@ -330,15 +410,64 @@ class Archiver:
                      row["timed_out"], row["lost_responses"], row["late_messages"])
 
     def status(self) -> list[dict]:
+        """One row per topic archived since the start: counts cumulative over the process's life
+        (a topic removed and found again goes on from its earlier counts); ``active`` False for
+        a topic not archived now."""
         with self._lock:
             archivers = list(self.topics.values())
+            retired = {t: dict(c) for t, c in self._retired.items()}
         rows = []
         for a in archivers:
             f = a.file
-            t = a.consumer.totals()
-            rows.append({"topic": a.topic, "file": f.name, "size": f.size, "received": a.received,
-                         "finished": a.finished, "pending": len(a.pending), "syncs": f.syncs,
-                         "last_sync": f.last_sync, "closed": len(f.closed_files),
-                         "timed_out": t["timed_out"], "lost_responses": t["lost_responses"],
-                         "late_messages": t["late_messages"]})
+            counts = a.counts()
+            for k, v in retired.pop(a.topic, {}).items():
+                counts[k] += v
+            rows.append({"topic": a.topic, "active": True, "file": f.name, "size": f.size, "pending": len(a.pending),
+                         "last_sync": f.last_sync, **counts})
+        for topic, counts in sorted(retired.items()):
+            rows.append({"topic": topic, "active": False, "file": None, "size": 0, "pending": 0, "last_sync": None,
+                         **counts})
         return rows
+
+    def totals(self) -> dict:
+        """Archiver-wide, cumulative (metrics): bytes_written, fsyncs, files_rotated (closed and
+        moved), last_fsync (epoch seconds or None), write_errors."""
+        rows = self.status()
+        with self._lock:
+            syncs = [a.file.last_sync for a in self.topics.values() if a.file.last_sync]
+        if self._retired_last_fsync:
+            syncs.append(self._retired_last_fsync)
+        return {"bytes_written": sum(r["bytes_written"] for r in rows), "fsyncs": sum(r["syncs"] for r in rows),
+                "files_rotated": sum(r["closed"] for r in rows), "last_fsync": max(syncs, default=None),
+                "write_errors": self.write_errors}
+
+    def fatal_message(self) -> str:
+        """What stopped the run (call after stop()): the path that failed, what happened, and
+        the fate of the messages - requeued (not durable) vs already on disk and FINed."""
+        a, e = self.fatal_topic, self.fatal
+        if e is None:
+            return ""
+        why = getattr(e, "strerror", None) or str(e)
+        rows = self.status()
+        finished = sum(r["finished"] for r in rows)
+        requeued = sum(r["requeued"] for r in rows)
+        with self._lock:
+            every = list(self.topics.values()) + self._stopped
+        unmoved = sorted({str(x.file.unmoved) for x in every if x.file.unmoved is not None and x.file.unmoved.exists()})
+        op, path = (a.file.failure if a is not None and a.file.failure else ("write", str(getattr(e, "filename", "") or "?")))
+        fate = (f"{requeued} message{'s' if requeued != 1 else ''} not yet on disk "
+                f"{'were' if requeued != 1 else 'was'} requeued (nsqd delivers them again); "
+                f"{finished} earlier {'ones are' if finished != 1 else 'one is'} on disk and FINed")
+        left = (f"; left in --work-dir (the next start moves {'them' if len(unmoved) > 1 else 'it'} into "
+                f"--output-dir): {', '.join(unmoved)}") if unmoved else ""
+        if op == "move":
+            text = (f"cannot move a closed archive file into --output-dir: {path}: {why}. The messages in it were "
+                    f"fsync'ed and FINed before the move: nothing of it is lost{left}. In all {fate}")
+        elif op == "open":
+            text = f"cannot create the archive file {path}: {why}. Nothing was written to it: {fate}{left}"
+        else:
+            text = f"cannot write the archive ({op} of {path}): {why}. {fate}{left}"
+        if getattr(e, "errno", None) in FULL:
+            text += (". Free space (or raise the limit) before it starts again: a restart now fails again "
+                     "(under systemd, slow the restarts down: RestartSec=30s, RestartSteps=5, RestartMaxDelaySec=10min)")
+        return text

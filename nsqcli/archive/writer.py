@@ -26,6 +26,7 @@ import os
 import re
 import socket
 import time
+from collections import deque
 from pathlib import Path
 
 from ..client.record import Record
@@ -94,11 +95,12 @@ def short_host() -> str:
 class ArchiveFile:
     """One topic's current archive file. Not thread-safe: the caller holds a lock."""
 
-    def __init__(self, topic: str, opts: FileOptions, clock=time.time, on_trim=None):
+    def __init__(self, topic: str, opts: FileOptions, clock=time.time, on_trim=None, on_close=None):
         self.topic = topic
         self.opts = opts
         self.clock = clock
         self.on_trim = on_trim             # (path, bytes) when a torn tail left by a crash was cut
+        self.on_close = on_close           # (final path, reason, bytes, records) when a file was closed
         self._checked: set[Path] = set()   # files of earlier runs already checked for a torn tail
         self._scanned = False              # the newest earlier file of this topic was checked
         self._records: list[bytes] = []
@@ -111,9 +113,15 @@ class ArchiveFile:
         self.opened_at = 0.0
         self.size = 0                       # bytes on disk
         self.written = 0                    # records written to disk (this file)
-        self.syncs = 0
+        self.syncs = 0                      # syncs that wrote (each ends with an fsync)
         self.last_sync: float | None = None
-        self.closed_files: list[Path] = []  # final paths of files closed (for logs/tests)
+        self.bytes_written = 0              # bytes on disk, every file of this topic (this process)
+        self.closed = 0                     # files closed and moved into output_dir
+        self.closed_files: deque[Path] = deque(maxlen=100)  # the last final paths (for logs/tests)
+        # what failed (op, path): "open" (creating the file), "write", "fsync" (its work file),
+        # "move" (the rename into output_dir: the path it was to get); unmoved: the work file left
+        self.failure: tuple[str, str] | None = None
+        self.unmoved: Path | None = None
 
     # -- naming -------------------------------------------------------------------------------
     def _datetime(self, now: float) -> str:
@@ -235,25 +243,34 @@ class ArchiveFile:
 
     def sync(self) -> int:
         """Write buffered records and fsync. Returns how many records became durable.
-        Raises OSError (disk full, ...) with the buffer intact."""
+        Raises OSError (disk full, ...) with the buffer intact; ``failure`` says where."""
         now = self.clock()
-        if self._fd is not None and self._must_rotate(now):
-            self.close()
+        if self._fd is not None:
+            reason = self._must_rotate(now)
+            if reason:
+                self.close(reason)
         if not self._records:  # files open lazily: an idle topic never gets an empty file
             return 0
         if self._fd is None:
-            self._open(now)
+            try:
+                self._open(now)
+            except OSError as e:
+                self.failure = ("open", str(e.filename or self.opts.work))
+                raise
         data = b"".join(self._records)
         if self.opts.gzip:
             data = gzip.compress(data, self.opts.gzip_level, mtime=0)  # one complete member
         view = memoryview(data)
         start = self.size
+        op = "write"
         try:
             while view:
                 n = os.write(self._fd, view)
                 view = view[n:]
+            op = "fsync"
             os.fsync(self._fd)
         except OSError:
+            self.failure = (op, str(self.path))
             # leave the file as it was before this sync: complete records/members only
             try:
                 os.ftruncate(self._fd, start)
@@ -264,37 +281,65 @@ class ArchiveFile:
         self._records = []
         self._count = 0
         self.size += len(data)
+        self.bytes_written += len(data)
         self.written += n
         self.syncs += 1
         self.last_sync = now
         if self.opts.rotate_size and self.size >= self.opts.rotate_size:
-            self.close()
+            self.close("size")
         return n
 
-    def _must_rotate(self, now: float) -> bool:
+    def _must_rotate(self, now: float) -> str:
+        """Why the open file must be closed now ("size", "interval", "datetime"), or ""."""
         o = self.opts
-        return bool(self._name(now, None) != self._base
-                    or (o.rotate_interval and now - self.opened_at >= o.rotate_interval)
-                    or (o.rotate_size and self.size >= o.rotate_size))
+        if o.rotate_size and self.size >= o.rotate_size:
+            return "size"
+        if o.rotate_interval and now - self.opened_at >= o.rotate_interval:
+            return "interval"
+        if self._name(now, None) != self._base:
+            return "datetime"
+        return ""
 
-    def maybe_rotate(self) -> bool:
-        """Close the current file if its time is up (called on a timer too). True if closed."""
-        if self._fd is not None and not self._records and self._must_rotate(self.clock()):
-            self.close()
-            return True
-        return False
+    @property
+    def is_open(self) -> bool:
+        return self._fd is not None
 
-    def close(self) -> Path | None:
-        """fsync, close, move into output_dir. Buffered records must be synced first."""
+    def maybe_rotate(self) -> str:
+        """Close the current file if its time is up (called on a timer too). The reason if
+        closed ("size", "interval", "datetime"), else ""."""
+        if self._fd is not None and not self._records:
+            reason = self._must_rotate(self.clock())
+            if reason:
+                self.close(reason)
+                return reason
+        return ""
+
+    def close(self, reason: str = "stop") -> Path | None:
+        """fsync, close, move into output_dir. Buffered records must be synced first.
+        ``reason`` (size, interval, datetime, sighup, stop, topic_gone) goes to on_close."""
         if self._fd is None:
             return None
         fd, self._fd = self._fd, None
-        os.fsync(fd)
+        try:
+            os.fsync(fd)
+        except OSError:
+            self.failure, self.unmoved = ("fsync", str(self.path)), self.path
+            os.close(fd)
+            raise
         os.close(fd)
-        final = self._move(self.path, self.name)
+        try:
+            final = self._move(self.path, self.name)
+        except OSError as e:
+            dest = getattr(e, "filename2", None) or Path(self.opts.output_dir) / self.name
+            self.failure, self.unmoved = ("move", str(dest)), self.path
+            raise
+        size, records = self.size, self.written
         if final is not None:
             self.closed_files.append(final)
+            self.closed += 1
         self._rev += 1
+        if final is not None and self.on_close is not None:
+            self.on_close(final, reason, size, records)
         return final
 
     def _move(self, path: Path, name: str) -> Path:
