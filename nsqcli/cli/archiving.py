@@ -16,6 +16,7 @@ import time
 
 from ..client.config import Config, TLSConfig
 from .app import once_each
+from .harness import Job
 
 #: bump when a field of the spec changes meaning: a handed-off process refuses another version
 SPEC_VERSION = 1
@@ -37,68 +38,135 @@ def config_from_spec(spec: dict, app) -> Config:
     return Config(tls=tls, **fields)
 
 
+def settings_of(spec: dict):
+    from .harness import Settings
+
+    return Settings(live=spec["live"], status_interval=spec["status_interval"], as_json=spec["json"],
+                    metrics_address=spec.get("metrics_address"), status_file=spec.get("status_file"),
+                    log_format=spec.get("log_format") or "text", log_level=spec["log_level"])
+
+
 def run(app, spec: dict) -> int:
     """Archive until SIGINT/SIGTERM (clean stop, exit 0) or a write error (NSQError, exit 1)."""
-    from ..archive.archiver import Archiver
-    from ..archive.writer import FileOptions
-    from ..records import Formatter
-    from .app import Outages, source_error, sources_recovered
-    from .signals import GracefulStop
+    from .harness import run as run_harness
 
     if spec.get("version") != SPEC_VERSION:
         raise ValueError(f"to-file spec version {spec.get('version')!r}, this nsqcli runs {SPEC_VERSION}")
-    cfg = config_from_spec(spec["config"], app)
-    opts = FileOptions(**spec["file_options"])
-    setup_logging(spec["log_level"])
-    formatter = Formatter(spec["format"])
-    sep = b"\n"
+    settings = settings_of(spec)
+    setup_logging(spec["log_level"], settings.log_format)
+    return run_harness(app, ToFile(app, spec), settings)
 
-    def records(msgs: list) -> bytes:  # each record with its separator, in one join (no `+ sep` copy)
-        out = formatter.many(msgs)
-        out.append(b"")
-        return sep.join(out)
 
-    logger = logging.getLogger("nsqcli")  # said when it starts, counted, then "recovered"
-    outages = Outages(_LogSays(logger))
-    show_live = spec["live"]
-    topic_pattern, lookupd = spec["topic_pattern"], spec["lookupd"]
-    archiver = Archiver(topics=list(spec["topics"]), topic_pattern=topic_pattern,
-                        topic_refresh=spec["topic_refresh"], channel=spec["channel"], opts=opts,
-                        formatter=records, config=cfg,
-                        nsqd=spec["nsqd"], lookupd=lookupd, sync_interval=spec["sync_interval"],
-                        on_error=lambda e: source_error(outages, e),
-                        status_interval=0.0 if show_live else spec["status_interval"])
-    stopper = GracefulStop(archiver.stop_event).install()
-    signal.signal(signal.SIGHUP, lambda *_: archiver.hup_event.set())
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})  # blocked across a hand-off's exec
-    with stopper.blocking():  # a signal while connecting ends it at once (130)
-        archiver.start()
-    if topic_pattern and not archiver.topics:  # said once; "archiving topic X" when one comes
-        logger.info("waiting for a topic matching %r: nsqlookupd %s knows none with a producer yet "
-                    "(asked every %gs)", topic_pattern, ", ".join(lookupd), spec["topic_refresh"])
-    view = None
-    if show_live:
+class ToFile(Job):
+    name = "to-file"
+
+    def __init__(self, app, spec: dict):
+        super().__init__()
+        from ..archive.archiver import Archiver
+        from ..archive.writer import FileOptions
+        from ..records import Formatter
+        from .app import Outages, source_error
+
+        cfg = config_from_spec(spec["config"], app)
+        formatter = Formatter(spec["format"])
+        sep = b"\n"
+
+        def records(msgs: list) -> bytes:  # each record with its separator, in one join (no `+ sep` copy)
+            out = formatter.many(msgs)
+            out.append(b"")
+            return sep.join(out)
+
+        self.log = logging.getLogger("nsqcli")
+        self.outages = Outages(_LogSays(self.log))  # said when it starts, counted, then "recovered"
+        self.spec = spec
+        self.archiver = Archiver(topics=list(spec["topics"]), topic_pattern=spec["topic_pattern"],
+                                 topic_refresh=spec["topic_refresh"], channel=spec["channel"],
+                                 opts=FileOptions(**spec["file_options"]), formatter=records, config=cfg,
+                                 nsqd=spec["nsqd"], lookupd=spec["lookupd"], sync_interval=spec["sync_interval"],
+                                 on_error=lambda e: source_error(self.outages, e), status_interval=0.0)
+        self.archiver.stop_event = self.done  # one event: a write error stops the run as a signal does
+        self._status_last: dict[str, int] = {}
+
+    def consumers(self) -> list:
+        return [a.consumer for a in list(self.archiver.topics.values())]
+
+    def start(self, deadline, stopper) -> None:
+        signal.signal(signal.SIGHUP, lambda *_: self.archiver.hup_event.set())
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})  # blocked across a hand-off's exec
+        self.archiver.start()
+        spec = self.spec
+        if spec["topic_pattern"] and not self.archiver.topics:  # said once; "archiving topic X" when one comes
+            self.log.info("waiting for a topic matching %r: nsqlookupd %s knows none with a producer yet "
+                          "(asked every %gs)", spec["topic_pattern"], ", ".join(spec["lookupd"]), spec["topic_refresh"])
+
+    def last_progress(self) -> float:
+        return time.monotonic()  # to-file has no --idle-timeout
+
+    def live_view(self, console):
         from .views import LiveArchive
 
-        view = LiveArchive(app.console, archiver).start()
-    try:
-        while not archiver.stop_event.wait(0.2):
-            sources_recovered(outages, [a.consumer for a in list(archiver.topics.values())])
-    finally:
-        if view is not None:
-            view.stop()
-        archiver.stop()
-    if archiver.fatal is not None:
-        from ..errors import NSQError
+        return LiveArchive(console, self.archiver)
 
-        e = archiver.fatal
-        raise NSQError(f"stopped: cannot write the archive ({getattr(e, 'strerror', None) or e}"
-                       f"{': ' + str(e.filename) if getattr(e, 'filename', None) else ''}); "
-                       "messages not on disk were requeued")
-    if spec["json"]:
-        json_summary(archiver.status())
-    sys.stderr.flush()
-    return 0
+    def stop(self, end) -> None:
+        self.archiver.stop()
+
+    def status_lines(self, elapsed: float) -> list[str]:
+        """A line per topic (daemons without a terminal)."""
+        lines = []
+        interval = max(1e-9, self.spec["status_interval"] or elapsed)
+        for row in self.archiver.status():
+            before = self._status_last.get(row["topic"], 0)
+            self._status_last[row["topic"]] = row["received"]
+            synced = (time.strftime("%H:%M:%SZ", time.gmtime(row["last_sync"])) if row["last_sync"] else "never")
+            lines.append(f"topic {row['topic']}: {row['received']} messages ({(row['received'] - before) / interval:.1f}/s), "
+                         f"{row['pending']} pending, file {row['file'] or '-'} ({row['size']} bytes), {row['syncs']} syncs "
+                         f"(last {synced}), {row['closed']} files closed, {row['timed_out']} timed out, "
+                         f"{row['lost_responses']} lost acks, {row['late_messages']} late")
+        return lines
+
+    def topic_rows(self) -> list[dict]:
+        channel = self.spec["channel"]
+        rows = []
+        for row in self.archiver.status():
+            rows.append({"topic": row["topic"], "channel": channel, "received": row["received"],
+                         "finished": row["finished"], "requeued": row.get("requeued", 0),
+                         "timed_out": row["timed_out"], "lost_responses": row["lost_responses"]})
+        return rows
+
+    def counters(self) -> dict:
+        totals = getattr(self.archiver, "totals", None)
+        if totals is not None:
+            t = totals()
+            return {"bytes_written": t["bytes_written"], "fsyncs": t["fsyncs"], "files_rotated": t["files_rotated"]}
+        rows = self.archiver.status()
+        return {"bytes_written": sum(r.get("bytes_written", r["size"]) for r in rows),
+                "fsyncs": sum(r["syncs"] for r in rows), "files_rotated": sum(r["closed"] for r in rows)}
+
+    def gauges(self) -> dict:
+        synced = [r["last_sync"] for r in self.archiver.status() if r["last_sync"]]
+        return {"last_fsync_timestamp_seconds": max(synced) if synced else 0.0}
+
+    def problems(self) -> list[str]:
+        e = self.archiver.fatal
+        if e is not None:
+            return [f"cannot write the archive: {getattr(e, 'strerror', None) or e}"]
+        return []
+
+    def finish(self, elapsed, expired, settings, app) -> None:
+        archiver = self.archiver
+        if archiver.fatal is not None:
+            from ..errors import NSQError
+
+            message = getattr(archiver, "fatal_message", None)
+            if message is not None:
+                raise NSQError(message())
+            e = archiver.fatal
+            raise NSQError(f"stopped: cannot write the archive ({getattr(e, 'strerror', None) or e}"
+                           f"{': ' + str(e.filename) if getattr(e, 'filename', None) else ''}); "
+                           "messages not on disk were requeued")
+        if settings.as_json:
+            json_summary(archiver.status())
+        sys.stderr.flush()
 
 
 class _LogSays:
@@ -134,11 +202,17 @@ class _StderrLines(logging.Handler):
             self.handleError(record)
 
 
-def setup_logging(level: str) -> None:
-    handler = _StderrLines()
-    handler.setFormatter(logging.Formatter("%(asctime)s nsqcli to-file %(levelname)s: %(message)s",
-                                           "%Y-%m-%dT%H:%M:%S"))
-    handler.formatter.converter = time.gmtime
-    root = logging.getLogger("nsqcli")
-    root.handlers[:] = [handler]
-    root.setLevel({"warn": logging.WARNING}.get(level, getattr(logging, level.upper())))
+def setup_logging(level: str, fmt: str = "text") -> None:
+    """to-file's log lines: text (timestamped) or json (nsqcli.daemon.logs); ``plain`` is text."""
+    try:
+        from ..daemon.logs import setup
+    except ImportError:  # (being written)
+        handler = _StderrLines()
+        handler.setFormatter(logging.Formatter("%(asctime)s nsqcli to-file %(levelname)s: %(message)s",
+                                               "%Y-%m-%dT%H:%M:%S"))
+        handler.formatter.converter = time.gmtime
+        root = logging.getLogger("nsqcli")
+        root.handlers[:] = [handler]
+        root.setLevel({"warn": logging.WARNING}.get(level, getattr(logging, level.upper())))
+        return
+    setup("to-file", level, "json" if fmt == "json" else "text")

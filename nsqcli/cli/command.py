@@ -12,7 +12,8 @@ from __future__ import annotations
 import click
 
 #: help sections in display order; options without a group belong to the command itself
-SECTIONS = ("Options", "Connection", "TLS", "Compression", "Auth", "Destination", "HTTP", "Spark", "Global")
+SECTIONS = ("Options", "Monitoring", "Connection", "TLS", "Compression", "Auth", "Destination", "HTTP", "Spark",
+            "Global")
 
 
 class Option(click.Option):

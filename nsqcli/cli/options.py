@@ -466,17 +466,40 @@ def timeout_option(help: str = "Give up (exit 3) if the work is not done by then
     return option("--timeout", type=DURATION, default=None, help=help)
 
 
-def relay_run_options(count_help: str):
-    """How long a relay (to-nsq, to-http) runs and what it says: -n, --idle-timeout, --timeout,
-    --live, --json, --status-interval - the same flags on both."""
-    decorators = [
-        option("-n", "--count", type=click.IntRange(0), default=0, help=count_help),
-        option("--idle-timeout", type=DURATION, help="Stop after no message for this long."),
-        timeout_option("Stop after this long; with -n, exit 3 if fewer than N were done by then."),
-        option("--live/--no-live", default=None, help="Live connections table (default: when stderr is a TTY)."),
-        option("--json", "as_json", is_flag=True, help="At the end, the summary as one JSON line on stdout."),
-        option("--status-interval", type=DURATION, default="60s", show_default=True,
-               help="Without --live: a status line this often (0 = off)."),
+def daemon_options(*, count_help: str | None = None, timeout: bool = True, as_json: bool = True,
+                   status_interval: str = "60s", live_help: str = "", log_format: str = "plain"):
+    """The options every long-running command shares (nsqcli.cli.harness runs them), with one
+    meaning everywhere: -n, --idle-timeout, --timeout, --live/--no-live, --json,
+    --status-interval, --metrics-address, --status-file, --log-format, --log-level. ``None`` for
+    ``count_help``/``timeout``/``as_json`` leaves that flag out (to-file runs until stopped)."""
+    decorators = []
+    if count_help is not None:
+        decorators.append(option("-n", "--count", type=click.IntRange(0), default=0, help=count_help))
+    if timeout:
+        decorators += [
+            option("--idle-timeout", type=DURATION, help="Stop after no message for this long (0 is refused)."),
+            timeout_option("Stop after this long (0 is refused); with -n, exit 3 if fewer than N were done by then."),
+        ]
+    decorators.append(option("--live/--no-live", default=None, help=live_help or (
+        "Live table of the connections on stderr (default: when stderr is a terminal that can draw one; "
+        "elsewhere status lines).")))
+    if as_json:
+        decorators.append(option("--json", "as_json", is_flag=True,
+                                 help="At the end, the summary as one JSON line on stdout."))
+    decorators += [
+        option("--status-interval", type=DURATION, default=status_interval, show_default=True,
+               help="Without the live table: a status line this often, with the lag nsqd reports (0 = off)."),
+        option("--metrics-address", type=HOST_PORT, metavar="HOST:PORT", group="Monitoring",
+               help="Serve Prometheus metrics on http://HOST:PORT/metrics and health on /healthz "
+                    "(200 while working or idle, 503 with the reason)."),
+        option("--status-file", type=click.Path(dir_okay=False), metavar="PATH", group="Monitoring",
+               help="Keep the metrics as JSON in PATH, replaced atomically every 5 s."),
+        option("--log-format", type=click.Choice(["plain", "text", "json"]), default=log_format,
+               show_default=True, group="Monitoring",
+               help="plain: 'nsqcli: ...' lines; text: timestamped log lines (UTC, ms, pid); json: one "
+                    "object a line."),
+        option("--log-level", type=click.Choice(["debug", "info", "warn", "error"]), default="info",
+               show_default=True, group="Monitoring", help="The least important lines said on stderr."),
     ]
 
     def apply(f):
@@ -484,6 +507,30 @@ def relay_run_options(count_help: str):
             f = d(f)
         return f
     return apply
+
+
+def pop_run(kwargs: dict):
+    """The shared run options (:func:`daemon_options`) as harness Settings, checked; ``count``
+    stays in ``kwargs``."""
+    from .harness import Settings
+
+    timeout = kwargs.pop("timeout", None)
+    idle = kwargs.pop("idle_timeout", None)
+    check_timeout(timeout)
+    if idle is not None and idle <= 0:
+        raise click.BadParameter("must be more than 0 (leave it out for no idle limit)", param_hint="'--idle-timeout'")
+    status_file = kwargs.pop("status_file", None)
+    if status_file:
+        from ..daemon.statusfile import StatusFile
+
+        try:
+            StatusFile.check(status_file)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="'--status-file'") from None
+    return Settings(live=kwargs.pop("live", None), status_interval=kwargs.pop("status_interval", 0.0),
+                    as_json=kwargs.pop("as_json", False), deadline=deadline_of(timeout), idle_timeout=idle,
+                    metrics_address=kwargs.pop("metrics_address", None), status_file=status_file,
+                    log_format=kwargs.pop("log_format", "plain"), log_level=kwargs.pop("log_level", "info"))
 
 
 from ..clock import deadline_of  # noqa: E402,F401 - --timeout counted from process start

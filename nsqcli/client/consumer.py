@@ -157,6 +157,7 @@ class Consumer(ConnectionDelegate):
         self.lost_responses = 0   # FIN/REQ/TOUCH that could not be delivered: nsqd redelivers
         self._late_closed = 0     # late_messages / timed_out of connections already closed
         self._timed_out_closed = 0
+        self._closed_counts = [0, 0, 0]  # received, finished, requeued of closed connections
 
     def _report(self, err: BaseException) -> None:
         """Tell the user's on_error - from any thread, the I/O loop included: a callback that
@@ -359,9 +360,13 @@ class Consumer(ConnectionDelegate):
         """Counts over the consumer's life, for JSON status and summaries."""
         with self._lock:
             conns = [h.conn for h in self._handles.values()]
+            received, finished, requeued = self._closed_counts
             return {"connections": len(conns), "given_up": self.given_up,
                     "lost_responses": self.lost_responses, "late_messages": self.late_messages,
-                    "timed_out": self._timed_out_closed + sum(c.timed_out for c in conns)}
+                    "timed_out": self._timed_out_closed + sum(c.timed_out for c in conns),
+                    "received": received + sum(c.received for c in conns),
+                    "finished": finished + sum(c.finished for c in conns),
+                    "requeued": requeued + sum(c.requeued for c in conns)}
 
     # -- connections (the caller of start(), then the discovery thread) -----------------------
     def _try_connect(self, address: str, direct: bool, report: bool = True,
@@ -521,6 +526,10 @@ class Consumer(ConnectionDelegate):
                 self._pending_up.pop(conn, None)
                 self._late_closed += conn.late_messages
                 self._timed_out_closed += conn.timed_out
+                closed = self._closed_counts
+                closed[0] += conn.received
+                closed[1] += conn.finished
+                closed[2] += conn.requeued
                 self._send_rdy(self.flow.remove(conn, time.monotonic()))
                 lookupd_found = conn.address not in self.nsqd_addresses
                 if self.pull and self._held:  # nsqd delivers them again: nothing to keep alive

@@ -8,6 +8,8 @@ import re
 import threading
 import time
 
+from .latency import Histogram
+
 
 class DestinationError(Exception):
     """A batch the destination did not acknowledge in full (the consumer requeues it)."""
@@ -50,6 +52,7 @@ class Copier:
         self.active = 0
         self.copied = self.filtered = self.failed_batches = self.too_big = self.given_up = 0
         self.last = time.monotonic()
+        self.latency = Histogram()  # per MPUB: written to acknowledged by the destination
 
     def _body(self, body: bytes) -> bytes | None:
         """The body to publish, or None when a JSON filter leaves it out."""
@@ -126,6 +129,7 @@ class Copier:
 
     def _publish(self, topic: str, bodies: list[bytes]) -> None:
         """MPUB; returns only when the destination acknowledged every body."""
+        started = time.monotonic()
         try:
             result = self.producer.multi_publish(topic, bodies)
         except Exception as e:
@@ -139,6 +143,7 @@ class Copier:
                 self.failed_batches += 1
             raise DestinationError(f"the destination acknowledged {published} of {len(bodies)} messages "
                                    f"for topic {topic}")
+        self.latency.observe(time.monotonic() - started)
         if self.outages is not None:
             self.outages.ok("destination", "destination")
 

@@ -290,6 +290,6 @@ def test_stat_live_asked_for_on_a_dumb_terminal_says_why_once(nsqd, busy_topic):
 def test_stat_on_a_real_terminal_still_draws_live(nsqd, busy_topic):
     rc, text = _stat_on_a_pty(nsqd, busy_topic, "xterm-256color")
     assert rc == 0, text
-    assert "nsqcli stat" in text and busy_topic in text
+    assert "nsqcli stat" in text and busy_topic[:12] in text  # (a long name folds in its column)
     assert "\x1b[2K" in text or "\x1b[1A" in text, repr(text)  # redrawn in place
     assert "ingress  egress" not in text

@@ -10,8 +10,10 @@ import time
 import click
 
 from ..command import command, option
-from ..options import build_config, connection_options, deadline_of, nsqd_addresses, pop_connection, topic_arguments
-from ..types import DURATION, HTTP_ADDRESS
+from ..harness import Job
+from ..options import (build_config, connection_options, daemon_options, nsqd_addresses, pop_connection, pop_run,
+                       topic_arguments)
+from ..types import HTTP_ADDRESS
 from ...clock import left
 
 
@@ -71,25 +73,21 @@ nsqcli tail -t events --lookupd-http-address 127.0.0.1:4161
                  channel_help="Channel (default: a new ephemeral one, so real consumers lose nothing).")
 @option("--max-in-flight", type=click.IntRange(1, 100000), default=200, show_default=True,
         help="Messages in flight per topic.")
-@option("-n", "--count", type=click.IntRange(0), default=0,
-        help="Stop after N messages in total across topics (0 = no limit).")
-@option("--idle-timeout", type=DURATION, help="Stop after no message for this long.")
-@option("--timeout", type=DURATION, help="Hard deadline; exit 3 if --count was not reached by then (0 is refused).")
 @option("-f", "--format", "fmt", default="raw", show_default=True,
         help="raw, json (NDJSON envelope), or a template like '{topic} {id} {attempts} {body}'.")
 @option("--print-topic", is_flag=True, help="raw format: prefix each body with 'topic | '.")
 @option("-0", "--null", "null", is_flag=True, help="End records with NUL instead of newline.")
-@option("--live", is_flag=True, help="Live table of connections on stderr (needs stdout redirected "
-        "when stderr is the same terminal).")
 @option("--drain-backlog", is_flag=True, help="Subscribe an ephemeral channel even to a topic with a backlog "
         "and no channel yet (it takes the backlog and keeps only nsqd's --mem-queue-size of it).")
 @option("--nsqd-http-address", "nsqd_http", multiple=True, type=HTTP_ADDRESS, envvar="NSQCLI_NSQD_HTTP_ADDRESS",
         show_envvar=True, group="Connection",
         help="nsqd HTTP address for the backlog check (default: lookupd's answer, or the TCP port + 1).")
+@daemon_options(count_help="Stop after N messages in total across topics (0 = no limit).", as_json=False,
+                status_interval="0", live_help="Live table of the connections on stderr (default: when stderr is "
+                "a terminal that can draw one and stdout goes elsewhere).")
 @connection_options(consumer=True)
 @click.pass_obj
-def tail(app, topics, channel, max_in_flight, count, idle_timeout, timeout, fmt, print_topic, null,
-         live, drain_backlog, nsqd_http, **kwargs):
+def tail(app, topics, channel, max_in_flight, count, fmt, print_topic, null, drain_backlog, nsqd_http, **kwargs):
     """Consume TOPIC(s) and write each message body to stdout.
 
     Every message shown is FINed; with -n the rest are requeued at once. Ctrl-C, SIGTERM or a
@@ -100,11 +98,10 @@ def tail(app, topics, channel, max_in_flight, count, idle_timeout, timeout, fmt,
     ephemeral one would keep only --mem-queue-size of it and drop the rest for every
     channel created later. Use --channel NAME, or --drain-backlog to go ahead.
     """
-    from ...client.consumer import Consumer
-    from ...errors import NSQError
     from ..app import DeadlineExceeded
     from ...records import Formatter
 
+    settings = pop_run(kwargs)
     conn = pop_connection(kwargs)
     topics = tuple(topics)
     try:
@@ -113,14 +110,13 @@ def tail(app, topics, channel, max_in_flight, count, idle_timeout, timeout, fmt,
         raise click.BadParameter(str(e), param_hint="'--format'") from None
     if print_topic and fmt != "raw":
         raise click.UsageError("--print-topic goes with --format raw (a template can use {topic})")
-    if timeout is not None and timeout <= 0:
-        raise click.BadParameter("must be more than 0 (leave it out for no deadline)", param_hint="'--timeout'")
-    if idle_timeout is not None and idle_timeout <= 0:
-        raise click.BadParameter("must be more than 0", param_hint="'--idle-timeout'")
-    if live and app.stderr_is_tty and sys.stdout.isatty() and _same_terminal():
+    same_terminal = app.stderr_is_tty and sys.stdout.isatty() and _same_terminal()
+    if settings.live and same_terminal:
         raise click.UsageError("--live draws on the terminal that also gets the messages: redirect stdout "
                                "(nsqcli tail TOPIC --live > FILE) or leave out --live")
-    deadline = deadline_of(timeout)
+    if same_terminal:
+        settings.live = False  # the messages have the terminal
+    deadline = settings.deadline
     # the pre-checks (backlog, shared channel) of every topic share one budget: 3 s, or what is
     # left of --timeout; a hung nsqlookupd or nsqd costs that once, not once per topic and stage
     check_by = time.monotonic() + 3.0 if deadline is None else min(time.monotonic() + 3.0, deadline)
@@ -139,63 +135,93 @@ def tail(app, topics, channel, max_in_flight, count, idle_timeout, timeout, fmt,
     if deadline is not None and time.monotonic() >= deadline:
         raise DeadlineExceeded("--timeout passed while asking nsqd/nsqlookupd about the topics, before subscribing "
                                f"({'; '.join(p for ps in unchecked.values() for p in ps) or 'no answer in time'})")
-    done = threading.Event()
-    sink = Sink(formatter, b"\0" if null else b"\n", count, done)
-    consumers = []
+    job = Tail(app, topics, channel, conn, cfg, Sink(formatter, b"\0" if null else b"\n", count, None), unchecked)
+    from ..harness import run
 
-    from ..app import Outages, source_error
+    return run(app, job, settings)
 
-    outages = Outages(app)
 
-    def on_error(err):  # said when it starts, counted while it lasts, "recovered" when it ends
-        source_error(outages, err)
+class Tail(Job):
+    name = "tail"
 
-    from ..signals import GracefulStop
+    def __init__(self, app, topics, channel, conn, cfg, sink: Sink, unchecked: dict):
+        super().__init__()
+        from ..app import Outages
 
-    stopper = GracefulStop(done).install()  # a signal while connecting ends it at once (130)
-    try:
-        for topic in topics:
-            if done.is_set():
+        self.app, self.topics, self.channel, self.conn, self.cfg = app, topics, channel, conn, cfg
+        self.sink, self.unchecked = sink, unchecked
+        sink.done = self.done
+        self.outages = Outages(app)  # said when it starts, counted while it lasts, "recovered" when it ends
+        self._consumers: list = []
+        self._said_waiting = False
+
+    def consumers(self) -> list:
+        return list(self._consumers)
+
+    def start(self, deadline, stopper) -> None:
+        from ...client.consumer import Consumer
+        from ..app import source_error
+
+        for topic in self.topics:
+            if self.done.is_set():
                 break
-            c = Consumer(topic, channel, batch_handler=sink, config=cfg, on_error=on_error,
-                         nsqd_tcp_addresses=nsqd_addresses(conn),
-                         lookupd_http_addresses=list(conn.get("lookupd_http_addresses") or ()))
-            try:
-                with stopper.blocking():
-                    c.start(deadline=deadline)
-            except NSQError as e:
-                if deadline is not None and time.monotonic() >= deadline:
-                    raise DeadlineExceeded(f"--timeout passed while connecting: {e}") from e
-                raise
-            consumers.append(c)
-            if unchecked.get(topic) and c.stats():
-                app.warn(f"could not check topic {topic!r} for a backlog without channels "
-                         f"({'; '.join(unchecked[topic])}); if it had one, this ephemeral channel took it and "
-                         "keeps only nsqd's --mem-queue-size of it (give --nsqd-http-address to check)")
-        app.debug(f"tailing {', '.join(topics)} on channel {channel}")
-        timed_out = _wait(done, sink, consumers, deadline, idle_timeout, live, app, conn, outages)
-    finally:
-        done.set()
+            c = Consumer(topic, self.channel, batch_handler=self.sink, config=self.cfg,
+                         on_error=lambda err: source_error(self.outages, err),
+                         nsqd_tcp_addresses=nsqd_addresses(self.conn),
+                         lookupd_http_addresses=list(self.conn.get("lookupd_http_addresses") or ()))
+            c.start(deadline=deadline)
+            self._consumers.append(c)
+            if self.unchecked.get(topic) and c.stats():
+                self.app.warn(f"could not check topic {topic!r} for a backlog without channels "
+                              f"({'; '.join(self.unchecked[topic])}); if it had one, this ephemeral channel took "
+                              "it and keeps only nsqd's --mem-queue-size of it (give --nsqd-http-address to check)")
+        self.app.debug(f"tailing {', '.join(self.topics)} on channel {self.channel}")
+
+    def tick(self, now: float) -> None:
+        if not self._said_waiting and now - self.started >= 3.0:
+            self._said_waiting = True
+            reason = _waiting_reason(self._consumers, self.conn)
+            if reason:
+                self.app.info(reason)
+
+    def last_progress(self) -> float:
+        return self.sink.last_message
+
+    def live_view(self, console):
+        from ..views import LiveConnections
+
+        return LiveConnections(console, self._consumers)
+
+    def stop(self, end) -> None:
         # a clean stop (FINs out, CLS answered) takes milliseconds on healthy nodes; past the
-        # deadline a hung one is given 0.1 s, not ten (what it holds in flight it redelivers)
-        stop_by = 10.0 if deadline is None else min(10.0, max(0.1, deadline + 0.1 - time.monotonic()))
-        for c in consumers:
-            c.stop(timeout=stop_by)
-    outages.say_still_failing()
-    if sink.error is None:
-        sys.stdout.flush()
-    elif not isinstance(sink.error, BrokenPipeError):  # e.g. ENOSPC: what was shown is not durable
-        raise OSError(sink.error.errno, f"cannot write to stdout: {sink.error.strerror or sink.error}; "
-                      f"{sink.shown} messages were written and FINed, the rest were requeued")
-    for c in consumers:
-        t = c.totals()
-        if t["timed_out"] or t["lost_responses"] or t["late_messages"]:
-            app.warn(f"topic {c.topic}: {t['timed_out']} answers came after nsqd's message timeout, "
-                     f"{t['lost_responses']} could not be sent (connection gone), {t['late_messages']} "
-                     "messages arrived after close - nsqd redelivers those")
-    if timed_out and count and sink.shown < count:
-        raise DeadlineExceeded(f"--timeout passed after {sink.shown} of {count} messages")
-    return 0
+        # deadline a hung one is given what is left of the grace (what it holds in flight it redelivers)
+        for c in self._consumers:
+            c.stop(timeout=10.0 if end is None else min(10.0, max(0.1, end - time.monotonic())))
+
+    def status_lines(self, elapsed: float) -> list[str]:
+        return [f"shown {self.sink.shown:,}, {self.sink.shown / max(elapsed, 1e-9):,.0f} msg/s"]
+
+    def counters(self) -> dict:
+        return {"shown": self.sink.shown}
+
+    def finish(self, elapsed, expired, settings, app) -> None:
+        from ..app import DeadlineExceeded
+
+        sink = self.sink
+        self.outages.say_still_failing()
+        if sink.error is None:
+            sys.stdout.flush()
+        elif not isinstance(sink.error, BrokenPipeError):  # e.g. ENOSPC: what was shown is not durable
+            raise OSError(sink.error.errno, f"cannot write to stdout: {sink.error.strerror or sink.error}; "
+                          f"{sink.shown} messages were written and FINed, the rest were requeued")
+        for c in self._consumers:
+            t = c.totals()
+            if t["timed_out"] or t["lost_responses"] or t["late_messages"]:
+                app.warn(f"topic {c.topic}: {t['timed_out']} answers came after nsqd's message timeout, "
+                         f"{t['lost_responses']} could not be sent (connection gone), {t['late_messages']} "
+                         "messages arrived after close - nsqd redelivers those")
+        if expired and sink.count and sink.shown < sink.count:
+            raise DeadlineExceeded(f"--timeout passed after {sink.shown} of {sink.count} messages")
 
 
 def _same_terminal() -> bool:
@@ -315,37 +341,3 @@ def _waiting_reason(consumers, conn: dict) -> str | None:
         return (f"waiting for topic {names}: no nsqd carries it yet according to nsqlookupd "
                 f"{', '.join(conn['lookupd_http_addresses'])} (asked every 5 s; it is read as soon as it is published)")
     return f"waiting for topic {names}: no nsqd connection yet (retrying {', '.join(nsqd_addresses(conn))})"
-
-
-def _wait(done, sink, consumers, deadline, idle_timeout, live, app, conn, outages=None) -> bool:
-    """Block until done; returns True when the hard --timeout (``deadline``) ended the run."""
-    from ..app import sources_recovered
-
-    said_waiting = False
-    started = time.monotonic()
-    view = None
-    if live:
-        if app.stderr_is_tty:
-            from ..views import LiveConnections
-
-            view = LiveConnections(app.console, consumers).start()
-        else:
-            app.warn("--live needs a terminal on stderr; ignoring it")
-    try:
-        while not done.wait(0.1):
-            now = time.monotonic()
-            if not said_waiting and now - started >= 3.0:
-                said_waiting = True
-                reason = _waiting_reason(consumers, conn)
-                if reason:
-                    app.info(reason)
-            if deadline is not None and now >= deadline:
-                return True
-            if idle_timeout and now - sink.last_message >= idle_timeout:
-                return False
-            if outages is not None:
-                sources_recovered(outages, consumers)
-    finally:
-        if view is not None:
-            view.stop()
-    return False

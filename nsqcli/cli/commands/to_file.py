@@ -7,7 +7,8 @@ import re
 import click
 
 from ..command import command, option
-from ..options import build_config, connection_options, nsqd_addresses, pop_connection, topic_arguments
+from ..options import (build_config, connection_options, daemon_options, nsqd_addresses, pop_connection, pop_run,
+                       topic_arguments)
 from ..types import DURATION, Size
 
 @command("to-file", examples="""
@@ -42,18 +43,13 @@ kill -HUP $(pgrep -f 'nsqcli to-file')      # close and move the current files n
               "(nsqcli never creates empty files: files open on the first message).")
 @option("-f", "--format", "fmt", type=click.Choice(["raw", "json"]), default="raw", show_default=True,
               help="raw: body + newline (like nsq_to_file); json: the NDJSON envelope of tail --format json.")
-@option("--log-level", type=click.Choice(["debug", "info", "warn", "error"]), default="info",
-              show_default=True, help="Log lines on stderr.")
-@option("--live/--no-live", default=None, help="Live status table (default: on when stderr is a TTY).")
-@option("--json", "as_json", is_flag=True, help="At the end, the summary as one JSON line on stdout.")
-@option("--status-interval", type=DURATION, default="60s", show_default=True,
-              help="Without --live: a status line per topic this often at info level (0 = off).")
+@daemon_options(timeout=False, log_format="text", live_help="Live status table of the topics and connections "
+                "(default: when stderr is a terminal that can draw one; elsewhere status lines).")
 @connection_options(lookupd_poll=True)
 @click.pass_obj
 def to_file(app, topics, topic_pattern, topic_refresh, channel, max_in_flight, output_dir, work_dir,
             filename_format, datetime_format, local_time, host_identifier, use_gzip, gzip_level,
-            rotate_size, rotate_interval, sync_interval, skip_empty_files, fmt, log_level, live,
-            status_interval, as_json, **kwargs):
+            rotate_size, rotate_interval, sync_interval, skip_empty_files, fmt, **kwargs):
     """Archive TOPIC(s) to files; run as a daemon.
 
     A message is FINed only after the file holding it is fsync'ed (gzip: after the member holding
@@ -66,7 +62,11 @@ def to_file(app, topics, topic_pattern, topic_refresh, channel, max_in_flight, o
     itself that never loads the CLI framework (~4 MB less for a daemon): same pid, same command
     line, same open files. NSQCLI_NO_HANDOFF=1 keeps it in the first image.
     """
+    settings = pop_run(kwargs)
     conn = pop_connection(kwargs)
+    if settings.log_format == "plain":
+        raise click.BadParameter("to-file logs as 'text' or 'json' (a daemon's lines carry their time)",
+                                 param_hint="'--log-format'")
     if not topics and not topic_pattern:
         raise click.UsageError("give --topic or --topic-pattern")
     lookupd = list(conn.get("lookupd_http_addresses") or ())
@@ -107,13 +107,17 @@ def to_file(app, topics, topic_pattern, topic_refresh, channel, max_in_flight, o
         app.warn("--sync-interval should stay below --msg-timeout, or messages time out before they are FINed")
     from .. import archiving, handoff
 
-    show_live = bool(live or (live is None and app.stderr_is_tty))
+    from ..harness import can_draw
+
+    show_live = settings.live is not False and can_draw(app)
     spec = dict(version=archiving.SPEC_VERSION, topics=list(topics), topic_pattern=topic_pattern,
                 topic_refresh=topic_refresh, channel=channel, file_options=file_options,
                 config=archiving.config_spec(cfg), lookupd=lookupd,
                 nsqd=nsqd_addresses(conn) if not lookupd or conn.get("nsqd_tcp_addresses") else [],
-                sync_interval=sync_interval, status_interval=status_interval, live=show_live,
-                log_level=log_level, format=fmt, json=as_json, verbosity=app.verbosity)
+                sync_interval=sync_interval, status_interval=settings.status_interval,
+                live=settings.live, log_level=settings.log_level,
+                log_format=settings.log_format, metrics_address=settings.metrics_address,
+                status_file=settings.status_file, format=fmt, json=settings.as_json, verbosity=app.verbosity)
     if not show_live:  # a daemon: the rest runs in a fresh image without click (nsqcli.cli.handoff)
         handoff.hand_off("to-file", spec)
     return archiving.run(app, spec)

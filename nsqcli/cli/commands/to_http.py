@@ -1,31 +1,17 @@
 """``nsqcli to-http``: deliver messages to a web service (nsq_to_http). FIN after a 2xx (POST) or
-200 (GET); REQ with backoff otherwise, after Retry-After when the endpoint says so."""
+200 (GET); REQ with backoff otherwise, after Retry-After when the endpoint says so. The delivery
+policy is nsqcli.relay.http_relay's; the run (signals, deadlines, views, metrics) the harness's."""
 
 from __future__ import annotations
 
-import random
-import threading
-import time
-
 import click
 
-from ...relay.http_delivery import Deliverer, Endpoint
+from ...relay.http_delivery import Endpoint
 from ..command import command, option
-from ..options import (build_config, check_timeout, connection_options, deadline_of, nsqd_addresses,
-                       pop_connection, relay_run_options, topic_arguments)
+from ..harness import Job
+from ..options import (build_config, connection_options, daemon_options, nsqd_addresses, pop_connection, pop_run,
+                       topic_arguments)
 from ..types import DURATION
-
-#: after --timeout passed, what the stop may still take (REQ what is in flight, close): the
-#: whole command ends within ~0.5 s of its deadline
-STOP_GRACE = 0.35
-
-
-class Stats:
-    def __init__(self):
-        self.lock = threading.Lock()
-        self.delivered = self.failed = self.sampled_out = 0
-        self.sending = 0  # requests started and not finished (-n counts them as taken)
-        self.last = time.monotonic()
 
 
 @command("to-http", examples="""
@@ -55,12 +41,11 @@ nsqcli to-http -t events --post https://api.example/v1 --header 'Authorization: 
 @option("--requeue-delay", type=DURATION, default="90s", show_default=True, group="HTTP",
         help="A failed message comes back after this x its attempts (capped at 15m), unless the endpoint "
              "sent Retry-After.")
-@relay_run_options("Stop after delivering N messages (0 = run until stopped).")
+@daemon_options(count_help="Stop after delivering N messages (0 = run until stopped).")
 @connection_options(consumer=True)
 @click.pass_obj
 def to_http(app, topic, channel, posts, gets, headers, content_type, mode, sample, concurrency, max_in_flight,
-            http_connect_timeout, http_timeout, requeue_delay, count, idle_timeout, timeout, live, status_interval, as_json,
-            **kwargs):
+            http_connect_timeout, http_timeout, requeue_delay, count, **kwargs):
     """Deliver TOPIC's messages to HTTP endpoints (nsq_to_http).
 
     A message is FINed after a 2xx answer to a POST (200 to a GET), otherwise requeued with
@@ -70,11 +55,7 @@ def to_http(app, topic, channel, posts, gets, headers, content_type, mode, sampl
     flight are given up and requeued at once (the run ends within ~0.5 s of it): an endpoint that
     had taken one gets it again. SIGTERM/SIGINT instead wait for their answers.
     """
-    check_timeout(timeout)
-    deadline = deadline_of(timeout)  # the whole command's, counted from process start
-    from ...client.consumer import Consumer
-    from ..app import Outages, source_error, sources_recovered
-
+    settings = pop_run(kwargs)
     conn = pop_connection(kwargs)
     if bool(posts) == bool(gets):
         raise click.UsageError("give --post URL or --get URL (not both)")
@@ -97,142 +78,72 @@ def to_http(app, topic, channel, posts, gets, headers, content_type, mode, sampl
     for name, value in (("--http-timeout", http_timeout), ("--http-connect-timeout", http_connect_timeout)):
         if value <= 0:
             raise click.BadParameter("must be more than 0", param_hint=f"'{name}'")
-    deliverer = Deliverer(endpoints, mode, hdrs, content_type, http_connect_timeout, http_timeout, concurrency)
-    stats = Stats()
-    outages = Outages(app)  # each failure said when it starts, counted, then "recovered"
-    done = threading.Event()
-    rng = random.Random()
-
-    def claim() -> bool:
-        """-n N: a request may start only while delivered + sending < N (with 100 requests in
-        flight, the ones already started when the Nth succeeded delivered N + 28)."""
-        with stats.lock:
-            if count and stats.delivered + stats.sending >= count:
-                return False
-            stats.sending += 1
-            return True
-
-    def may_start(m) -> bool:
-        if done.is_set() or not claim():  # stopping, or -n is taken: it goes back at once
-            m.requeue(delay=0, backoff=False)
-            return False
-        return True
-
-    def delivered(m, e) -> None:
-        """The deliverer's answer for ``m`` (I/O thread): FIN, or REQ with backoff."""
-        with stats.lock:
-            stats.sending -= 1
-        if e is not None and e.abandoned:  # given up at the deadline: not the endpoint's fault
-            m.requeue(delay=0, backoff=False)
-            return
-        if e is not None:
-            with stats.lock:
-                stats.failed += 1
-            outages.failed("delivery", f"{e} (requeued; the consumer backs off)")
-            delay = e.retry_after if e.retry_after is not None else min(900.0, requeue_delay * m.attempts)
-            m.requeue(delay=delay, backoff=True)
-            return
-        m.finish()
-        outages.ok("delivery", "delivery")
-        with stats.lock:
-            stats.delivered += 1
-            stats.last = time.monotonic()
-            if count and stats.delivered >= count:
-                done.set()
-
-    def handle(msgs) -> None:
-        for m in msgs:
-            if done.is_set():
-                m.requeue(delay=0, backoff=False)
-                continue
-            if sample < 1.0 and rng.random() >= sample:
-                with stats.lock:
-                    stats.sampled_out += 1
-                continue  # FINed by the batch (auto-response)
-            m.auto_response = False  # answered when the deliverer is done with it
-            try:
-                deliverer.submit(m.body, lambda e, m=m: delivered(m, e), lambda m=m: may_start(m), m)
-            except RuntimeError:  # closed: stopping
-                m.requeue(delay=0, backoff=False)
-
     cfg = build_config(conn, max_in_flight=max_in_flight, max_attempts=0, default_requeue_delay=requeue_delay)
-    c = Consumer(topic, channel, batch_handler=handle, config=cfg, on_error=lambda e: source_error(outages, e),
-                 nsqd_tcp_addresses=nsqd_addresses(conn),
-                 lookupd_http_addresses=list(conn.get("lookupd_http_addresses") or ()))
-    from ...errors import NSQError
-    from ..app import DeadlineExceeded
-    from ..signals import GracefulStop
+    job = ToHttp(app, topic, channel, conn, cfg, endpoints, mode, hdrs, content_type, http_connect_timeout,
+                 http_timeout, concurrency, count, sample, requeue_delay)
+    from ..harness import run
 
-    stopper = GracefulStop(done).install()
-    start = time.monotonic()
-    view = None
-    expired = False
-    try:
-        with stopper.blocking():  # a signal while connecting ends it at once (130)
-            try:
-                c.start(deadline=deadline)  # lookups and handshakes spend the same deadline
-            except NSQError as e:
-                if deadline is not None and time.monotonic() >= deadline:
-                    raise DeadlineExceeded(f"--timeout passed while connecting: {e}") from e
-                raise
-        if live or (live is None and app.stderr_is_tty):
-            from ..views import LiveConnections
-
-            view = LiveConnections(app.console, [c]).start()
-        next_status = start + status_interval if status_interval and view is None else None
-        while True:
-            now = time.monotonic()
-            if deadline is not None and now >= deadline:
-                expired = True
-                break
-            if done.wait(0.2 if deadline is None else min(0.2, deadline - now)):
-                break
-            now = time.monotonic()
-            if idle_timeout and now - max(stats.last, start) >= idle_timeout:
-                break
-            if next_status is not None and now >= next_status:
-                app.info(_status(stats, now - start))
-                next_status = now + status_interval
-            sources_recovered(outages, [c])
-    finally:
-        done.set()
-        if view is not None:
-            view.stop()
-        # no more messages (CLS; what still arrives goes back at once, not round and round),
-        # every request in flight is answered (FIN or REQ) before the consumer closes, the ones
-        # not started go back at once. With --timeout all of it within STOP_GRACE of the
-        # deadline: the requests still in flight then are given up (REQ at once: at least once)
-        end = None if deadline is None else max(deadline, time.monotonic()) + STOP_GRACE
-
-        def left(cap: float) -> float:
-            return cap if end is None else max(0.01, min(cap, end - time.monotonic()))
-
-        c.drain(timeout=left(5))
-        handed_back = deliverer.close(timeout=left(http_timeout * len(endpoints) + 5) if end is None
-                                      else max(0.0, end - 0.15 - time.monotonic()))
-        if not deliverer.finished:
-            deliverer.abort("given up: --timeout passed" if end is not None else "given up while stopping")
-            handed_back += deliverer.close(timeout=left(1))
-        for m in handed_back:
-            m.requeue(delay=0, backoff=False)
-        c.stop(timeout=left(15))
-    elapsed = time.monotonic() - start
-    short = expired and count and stats.delivered < count  # then the error line says the count
-    if not short:
-        app.info(_status(stats, elapsed))
-    if as_json:
-        import json
-
-        from ..app import write_stdout
-
-        write_stdout(json.dumps({"topic": topic, "channel": channel, "delivered": stats.delivered,
-                                 "failed_attempts": stats.failed, "sampled_out": stats.sampled_out,
-                                 "elapsed": round(elapsed, 3)}) + "\n")
-    if short:
-        raise DeadlineExceeded(f"--timeout passed after {stats.delivered} of {count} messages delivered")
-    return 0
+    return run(app, job, settings)
 
 
-def _status(stats: Stats, elapsed: float) -> str:
-    return (f"delivered {stats.delivered:,}, failed attempts {stats.failed:,} (requeued), sampled out "
-            f"{stats.sampled_out:,}, {stats.delivered / max(elapsed, 1e-9):,.0f} msg/s")
+class ToHttp(Job):
+    name = "to-http"
+
+    def __init__(self, app, topic, channel, conn, cfg, endpoints, mode, headers, content_type, connect_timeout,
+                 http_timeout, concurrency, count, sample, requeue_delay):
+        super().__init__()
+        from ...client.consumer import Consumer
+        from ...relay.http_delivery import Deliverer
+        from ...relay.http_relay import HttpRelay
+        from ..app import Outages, source_error
+
+        self.topic, self.channel, self.count = topic, channel, count
+        self.http_budget = http_timeout * len(endpoints) + 5
+        self.outages = Outages(app)  # each failure said when it starts, counted, then "recovered"
+        self.deliverer = Deliverer(endpoints, mode, headers, content_type, connect_timeout, http_timeout, concurrency)
+        self.relay = HttpRelay(self.deliverer, count=count, sample=sample, requeue_delay=requeue_delay,
+                               outages=self.outages, done=self.done)
+        self.consumer = Consumer(topic, channel, batch_handler=self.relay, config=cfg,
+                                 on_error=lambda e: source_error(self.outages, e),
+                                 nsqd_tcp_addresses=nsqd_addresses(conn),
+                                 lookupd_http_addresses=list(conn.get("lookupd_http_addresses") or ()))
+
+    def consumers(self) -> list:
+        return [self.consumer]
+
+    def start(self, deadline, stopper) -> None:
+        self.consumer.start(deadline=deadline)  # lookups and handshakes spend the same deadline
+
+    def last_progress(self) -> float:
+        return self.relay.last
+
+    def stop(self, end) -> None:
+        self.relay.stop(self.consumer, end, self.http_budget)
+
+    def status_lines(self, elapsed: float) -> list[str]:
+        return [self.relay.status(elapsed)]
+
+    def counters(self) -> dict:
+        r = self.relay
+        return {"delivered": r.delivered, "failed_attempts": r.failed, "sampled_out": r.sampled_out}
+
+    def latency(self) -> dict:
+        return self.relay.latency.snapshot()
+
+    def problems(self) -> list[str]:
+        return ["delivery is failing"] if "delivery" in self.outages.failing() else []
+
+    def finish(self, elapsed, expired, settings, app) -> None:
+        r = self.relay
+        short = expired and self.count and r.delivered < self.count  # then the error line says the count
+        if not short:
+            app.info(r.status(elapsed))
+        if settings.as_json:
+            from ..harness import write_json
+
+            write_json({"topic": self.topic, "channel": self.channel, "delivered": r.delivered,
+                        "failed_attempts": r.failed, "sampled_out": r.sampled_out, "elapsed": round(elapsed, 3)})
+        if short:
+            from ..app import DeadlineExceeded
+
+            raise DeadlineExceeded(f"--timeout passed after {r.delivered} of {self.count} messages delivered")

@@ -3,16 +3,15 @@ the destination acknowledged it (MPUB's OK): killed at any moment, nothing is lo
 
 from __future__ import annotations
 
-import json
-import sys
 import threading
 import time
 
 import click
 
 from ..command import command, option
-from ..options import (build_config, check_timeout, connection_options, deadline_of, destination_options,
-                       nsqd_addresses, pop_connection, pop_destination, relay_run_options, topic_arguments)
+from ..harness import Job
+from ..options import (build_config, connection_options, daemon_options, destination_options, nsqd_addresses,
+                       pop_connection, pop_destination, pop_run, topic_arguments)
 from ...relay.copier import Copier, DestinationError
 from ..types import DURATION, TOPIC, Size
 
@@ -123,13 +122,12 @@ nsqcli to-nsq -t events --destination-nsqd-tcp-address 10.1.0.7:4150 --destinati
 @option("--max-attempts", type=click.IntRange(0), default=0, show_default=True,
         help="FIN a message over the destination's message limit after this many deliveries, saying so "
              "(0 = never: it stays in the source). Other failures are retried without limit.")
-@relay_run_options("Stop after copying N messages (0 = run until stopped).")
+@daemon_options(count_help="Stop after copying N messages (0 = run until stopped).")
 @destination_options
 @connection_options(consumer=True)
 @click.pass_obj
 def to_nsq(app, topics, channel, destination_topic, mode, max_in_flight, concurrency, rate, require_json_field,
-           require_json_value, whitelist, requeue_delay, destination_max_msg_size, max_attempts, count, idle_timeout, timeout,
-           live, status_interval, as_json, **kwargs):
+           require_json_value, whitelist, requeue_delay, destination_max_msg_size, max_attempts, count, **kwargs):
     """Copy TOPIC(s) from one NSQ to another (nsq_to_nsq), in pipelined MPUB batches.
 
     A message is FINed only after the destination acknowledged it; when the destination fails,
@@ -143,12 +141,9 @@ def to_nsq(app, topics, channel, destination_topic, mode, max_in_flight, concurr
     onto itself (same nsqd or lookupd, same topic) is refused. SIGINT/SIGTERM stop cleanly
     (exit 0) after the last publish was answered; the summary comes last.
     """
-    check_timeout(timeout)
-    deadline = deadline_of(timeout)
-    from ...client.consumer import Consumer
+    settings = pop_run(kwargs)
+    deadline = settings.deadline
     from ...client.producer import Pacer, Producer
-    from ...errors import NSQError
-    from ..app import Outages, sources_recovered
 
     dest = pop_destination(kwargs)
     conn = pop_connection(kwargs)
@@ -157,8 +152,6 @@ def to_nsq(app, topics, channel, destination_topic, mode, max_in_flight, concurr
     _refuse_copy_onto_itself(conn, dest, topics, destination_topic)
     if require_json_value is not None and not require_json_field:
         raise click.UsageError("--require-json-value needs --require-json-field")
-    if idle_timeout is not None and idle_timeout <= 0:
-        raise click.BadParameter("must be more than 0", param_hint="'--idle-timeout'")
     if rate:  # a batch is at most ~100 ms of the rate
         max_in_flight = min(max_in_flight, max(1, int(rate / 10)))
     addresses = destination_addresses(app, dest, list(topics), deadline)
@@ -169,92 +162,101 @@ def to_nsq(app, topics, channel, destination_topic, mode, max_in_flight, concurr
     # one message of the largest size: 4 (count) + 4 (size) + body
     dest_cfg = build_config(dest, max_msg_size=limit.size if limit.size is not None else 1 << 31,
                             max_body_size=max(limit.body, (limit.size or 0) + 8))
-    done = threading.Event()
-    outages = Outages(app)
+    job = ToNsq(app, list(topics), channel, conn, cfg, destination_topic, count)
     producer = Producer(addresses, dest_cfg, fanout=mode == "fanout")
-    copier = Copier(producer, destination_topic, mode,
-                    (require_json_field, require_json_value) if require_json_field else None,
-                    tuple(whitelist), Pacer(rate) if rate else None, count, done,
-                    max_msg_size=limit.size, max_attempts=max_attempts, requeue_delay=requeue_delay,
-                    max_requeue_delay=requeue_cap, limit_source=limit.source, outages=outages, warn=app.warn)
-    consumers = []
-    from ..signals import GracefulStop
+    job.copier = Copier(producer, destination_topic, mode,
+                        (require_json_field, require_json_value) if require_json_field else None,
+                        tuple(whitelist), Pacer(rate) if rate else None, count, job.done,
+                        max_msg_size=limit.size, max_attempts=max_attempts, requeue_delay=requeue_delay,
+                        max_requeue_delay=requeue_cap, limit_source=limit.source, outages=job.outages, warn=app.warn)
+    job.producer = producer
+    from ..harness import run
 
-    stopper = GracefulStop(done).install()
-    start = time.monotonic()
-    view = None
-    expired = False
-    try:
-        for topic in topics:
-            c = Consumer(topic, channel, batch_handler=copier, config=cfg, on_error=lambda e: _say(outages, e),
-                         nsqd_tcp_addresses=nsqd_addresses(conn),
-                         lookupd_http_addresses=list(conn.get("lookupd_http_addresses") or ()))
-            try:
-                with stopper.blocking():  # a signal while connecting ends it at once (130)
-                    c.start(deadline=deadline)
-            except NSQError as e:
-                if deadline is not None and time.monotonic() >= deadline - 0.25:  # cut short by --timeout
-                    from ..app import DeadlineExceeded
+    return run(app, job, settings)
 
-                    raise DeadlineExceeded(f"--timeout passed while connecting to the source ({e}); "
-                                           "nothing was copied") from None
-                raise
-            consumers.append(c)
-        if live or (live is None and app.stderr_is_tty):
-            from ..views import LiveConnections
 
-            view = LiveConnections(app.console, consumers).start()
-        next_status = start + status_interval if status_interval and view is None else None
-        while not done.wait(0.2):
-            now = time.monotonic()
-            if deadline is not None and now >= deadline:
-                expired = True
-                break
-            if idle_timeout and now - copier.last >= idle_timeout:
-                break
-            if next_status is not None and now >= next_status:
-                app.info(copier.status(now - start))
-                next_status = now + status_interval
-            sources_recovered(outages, consumers)
-    finally:
-        done.set()
-        if view is not None:
-            view.stop()
-        # past --timeout the stop has what is left of 0.25 s: a publish still unanswered then (a
-        # hung destination: its connection attempt is bounded by its own deadline only) is
-        # neither FINed nor counted, and its messages come back after nsqd's msg_timeout
-        late = deadline is not None and time.monotonic() >= deadline
-        budget = (lambda most: max(0.05, min(most, deadline + 0.25 - time.monotonic()))) if late else (lambda most: most)
+class ToNsq(Job):
+    name = "to-nsq"
+    connecting = "connecting to the source"
+    nothing_done = "nothing was copied"
+
+    def __init__(self, app, topics, channel, conn, cfg, destination_topic, count):
+        super().__init__()
+        from ..app import Outages
+
+        self.topics, self.channel, self.conn, self.cfg = topics, channel, conn, cfg
+        self.destination_topic, self.count = destination_topic, count
+        self.outages = Outages(app)
+        self.copier = self.producer = None
+        self._consumers: list = []
+
+    def consumers(self) -> list:
+        return list(self._consumers)
+
+    def start(self, deadline, stopper) -> None:
+        from ...client.consumer import Consumer
+
+        for topic in self.topics:
+            c = Consumer(topic, self.channel, batch_handler=self.copier, config=self.cfg,
+                         on_error=lambda e: _say(self.outages, e), nsqd_tcp_addresses=nsqd_addresses(self.conn),
+                         lookupd_http_addresses=list(self.conn.get("lookupd_http_addresses") or ()))
+            c.start(deadline=deadline)
+            self._consumers.append(c)
+
+    def last_progress(self) -> float:
+        return self.copier.last
+
+    def stop(self, end) -> None:
+        """Past --timeout the stop has what is left of the grace: a publish still unanswered
+        then (a hung destination: its connection attempt is bounded by its own deadline only) is
+        neither FINed nor counted, and its messages come back after nsqd's msg_timeout."""
+        late = end is not None and time.monotonic() >= end - 0.5
+
+        def budget(most: float) -> float:
+            return max(0.05, min(most, end - time.monotonic())) if late else most
 
         def stop_all():
-            for c in consumers:
+            for c in self._consumers:
                 c.stop(timeout=budget(15))
-            copier.wait_idle(budget(60))  # a publish still waiting for its answer (bounded by its own timeout)
-            producer.close(budget(10))
+            self.copier.wait_idle(budget(60))  # a publish still waiting for its answer (bounded by its own timeout)
+            self.producer.close(budget(10))
 
-        if late:
-            stopping = threading.Thread(target=stop_all, name="nsqcli-stop", daemon=True)
-            stopping.start()
-            stopping.join(budget(15) + 0.05)
-        else:
+        if not late:
             stop_all()
-    elapsed = time.monotonic() - start
-    short = expired and count and copier.copied < count  # then the error line says the count
-    if not short:
-        app.info(copier.status(elapsed))  # last: after every publish was answered
-    if as_json:
-        from ..app import write_stdout
+            return
+        stopping = threading.Thread(target=stop_all, name="nsqcli-stop", daemon=True)
+        stopping.start()
+        stopping.join(budget(15) + 0.05)
 
-        write_stdout(json.dumps({"topics": list(topics), "destination_topic": destination_topic,
-                                 "copied": copier.copied, "filtered": copier.filtered,
-                                 "failed_batches": copier.failed_batches, "too_big": copier.too_big,
-                                 "given_up": copier.given_up, "elapsed": round(elapsed, 3)}) + "\n")
-    sys.stderr.flush()
-    if short:
-        from ..app import DeadlineExceeded
+    def status_lines(self, elapsed: float) -> list[str]:
+        return [self.copier.status(elapsed)]
 
-        raise DeadlineExceeded(f"--timeout passed after {copier.copied} of {count} messages copied")
-    return 0
+    def counters(self) -> dict:
+        c = self.copier
+        return {"copied": c.copied, "filtered": c.filtered, "failed_batches": c.failed_batches,
+                "too_big": c.too_big, "given_up": c.given_up}
+
+    def latency(self) -> dict:
+        return self.copier.latency.snapshot()
+
+    def problems(self) -> list[str]:
+        return ["the destination is failing"] if "destination" in self.outages.failing() else []
+
+    def finish(self, elapsed, expired, settings, app) -> None:
+        c = self.copier
+        short = expired and self.count and c.copied < self.count  # then the error line says the count
+        if not short:
+            app.info(c.status(elapsed))  # last: after every publish was answered
+        if settings.as_json:
+            from ..harness import write_json
+
+            write_json({"topics": self.topics, "destination_topic": self.destination_topic, "copied": c.copied,
+                        "filtered": c.filtered, "failed_batches": c.failed_batches, "too_big": c.too_big,
+                        "given_up": c.given_up, "elapsed": round(elapsed, 3)})
+        if short:
+            from ..app import DeadlineExceeded
+
+            raise DeadlineExceeded(f"--timeout passed after {c.copied} of {self.count} messages copied")
 
 
 def _say(outages, err) -> None:
