@@ -182,10 +182,11 @@ class Outages:
             else:
                 state.count += 1
                 state.last_wall = wall
-                if text == state.text and now < state.next_remind:
-                    return
-                state.text = text
-                self._plan_next(state, now)
+                if text == state.text:
+                    if now < state.next_remind:
+                        return
+                    self._plan_next(state, now)  # the reminder, with the count
+                state.text = text  # a changed text is said at once; the reminders keep their pace
                 line = f"{text} (x{state.count} since {hms(state.since_wall)}, down {duration(wall - state.since_wall)})"
                 event, extra = _event(key, "still_down"), {"failures": state.count,
                                                            "down_seconds": round(wall - state.since_wall, 3)}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import resource
 import signal
 import subprocess
@@ -630,3 +631,141 @@ def test_lookupd_poll_interval_finds_a_new_nsqd_that_soon(nsqd, lookupd, extra_n
         rc = p.wait(30)
     assert rc == 0, p.stderr.read()
     assert sorted(b"".join(f.read_bytes() for f in out.iterdir()).splitlines()) == [b"on the first", b"on the second"]
+
+
+# -- truthful logs (issue 35) --------------------------------------------------------------------------
+LOG_LINE = rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z nsqcli to-file\[(\d+)\] (DEBUG|INFO|WARNING|ERROR): .*"
+
+
+def test_an_nsqd_killed_and_restarted_is_recovered_only_once_back(nsqd_factory, topic, tmp_path):
+    """SIGKILL of the nsqd, 4 s down, restarted on its port: the outage said at once, reminders
+    while down (shrunk to 1 s here; 30 s growing to 5 min by default), no "recovered" before the
+    restart and exactly one after; every line in the log format (UTC Z, ms, the pid)."""
+    src = nsqd_factory()
+    publish(src, topic, numbered(5))
+    p = start(["-t", topic, "--nsqd-tcp-address", src.tcp_address, "--output-dir", str(tmp_path / "out"),
+               "--sync-interval", "0.2s", "--log-level", "info"], env={"NSQCLI_OUTAGE_REMIND": "1"})
+    log = StderrLog(p)
+    try:
+        wait_for(lambda: drained(src, topic, total=5), what="drained")
+        wait_for(lambda: f"nsqd {src.tcp_address} connected (topic {topic})".encode() in log.text, what="connected line")
+        src.kill()
+        mark = len(log.text)
+        time.sleep(4)
+        down = log.text[mark:]
+        src.restart()
+        wait_for(lambda: f"recovered: source {src.tcp_address}: connected again (".encode() in log.text[mark:],
+                 timeout=30, what="recovered after the restart")
+        publish(src, topic, numbered(5, 5))
+        wait_for(lambda: drained(src, topic, total=5), what="drained after the restart")
+    finally:
+        rc, _, _ = stop(p)
+        log.thread.join(5)
+    assert rc == 0
+    assert b"recovered" not in down, down
+    assert f"WARNING: source: {src.tcp_address}: ".encode() in down, down
+    assert f"INFO: nsqd {src.tcp_address}: connection lost (topic {topic})".encode() in down, down
+    reminders = [ln for ln in down.splitlines() if f"WARNING: source {src.tcp_address} still down after ".encode() in ln
+                 or f"WARNING: source: {src.tcp_address}: ".encode() in ln and b" (x" in ln]
+    assert 2 <= len(reminders) <= 3, down  # due at 1 s and 3 s (2 s later, doubling; 4 s down)
+    lines = log.text.splitlines()
+    assert sum(b"recovered:" in ln for ln in lines) == 1
+    assert all(re.fullmatch(LOG_LINE, ln) and re.fullmatch(LOG_LINE, ln)[1] == str(p.pid).encode() for ln in lines), lines
+
+
+def test_an_output_dir_made_read_only_mid_run_names_it_and_the_messages_fate(nsqd, topic, tmp_path):
+    """--output-dir chmod 0555 while running: the SIGHUP's rename fails. The exit line names the
+    --output-dir path (not the work file), says the messages were fsync'ed and FINed (not
+    "requeued"), and where the un-moved file is; the next start moves it. As root the child runs
+    without CAP_DAC_OVERRIDE/CAP_DAC_READ_SEARCH/CAP_FOWNER (setpriv), so the mode binds it."""
+    import shutil
+
+    out, work = tmp_path / "out", tmp_path / "work"
+    wrap = []
+    if os.getuid() == 0:
+        if not shutil.which("setpriv"):
+            pytest.skip("root without setpriv: a chmod 0555 does not stop root's writes")
+        wrap = ["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner"]
+    args = ["to-file", "-t", topic, "--nsqd-tcp-address", nsqd.tcp_address, "--output-dir", str(out), "--work-dir",
+            str(work), "--filename-format", "<TOPIC><REV>.log", "--sync-interval", "0.2s"]
+
+    def run_it():
+        p = subprocess.Popen([*wrap, *NSQCLI, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=clean_env(),
+                             preexec_fn=_die_with_parent)
+        _started.append(p)
+        return p
+
+    p = run_it()
+    try:
+        publish(nsqd, topic, numbered(40))
+        wait_for(lambda: drained(nsqd, topic, total=40), what="archived in the work file")
+        os.chmod(out, 0o555)
+        p.send_signal(signal.SIGHUP)
+        _, err = p.communicate(timeout=30)
+    finally:
+        os.chmod(out, 0o755)
+    assert p.returncode == 1, err
+    (name,) = os.listdir(work)
+    last = err.decode().splitlines()[-1]
+    assert last == (f"nsqcli: error: cannot move a closed archive file into --output-dir: {out / name}: "
+                    f"Permission denied. The messages in it were fsync'ed and FINed before the move: nothing of it "
+                    f"is lost; left in --work-dir (the next start moves it into --output-dir): {work / name}. "
+                    "In all 0 messages not yet on disk were requeued (nsqd delivers them again); 40 earlier ones "
+                    "are on disk and FINed"), last
+    assert read_records(work) == numbered(40) and drained(nsqd, topic, total=40)  # on disk + in nsqd = published
+    p = run_it()
+    try:
+        wait_for(lambda: os.listdir(out) == [name] and not os.listdir(work), what="moved by the next start")
+    finally:
+        assert stop(p)[0] in (0, 143)  # 143: the SIGTERM came while it was still connecting (a quick exit)
+    assert read_records(out) == numbered(40)
+
+
+def _can_mount_tmpfs(where: Path) -> bool:
+    r = subprocess.run(["unshare", "-m", "sh", "-c", f"mount -t tmpfs -o size=64k nsqcli-test '{where}'"],
+                       capture_output=True)
+    return r.returncode == 0
+
+
+def test_a_full_disk_names_the_work_file_and_what_was_requeued(nsqd, topic, tmp_path):
+    """A real ENOSPC: a 64 KiB tmpfs mounted on --output-dir in a private mount namespace
+    (unshare -m; copied out when to-file has exited). The exit line names the file, says how many
+    were requeued and how many are on disk and FINed, and what to do before a restart; the
+    archive (exactly the FINed count) + the channel's depth = what was published."""
+    out, save = tmp_path / "out", tmp_path / "save"
+    out.mkdir()
+    save.mkdir()
+    if not _can_mount_tmpfs(out):
+        pytest.skip("no tmpfs mount in a private mount namespace here (needs CAP_SYS_ADMIN); "
+                    "test_disk_full_exits_nonzero_and_loses_nothing covers the file size limit instead")
+    n = 10_000  # 120 KB of records for 64 KiB
+    publish(nsqd, topic, numbered(n))
+    wait_for(lambda: (topic_stats(nsqd, topic) or {}).get("message_count", 0) >= n, what="published")
+    script = ('mount -t tmpfs -o size=64k nsqcli-test "$0" || exit 97; "$@"; rc=$?; '
+              f'cp -a "$0"/. \'{save}\'/; exit $rc')
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("NSQCLI_")}
+    p = subprocess.Popen(["unshare", "-m", "sh", "-c", script, str(out), *NSQCLI, "to-file", "-t", topic,
+                          "--nsqd-tcp-address", nsqd.tcp_address, "--output-dir", str(out), "--filename-format",
+                          "<TOPIC><REV>.log", "--rotate-size", "1G", "--sync-interval", "0.2s",
+                          "--max-in-flight", "200"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=clean,
+                         start_new_session=True)
+    _started.append(p)
+    try:
+        _, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    assert p.returncode == 1, err
+    last = err.decode().splitlines()[-1]
+    m = re.fullmatch(rf"nsqcli: error: cannot write the archive \((write|fsync) of {re.escape(str(out / topic))}"
+                     r"-000000\.log\): No space left on device\. (\d+) messages? not yet on disk (?:were|was) requeued "
+                     r"\(nsqd delivers them again\); (\d+) earlier ones are on disk and FINed\. Free space \(or raise "
+                     r"the limit\) before it starts again: a restart now fails again \(under systemd, slow the "
+                     r"restarts down: RestartSec=30s, RestartSteps=5, RestartMaxDelaySec=10min\)", last)
+    assert m, last
+    requeued, finished = int(m[2]), int(m[3])
+    on_disk = read_records(save)
+    assert requeued > 0 and len(on_disk) == len(set(on_disk)) == finished > 0
+    wait_for(lambda: channel_stats(nsqd, topic, "nsqcli_to_file")["in_flight_count"] == 0, what="requeued")
+    assert channel_stats(nsqd, topic, "nsqcli_to_file")["depth"] == n - finished  # nothing lost, nothing twice
