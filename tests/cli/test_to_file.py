@@ -769,3 +769,31 @@ def test_a_full_disk_names_the_work_file_and_what_was_requeued(nsqd, topic, tmp_
     assert requeued > 0 and len(on_disk) == len(set(on_disk)) == finished > 0
     wait_for(lambda: channel_stats(nsqd, topic, "nsqcli_to_file")["in_flight_count"] == 0, what="requeued")
     assert channel_stats(nsqd, topic, "nsqcli_to_file")["depth"] == n - finished  # nothing lost, nothing twice
+
+
+def test_a_lookupd_found_nsqd_killed_is_not_recovered_while_another_is_connected(nsqd, lookupd, extra_nsqd,
+                                                                                 topic, tmp_path):
+    """Issue 35's lie: two nsqd found through nsqlookupd, one SIGKILLed. The other staying
+    connected used to make the dead one 'recovered' in the same second; now only its return does."""
+    other = extra_nsqd()
+    for n in (nsqd, other):
+        publish(n, topic, numbered(3))
+    wait_for(lambda: len(lookup_producers(lookupd, topic)) == 2, what="both registered")
+    p = start(["-t", topic, "--lookupd-http-address", lookupd.http_address, "--output-dir", str(tmp_path / "out"),
+               "--sync-interval", "0.2s", "--log-level", "info"], env={"NSQCLI_OUTAGE_REMIND": "1"})
+    log = StderrLog(p)
+    try:
+        wait_for(lambda: drained(nsqd, topic, total=3) and drained(other, topic, total=3), what="both drained")
+        other.kill()
+        mark = len(log.text)
+        time.sleep(4)
+        down = log.text[mark:]
+        other.restart()
+        wait_for(lambda: f"recovered: source {other.tcp_address}: connected again (".encode() in log.text[mark:],
+                 timeout=30, what="recovered once it is back")
+    finally:
+        rc, _, _ = stop(p)
+        log.thread.join(5)
+    assert rc == 0
+    assert b"recovered" not in down and f"source {other.tcp_address} still down after".encode() in down, down
+    assert f"nsqd {nsqd.tcp_address}: connection lost".encode() not in log.text
