@@ -124,3 +124,20 @@ def consume(topic, want, addresses=(), lookupds=(), channel="c", timeout=20, **c
     finally:
         c.stop()
     return col
+
+
+_LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z nsqcli [\w-]+\[\d+\] (DEBUG|INFO|WARNING|ERROR): (.*)$")
+
+
+def plain_lines(text: str) -> list[str]:
+    """A daemon's stderr with its log lines (--log-format text) in the plain form ('nsqcli: ...',
+    'nsqcli: warning: ...'), so one expectation fits both."""
+    out = []
+    for line in text.splitlines():
+        m = _LOG_LINE.match(line)
+        if m is None:
+            out.append(line)
+        else:
+            level, message = m.groups()
+            out.append("nsqcli: " + {"WARNING": "warning: ", "ERROR": "error: "}.get(level, "") + message)
+    return out

@@ -53,7 +53,6 @@ def run(app, spec: dict) -> int:
     if spec.get("version") != SPEC_VERSION:
         raise ValueError(f"to-file spec version {spec.get('version')!r}, this nsqcli runs {SPEC_VERSION}")
     settings = settings_of(spec)
-    setup_logging(spec["log_level"], settings.log_format)
     return run_harness(app, ToFile(app, spec), settings)
 
 
@@ -77,7 +76,7 @@ class ToFile(Job):
             return sep.join(out)
 
         self.log = logging.getLogger("nsqcli")
-        self.outages = Outages(_LogSays(self.log))  # said when it starts, counted, then "recovered"
+        self.outages = Outages(app)  # said when it starts, reminded while it lasts, then "recovered"
         self.spec = spec
         self.archiver = Archiver(topics=list(spec["topics"]), topic_pattern=spec["topic_pattern"],
                                  topic_refresh=spec["topic_refresh"], channel=spec["channel"],
@@ -134,46 +133,25 @@ class ToFile(Job):
         return rows
 
     def counters(self) -> dict:
-        totals = getattr(self.archiver, "totals", None)
-        if totals is not None:
-            t = totals()
-            return {"bytes_written": t["bytes_written"], "fsyncs": t["fsyncs"], "files_rotated": t["files_rotated"]}
-        rows = self.archiver.status()
-        return {"bytes_written": sum(r.get("bytes_written", r["size"]) for r in rows),
-                "fsyncs": sum(r["syncs"] for r in rows), "files_rotated": sum(r["closed"] for r in rows)}
+        t = self.archiver.totals()
+        return {"bytes_written": t["bytes_written"], "fsyncs": t["fsyncs"], "files_rotated": t["files_rotated"],
+                "write_errors": t["write_errors"]}
 
     def gauges(self) -> dict:
-        synced = [r["last_sync"] for r in self.archiver.status() if r["last_sync"]]
-        return {"last_fsync_timestamp_seconds": max(synced) if synced else 0.0}
+        return {"last_fsync_timestamp_seconds": self.archiver.totals()["last_fsync"]}
 
     def problems(self) -> list[str]:
-        e = self.archiver.fatal
-        if e is not None:
-            return [f"cannot write the archive: {getattr(e, 'strerror', None) or e}"]
-        return []
+        return [self.archiver.fatal_message()] if self.archiver.fatal is not None else []
 
     def finish(self, elapsed, expired, settings, app) -> None:
         archiver = self.archiver
         if archiver.fatal is not None:
             from ..errors import NSQError
 
-            message = getattr(archiver, "fatal_message", None)
-            if message is not None:
-                raise NSQError(message())
-            e = archiver.fatal
-            raise NSQError(f"stopped: cannot write the archive ({getattr(e, 'strerror', None) or e}"
-                           f"{': ' + str(e.filename) if getattr(e, 'filename', None) else ''}); "
-                           "messages not on disk were requeued")
+            raise NSQError(archiver.fatal_message())
         if settings.as_json:
             json_summary(archiver.status())
         sys.stderr.flush()
-
-
-class _LogSays:
-    """What Outages needs of an App (warn, info), said through the to-file log lines."""
-
-    def __init__(self, logger: logging.Logger):
-        self.warn, self.info = logger.warning, logger.info
 
 
 def json_summary(rows: list[dict]) -> None:
@@ -187,32 +165,3 @@ def json_summary(rows: list[dict]) -> None:
     doc = {"received": sum(r["received"] for r in rows), "finished": sum(r["finished"] for r in rows),
            "files_closed": sum(r["closed"] for r in rows), "topics": topics}
     write_stdout(json.dumps(doc) + "\n")
-
-
-class _StderrLines(logging.Handler):
-    """Log records as whole lines through the app's one stderr lock (never glued to a warning
-    another thread is writing)."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        from .app import write_stderr
-
-        try:
-            write_stderr(self.format(record))
-        except Exception:
-            self.handleError(record)
-
-
-def setup_logging(level: str, fmt: str = "text") -> None:
-    """to-file's log lines: text (timestamped) or json (nsqcli.daemon.logs); ``plain`` is text."""
-    try:
-        from ..daemon.logs import setup
-    except ImportError:  # (being written)
-        handler = _StderrLines()
-        handler.setFormatter(logging.Formatter("%(asctime)s nsqcli to-file %(levelname)s: %(message)s",
-                                               "%Y-%m-%dT%H:%M:%S"))
-        handler.formatter.converter = time.gmtime
-        root = logging.getLogger("nsqcli")
-        root.handlers[:] = [handler]
-        root.setLevel({"warn": logging.WARNING}.get(level, getattr(logging, level.upper())))
-        return
-    setup("to-file", level, "json" if fmt == "json" else "text")

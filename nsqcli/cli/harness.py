@@ -166,6 +166,11 @@ class Harness:
         from .signals import GracefulStop
 
         job, s = self.job, self.s
+        if s.log_format in ("text", "json") and self.app.logger is None:
+            from ..daemon.logs import setup
+            from .app import write_stderr
+
+            self.app.logger = setup(job.name, s.log_level, s.log_format, write=write_stderr)
         self._open_outputs()  # a metrics port in use fails before anything connects
         stopper = GracefulStop(job.done).install()
         expired = False
@@ -214,13 +219,8 @@ class Harness:
             if s.idle_timeout and now - max(job.last_progress(), job.started) >= s.idle_timeout:
                 return False
             job.tick(now)
-            if job.outages is not None:
-                from .app import sources_recovered
-
-                sources_recovered(job.outages, job.consumers())
-                remind = getattr(job.outages, "tick", None)
-                if remind is not None:
-                    remind(job.consumers())
+            if job.outages is not None:  # connections up and down, recoveries, reminders while down
+                job.outages.check(job.consumers())
             self._poll_lag(now, wanted=next_status is not None)
             if next_status is not None and now >= next_status:
                 next_status = now + s.status_interval
@@ -361,7 +361,7 @@ class Harness:
                 self.metrics = serve(s.metrics_address, self.snapshot)
             except (OSError, ValueError) as e:
                 raise NSQError(f"cannot serve metrics on {s.metrics_address}: {getattr(e, 'strerror', None) or e}") from None
-            self.app.debug(f"metrics on http://{self.metrics.address}/metrics, health on /healthz")
+            self.app.info(f"serving metrics on http://{self.metrics.address}/metrics and health on /healthz")
         if s.status_file:
             from ..daemon.statusfile import StatusFile
 

@@ -144,6 +144,11 @@ class Discovery:
         return list(errors)
 
     def _note_answers(self, producers: list, errors: list) -> None:
+        from . import limits
+
+        for p in producers:  # nsqd's HTTP address as nsqlookupd knows it (limits, the daemons' lag)
+            if p.http_address:
+                limits.note_http(p.tcp_address, p.http_address)
         failed = {_base(getattr(e, "endpoint", "")) for e in errors}
         now = time.time()
         for address in self.lookupds:

@@ -235,7 +235,7 @@ def test_losing_the_source_nsqd_is_said_counted_and_recovered_twice(nsqd_factory
     outage is said again."""
     import subprocess
 
-    from helpers import NSQCLI, clean_env, wait_for
+    from helpers import NSQCLI, clean_env, plain_lines, wait_for
 
     src = nsqd_factory()
     ep = endpoint()
@@ -244,7 +244,7 @@ def test_losing_the_source_nsqd_is_said_counted_and_recovered_twice(nsqd_factory
     p = subprocess.Popen(NSQCLI + ["to-http", "-t", topic, "--post", ep.url, "--nsqd-tcp-address", src.tcp_address],
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(ln.decode() for ln in iter(p.stderr.readline, b"")),
+    reader = threading.Thread(target=lambda: lines.extend(plain_lines(ln.decode())[0] for ln in iter(p.stderr.readline, b"")),
                               daemon=True)
     reader.start()
     try:

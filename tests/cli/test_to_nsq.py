@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from helpers import NSQCLI, clean_env, http_post, one_error_line, run_nsqcli, topic_stats, wait_for
+from helpers import NSQCLI, clean_env, http_post, one_error_line, plain_lines, run_nsqcli, topic_stats, wait_for
 from nsq_fixtures import default_layout_nsqd
 
 
@@ -42,7 +42,7 @@ def test_copies_every_message_and_fins_only_after_the_ok(nsqd_factory, topic):
     r = run_nsqcli(["to-nsq", "-t", topic, "--nsqd-tcp-address", src.tcp_address, "--destination-nsqd-tcp-address",
                     dst.tcp_address, "--destination-topic", "copy", "-n", "5000"], timeout=60)
     assert r.returncode == 0, r.stderr
-    assert r.stderr.decode().splitlines()[-1].startswith("nsqcli: copied 5,000, left out by filters 0, failed batches 0")
+    assert plain_lines(r.stderr.decode())[-1].startswith("nsqcli: copied 5,000, left out by filters 0, failed batches 0")
     assert count(dst, "copy") == 5000
     ch = topic_stats(src, topic)["channels"][0]
     assert (ch["channel_name"], ch["depth"], ch["in_flight_count"], ch["message_count"]) == ("nsq_to_nsq", 0, 0, 5000)
@@ -83,7 +83,7 @@ def test_a_dead_destination_requeues_and_loses_nothing(nsqd_factory, topic):
     r = run_nsqcli(["to-nsq", "-t", topic, "--nsqd-tcp-address", src.tcp_address, "--destination-nsqd-tcp-address",
                     "127.0.0.1:1", "--idle-timeout", "3s"], timeout=60)
     assert r.returncode == 0
-    warnings = [ln for ln in r.stderr.decode().splitlines() if ln.startswith("nsqcli: warning:")]
+    warnings = [ln for ln in plain_lines(r.stderr.decode()) if ln.startswith("nsqcli: warning:")]
     assert warnings == ["nsqcli: warning: destination: 127.0.0.1:1: cannot connect: Connection refused (the batch "
                         "is requeued; the consumer backs off)"]  # said once, not per batch
     ch = topic_stats(src, topic)["channels"][0]
@@ -216,7 +216,7 @@ def test_both_nsqd_at_3000000_copy_a_1_5_mb_message_without_any_flag(laid_out, n
                     dst.tcp_address, "-n", "1", "--timeout", "20s"], timeout=60)
     assert r.returncode == 0, r.stderr
     assert time.monotonic() - t0 < 10
-    assert r.stderr.decode().splitlines() == ["nsqcli: copied 1, left out by filters 0, failed batches 0 (requeued), "
+    assert plain_lines(r.stderr.decode()) == ["nsqcli: copied 1, left out by filters 0, failed batches 0 (requeued), "
                                               + r.stderr.decode().rsplit("(requeued), ", 1)[1].strip()]
     assert drain(dst, topic, "check") == [BIG]
     ch = topic_stats(src, topic)["channels"][0]
@@ -234,7 +234,7 @@ def test_a_message_over_the_destination_limit_stays_in_the_source_said_once(laid
                     dst.tcp_address, "--requeue-delay", "0.2s", "--idle-timeout", "7s"], timeout=60)
     assert r.returncode == 0, r.stderr
     err = r.stderr.decode()
-    warnings = [ln for ln in err.splitlines() if ln.startswith("nsqcli: warning:")]
+    warnings = [ln for ln in plain_lines(err) if ln.startswith("nsqcli: warning:")]
     assert len(warnings) == 1, err
     assert "(1,500,000 bytes) is over the destination's 1,000,000-byte message limit (its --max-msg-size): not " \
            "copied; it stays in the source" in warnings[0]
@@ -271,7 +271,7 @@ def test_a_message_over_the_limit_is_fined_only_with_max_attempts(laid_out, topi
                    timeout=60)  # 7 s: nsqd looks at a new channel's deferred messages only every 5 s
     assert r.returncode == 0, r.stderr
     err = r.stderr.decode()
-    warnings = [ln for ln in err.splitlines() if ln.startswith("nsqcli: warning:")]
+    warnings = [ln for ln in plain_lines(err) if ln.startswith("nsqcli: warning:")]
     assert len(warnings) == 2, err
     assert ("1,048,576-byte message limit (its --max-msg-size): not copied; requeued for 0.2s; it will be FINed "
             "(NOT copied) at delivery 2 (--max-attempts; this was delivery 1)") in warnings[0]

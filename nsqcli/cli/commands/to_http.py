@@ -41,7 +41,7 @@ nsqcli to-http -t events --post https://api.example/v1 --header 'Authorization: 
 @option("--requeue-delay", type=DURATION, default="90s", show_default=True, group="HTTP",
         help="A failed message comes back after this x its attempts (capped at 15m), unless the endpoint "
              "sent Retry-After.")
-@daemon_options(count_help="Stop after delivering N messages (0 = run until stopped).")
+@daemon_options(count_help="Stop after delivering N messages (0 = run until stopped).", log_format="text")
 @connection_options(consumer=True)
 @click.pass_obj
 def to_http(app, topic, channel, posts, gets, headers, content_type, mode, sample, concurrency, max_in_flight,

@@ -122,7 +122,7 @@ nsqcli to-nsq -t events --destination-nsqd-tcp-address 10.1.0.7:4150 --destinati
 @option("--max-attempts", type=click.IntRange(0), default=0, show_default=True,
         help="FIN a message over the destination's message limit after this many deliveries, saying so "
              "(0 = never: it stays in the source). Other failures are retried without limit.")
-@daemon_options(count_help="Stop after copying N messages (0 = run until stopped).")
+@daemon_options(count_help="Stop after copying N messages (0 = run until stopped).", log_format="text")
 @destination_options
 @connection_options(consumer=True)
 @click.pass_obj
