@@ -171,6 +171,13 @@ class Harness:
             from .app import write_stderr
 
             self.app.logger = setup(job.name, s.log_level, s.log_format, write=write_stderr)
+        elif s.log_format == "plain" and self.app.logger is None:  # --log-level on 'nsqcli: ...' lines
+            if s.log_level == "debug":
+                self.app.verbosity = max(self.app.verbosity, 1)
+            if s.log_level in ("warn", "error"):
+                self.app.info = lambda *a, **k: None
+            if s.log_level == "error":
+                self.app.warn = lambda *a, **k: None
         self._open_outputs()  # a metrics port in use fails before anything connects
         stopper = GracefulStop(job.done).install()
         expired = False
