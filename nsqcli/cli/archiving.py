@@ -134,8 +134,10 @@ class ToFile(Job):
 
     def counters(self) -> dict:
         t = self.archiver.totals()
-        return {"bytes_written": t["bytes_written"], "fsyncs": t["fsyncs"], "files_rotated": t["files_rotated"],
-                "write_errors": t["write_errors"]}
+        return {"bytes_written": t["bytes_written"], "fsyncs": t["fsyncs"], "files_rotated": t["files_rotated"]}
+
+    def errors(self) -> dict:
+        return {"write": self.archiver.totals()["write_errors"]}
 
     def gauges(self) -> dict:
         return {"last_fsync_timestamp_seconds": self.archiver.totals()["last_fsync"]}

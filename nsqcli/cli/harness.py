@@ -125,6 +125,10 @@ class Job:
     def latency(self) -> dict | None:
         return None
 
+    def errors(self) -> dict:
+        """Errors by kind the outages do not count (to-file's failed writes)."""
+        return {}
+
     def problems(self) -> list[str]:
         """Why the work cannot go on now (a write failing, a destination down): /healthz 503."""
         return []
@@ -315,6 +319,7 @@ class Harness:
         counts = getattr(job.outages, "counts", None)
         if counts is not None:
             errors.update(counts())
+        errors.update(job.errors())
         snap = {"command": job.name, "pid": os.getpid(), "started_at": self.started_at,
                 "uptime_seconds": round(time.monotonic() - self.started, 3), "state": self.state,
                 "topics": topics, "connections": connections, "depth": list(self.depth),
