@@ -247,6 +247,25 @@ class MetricsServer:
         return f"<MetricsServer {self.address}{'' if self._httpd else ' closed'}>"
 
 
+def _load_prometheus_client() -> None:
+    """Import prometheus_client without python-snappy: its exposition module imports snappy if it
+    can (only for push-gateway compression, never used here), and snappy's cramjam costs a
+    daemon 1.7 MB of RSS (bench/daemon_metrics.py, bench/figures.md). snappy stays importable
+    afterwards (nsqd connections with --snappy import it themselves)."""
+    import sys
+
+    if "prometheus_client" in sys.modules:
+        return
+    hide = "snappy" not in sys.modules
+    if hide:
+        sys.modules["snappy"] = None  # `import snappy` raises ImportError while prometheus_client loads
+    try:
+        import prometheus_client  # noqa: F401
+    finally:
+        if hide and "snappy" in sys.modules and sys.modules["snappy"] is None:
+            del sys.modules["snappy"]
+
+
 def serve(address: str, snapshot) -> MetricsServer:
     """Listen on ``address`` ("HOST:PORT"; port 0: any free port) and answer /metrics, /healthz
     and /status from ``snapshot()`` on a daemon thread. Raises ValueError (a bad address, or a
@@ -256,6 +275,7 @@ def serve(address: str, snapshot) -> MetricsServer:
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
     from urllib.parse import parse_qs, urlsplit
 
+    _load_prometheus_client()
     from prometheus_client import CollectorRegistry
     from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
