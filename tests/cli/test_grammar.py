@@ -266,7 +266,7 @@ def test_relays_with_a_count_exit_3_when_the_timeout_passes_first(nsqd, topic):
         for argv, done in ((["to-nsq", topic, "--destination-nsqd-tcp-address", nsqd.tcp_address,
                              "--destination-topic", topic + "_copy"], "copied"),
                            (["to-http", topic, "--post", url], "delivered")):
-            r = run_nsqcli([*argv, *src, "-n", "3", "--timeout", "2s", "--json"])
+            r = run_nsqcli([*argv, *src, "-n", "3", "--timeout", "2s", "--json", "--log-format", "plain"])
             one_error_line(r, 3, rf"--timeout passed after [01] of 3 messages {done}")
             # the deadline counts from process start; the run's own clock starts after start-up
             assert json.loads(r.stdout)["elapsed"] >= 1.5, r.stdout
