@@ -168,12 +168,25 @@ def _debug_wanted() -> bool:
     return os.environ.get("NSQCLI_DEBUG", "") not in ("", "0") or "-vv" in sys.argv[1:3]
 
 
+#: the daemons' logger with --log-format json (set by the run harness): the line that goes with
+#: the exit code is then a JSON record too ({"level": "error", "event": "exit", "exit_code": N})
+json_exit_log = None
+
+
+def _exit_line(text: str, code: int, level: str = "error") -> None:
+    log = json_exit_log
+    if log is not None:
+        getattr(log, level)(text, extra={"event": "exit", "fields": {"exit_code": code}})
+    else:
+        write_stderr(f"nsqcli: error: {text}" if level == "error" else f"nsqcli: {text}")
+
+
 def _fail(message: str, code: int) -> None:
     if _debug_wanted():
         import traceback
 
         traceback.print_exc()
-    write_stderr(f"nsqcli: error: {message}")
+    _exit_line(message, code)
     sys.exit(code)
 
 
@@ -240,7 +253,7 @@ def run_guarded(main) -> None:
         import signal
 
         name = signal.Signals(e.signum).name if e.signum else "signal"
-        write_stderr(f"nsqcli: interrupted ({name}){': ' + e.message if e.message else ''}")
+        _exit_line(f"interrupted ({name}){': ' + e.message if e.message else ''}", 128 + (e.signum or 2), "warning")
         sys.exit(128 + (e.signum or 2))
     except DeadlineExceeded as e:
         _fail(str(e), EXIT_DEADLINE)

@@ -146,6 +146,16 @@ def can_draw(app) -> bool:
     return not app.console.is_dumb_terminal
 
 
+def why_not_draw(app) -> str:
+    """Why :func:`can_draw` is False, for the --live warning."""
+    if not app.stderr_is_tty:
+        return "stderr is not a terminal"
+    from . import views
+
+    check = getattr(views, "cannot_draw_live", None)
+    return (check(app.console) if check is not None else "") or "TERM=dumb"
+
+
 class Harness:
     def __init__(self, app, job: Job, settings: Settings):
         self.app, self.job, self.s = app, job, settings
@@ -175,6 +185,10 @@ class Harness:
             from .app import write_stderr
 
             self.app.logger = setup(job.name, s.log_level, s.log_format, write=write_stderr)
+            if s.log_format == "json":  # the exit's line (error, interrupted) a JSON record too
+                from . import app as app_module
+
+                app_module.json_exit_log = self.app.logger
         elif s.log_format == "plain" and self.app.logger is None:  # --log-level on 'nsqcli: ...' lines
             if s.log_level == "debug":
                 self.app.verbosity = max(self.app.verbosity, 1)
@@ -256,7 +270,7 @@ class Harness:
             if can_draw(self.app):
                 view = self.job.live_view(self.app.console)
             elif want:
-                self.app.warn("--live needs a terminal on stderr that can draw (not TERM=dumb, not a pipe): "
+                self.app.warn(f"--live needs a terminal on stderr that can draw ({why_not_draw(self.app)}): "
                               "status lines instead" + ("" if self.s.status_interval else
                                                         " (none: --status-interval is 0)"))
         if view is None:
@@ -277,7 +291,8 @@ class Harness:
             return
         self._lag_due = now + LAG_EVERY
         targets = sorted({(c.topic, c.channel, st.address) for c in self.job.consumers() for st in c.stats()})
-        if not targets:
+        if not targets:  # every connection gone: no depth to show (not the last one seen)
+            self.depth = []
             return
         if self._lag is None:
             from ..daemon.lag import Lag
@@ -385,12 +400,14 @@ class Harness:
     def _write_status_file(self) -> None:
         try:
             self.status_file.write(self.snapshot())
-        except OSError as e:
-            text = f"{e.strerror or e}: {e.filename or self.s.status_file}"
+        except OSError as e:  # (StatusFile's own error names the path already)
+            text = str(e) if e.strerror is None else f"cannot write the status file {self.s.status_file}: {e.strerror}"
             if text != self._status_file_error:  # said once per new error, not every 5 s
                 self._status_file_error = text
-                self.app.warn(f"cannot write the status file ({text}); the work goes on")
+                self.app.warn(f"{text}; the work goes on")
         else:
+            if self._status_file_error is not None:
+                self.app.info(f"status file {self.s.status_file} written again")
             self._status_file_error = None
 
     def _close_outputs(self) -> None:

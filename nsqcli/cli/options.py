@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from .command import option
-from .types import CHANNEL, DURATION, HOST_PORT, HTTP_ADDRESS, TOPIC
+from .types import CHANNEL, DURATION, HOST_PORT, HTTP_ADDRESS, LISTEN_ADDRESS, TOPIC
 
 DEFAULT_NSQD = "127.0.0.1:4150"
 
@@ -489,7 +489,7 @@ def daemon_options(*, count_help: str | None = None, timeout: bool = True, as_js
     decorators += [
         option("--status-interval", type=DURATION, default=status_interval, show_default=True,
                help="Without the live table: a status line this often, with the lag nsqd reports (0 = off)."),
-        option("--metrics-address", type=HOST_PORT, metavar="HOST:PORT", group="Monitoring",
+        option("--metrics-address", type=LISTEN_ADDRESS, metavar="HOST:PORT", group="Monitoring",
                help="Serve Prometheus metrics on http://HOST:PORT/metrics and health on /healthz "
                     "(200 while working or idle, 503 with the reason)."),
         option("--status-file", type=click.Path(dir_okay=False), metavar="PATH", group="Monitoring",
@@ -520,7 +520,7 @@ def pop_run(kwargs: dict):
     if idle is not None and idle <= 0:
         raise click.BadParameter("must be more than 0 (leave it out for no idle limit)", param_hint="'--idle-timeout'")
     status_file = kwargs.pop("status_file", None)
-    if status_file:
+    if status_file is not None:  # (an empty one is refused, not ignored)
         from ..daemon.statusfile import StatusFile
 
         try:

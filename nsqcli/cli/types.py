@@ -113,6 +113,25 @@ class HostPort(click.ParamType):
         return value
 
 
+class ListenAddress(click.ParamType):
+    """HOST:PORT to listen on (--metrics-address): also ``[V6]:PORT``, ``:PORT`` (every
+    interface) and port 0 (any free port; the command says which it got)."""
+
+    name = "HOST:PORT"
+
+    def convert(self, value, param, ctx):
+        from ..daemon.metrics import parse_address
+
+        problem = _address_footgun(value, param, ctx, http=False)
+        if problem:
+            self.fail(problem, param, ctx)
+        try:
+            parse_address(value)
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
+        return value
+
+
 class HttpAddress(click.ParamType):
     """HOST:PORT or http(s)://HOST:PORT of an HTTP endpoint (nsqd, nsqlookupd)."""
 
@@ -172,6 +191,7 @@ class Delimiter(click.ParamType):
 DURATION = Duration()
 MOMENT = Moment()
 HOST_PORT = HostPort()
+LISTEN_ADDRESS = ListenAddress()
 HTTP_ADDRESS = HttpAddress()
 TOPIC = TopicName("topic")
 CHANNEL = TopicName("channel")

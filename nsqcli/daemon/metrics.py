@@ -339,6 +339,7 @@ def serve(address: str, snapshot) -> MetricsServer:
         address_family = family
         daemon_threads = True
         block_on_close = False
+        request_queue_size = 128  # (socketserver's 5 dropped a burst of scrapers: kernel retries 1-3 s later)
 
         def handle_error(self, request, client_address):  # never a traceback on stderr
             pass

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import threading
 
 
@@ -29,13 +30,21 @@ class StatusFile:
     def check(path: str) -> None:
         """Raise ValueError (one line naming the path) unless a status file can be written at
         ``path``: its directory exists and takes a new file (tried: a file created and removed),
-        and ``path`` is not a directory."""
+        and ``path`` is not a directory, nor a device or a pipe (``/dev/stdout``: each write replaces
+        the path by a new file, which would replace the device's name)."""
         path = os.fspath(path)
         if not path:
             raise ValueError("status file: the path is empty")
         folder = os.path.dirname(os.path.abspath(path))
         if os.path.isdir(path):
             raise ValueError(f"status file {path} is a directory: give a file name in it (e.g. {os.path.join(path, 'status.json')})")
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:
+            mode = None  # not there yet (or a dangling link): a new file is made
+        if mode is not None and not stat.S_ISREG(mode):
+            raise ValueError(f"status file {path} is not a regular file (a device, a pipe or a socket): it is "
+                             "replaced by a new file at each write; give a file path")
         if not os.path.exists(folder):
             raise ValueError(f"status file {path}: directory {folder} does not exist (create it first)")
         if not os.path.isdir(folder):
