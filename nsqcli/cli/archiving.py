@@ -58,6 +58,7 @@ def run(app, spec: dict) -> int:
 
 class ToFile(Job):
     name = "to-file"
+    handles_hup = True
 
     def __init__(self, app, spec: dict):
         super().__init__()

@@ -66,6 +66,7 @@ class Job:
 
     name = "job"
     connecting = "connecting"  # what start() does, for the --timeout line
+    handles_hup = False       # True: start() installs its own SIGHUP handler (to-file: close and move the files)
     nothing_done = ""        # said after a --timeout while connecting, e.g. "nothing was copied"
 
     def __init__(self):
@@ -197,7 +198,11 @@ class Harness:
             if s.log_level == "error":
                 self.app.warn = lambda *a, **k: None
         self._open_outputs()  # a metrics port in use fails before anything connects
-        stopper = GracefulStop(job.done).install()
+        import signal
+
+        # SIGHUP (a closed terminal, a reload): a clean stop like SIGTERM, unless the job has its own use for it
+        stopper = GracefulStop(job.done).install((signal.SIGINT, signal.SIGTERM)
+                                                 + (() if job.handles_hup else (signal.SIGHUP,)))
         expired = False
         try:
             try:
@@ -367,7 +372,13 @@ class Harness:
         outages = self.job.outages
         if outages is None:
             return []
-        return [str(k[1]) for k in outages.failing() if isinstance(k, tuple) and k[0] == "source" and k[1]]
+        wall = time.time()
+        out = []
+        for key in outages.failing():
+            if isinstance(key, tuple) and key[0] == "source" and key[1]:
+                since = outages.down_since(key)
+                out.append(f"{key[1]}" + (f" (for {wall - since:.0f}s)" if since else ""))
+        return out
 
     def _one_line(self) -> str:
         lines = self.job.status_lines(time.monotonic() - self.job.started)
@@ -387,7 +398,8 @@ class Harness:
             try:
                 self.metrics = serve(s.metrics_address, self.snapshot)
             except (OSError, ValueError) as e:
-                raise NSQError(f"cannot serve metrics on {s.metrics_address}: {getattr(e, 'strerror', None) or e}") from None
+                raise NSQError(f"cannot serve metrics: {e}" if s.metrics_address in str(e) else
+                               f"cannot serve metrics on {s.metrics_address}: {getattr(e, 'strerror', None) or e}") from None
             self.app.info(f"serving metrics on http://{self.metrics.address}/metrics and health on /healthz")
         if s.status_file:
             from ..daemon.statusfile import StatusFile

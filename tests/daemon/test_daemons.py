@@ -204,7 +204,7 @@ def test_metrics_port_in_use_is_one_line_before_connecting(nsqd, topic, tmp_path
         busy.close()
     assert r.returncode == 1
     lines = r.stderr.decode().splitlines()
-    assert lines == [f"nsqcli: error: cannot serve metrics on {address}: cannot listen on {address}: "
+    assert lines == [f"nsqcli: error: cannot serve metrics: cannot listen on {address}: "
                      "Address already in use"], lines
 
 
@@ -246,3 +246,22 @@ def test_term_dumb_gives_status_lines_not_a_blank_screen(nsqd, topic, tmp_path, 
     else:
         assert "shown 20" in text, text
         assert "status lines instead" in text, text
+
+
+@pytest.mark.parametrize("command", ["tail", "to-http"])
+def test_sighup_stops_cleanly_where_it_has_no_other_use(nsqd, topic, command):
+    """A closed terminal or a `systemctl reload` of a relay: drained and stopped like SIGTERM
+    (exit 0, every message shown or delivered FINed), not killed by the signal (129)."""
+    http_post(nsqd.http_address, "/mpub", b"\n".join(b"h%d" % i for i in range(10)), topic=topic)
+    ep = HTTPEndpoint(None)
+    args = {"tail": ["tail", topic, "-c", "c"], "to-http": ["to-http", "-t", topic, "--post", ep.url]}[command]
+    p = start(args + ["--nsqd-tcp-address", nsqd.tcp_address])
+    wait_for(lambda: (channel_stats(nsqd, topic, "c" if command == "tail" else "nsq_to_http") or {})
+             .get("message_count") == 10 and channel_stats(nsqd, topic, "c" if command == "tail" else "nsq_to_http")
+             ["in_flight_count"] == 0, timeout=15, what="all 10 answered")
+    p.send_signal(signal.SIGHUP)
+    out, _ = p.communicate(timeout=30)
+    ep.close()
+    assert p.returncode == 0, p.lines
+    if command == "tail":
+        assert out.splitlines() == [b"h%d" % i for i in range(10)]
