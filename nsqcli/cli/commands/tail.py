@@ -90,7 +90,7 @@ nsqcli tail -t events --lookupd-http-address 127.0.0.1:4161
 def tail(app, topics, channel, max_in_flight, count, fmt, print_topic, null, drain_backlog, nsqd_http, **kwargs):
     """Consume TOPIC(s) and write each message body to stdout.
 
-    Every message shown is FINed; with -n the rest are requeued at once. Ctrl-C, SIGTERM or a
+    Every message shown is FINed; with -n the rest are requeued at once. Ctrl-C, SIGTERM, SIGHUP or a
     closed stdout pipe stop cleanly with exit 0.
 
     Before subscribing an ephemeral channel to a topic that has a backlog and no channel yet,

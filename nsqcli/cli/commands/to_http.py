@@ -53,7 +53,7 @@ def to_http(app, topic, channel, posts, gets, headers, content_type, mode, sampl
     Retry-After (seconds or HTTP date) sets when the message comes back. At least once: killed at
     any moment, what was not FINed is redelivered. When --timeout passes, the requests still in
     flight are given up and requeued at once (the run ends within ~0.5 s of it): an endpoint that
-    had taken one gets it again. SIGTERM/SIGINT instead wait for their answers.
+    had taken one gets it again. SIGTERM/SIGINT/SIGHUP instead wait for their answers.
     """
     settings = pop_run(kwargs)
     conn = pop_connection(kwargs)

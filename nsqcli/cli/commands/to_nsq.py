@@ -138,7 +138,7 @@ def to_nsq(app, topics, channel, destination_topic, mode, max_in_flight, concurr
     "too big" answer tells it); a bigger message is not copied and not FINed: it stays in the
     source, requeued with backoff, said once (--max-attempts N: FINed after N deliveries,
     said). --timeout bounds the whole run, lookups included. Copying a topic
-    onto itself (same nsqd or lookupd, same topic) is refused. SIGINT/SIGTERM stop cleanly
+    onto itself (same nsqd or lookupd, same topic) is refused. SIGINT/SIGTERM/SIGHUP stop cleanly
     (exit 0) after the last publish was answered; the summary comes last.
     """
     settings = pop_run(kwargs)
