@@ -10,7 +10,8 @@ PYTEST_ARGS ?= --durations=30  # where CI time goes: the 30 slowest tests, at th
 COMPAT_VERSIONS ?= v1.2.1
 COMPAT_TESTS ?= tests/client/test_conn.py tests/client/test_consumer.py tests/client/test_producer.py \
 	tests/client/test_interop.py tests/client/test_discovery.py tests/cli/test_pub.py tests/cli/test_mpub.py \
-	tests/cli/test_tail.py tests/cli/test_to_file.py tests/cli/test_admin.py tests/cli/test_security_hints.py
+	tests/cli/test_tail.py tests/cli/test_to_file.py tests/cli/test_admin.py tests/cli/test_security_hints.py \
+	tests/daemon/test_daemons.py tests/daemon/test_lag.py
 
 # `make test` then runs the tests marked spark_lts again on the oldest supported pyspark (the
 # LTS line of the managed runtimes), in its own environment made by scripts/spark-env.
