@@ -85,7 +85,6 @@ _ENV_KNOWN = {"NSQCLI_NSQD_TCP_ADDRESS", "NSQCLI_DEBUG", "NSQCLI_CONFIG_DIR", "N
 _VALUED = {"-t": "topic", "--topic": "topic", "--nsqd-tcp-address": "nsqd", "--timeout": "timeout",
            "--defer": "defer"}
 _FLAGS = {"--json": "as_json", "--fanout": "fanout", "-q": "quiet", "--quiet": "quiet"}
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "": 1.0}
 
 
 def fast_pub_plan(argv: list[str]) -> dict | None:
@@ -162,11 +161,13 @@ def _checked(plan: dict, args: list[str]) -> dict | None:
 
 
 def _duration(text: str) -> float | None:
-    """cli.types.Duration's parse of '250ms', '2s', '1.5m', '1h', '3'; None if it would fail."""
-    import re
+    """cli.types.Duration's parse (nsqcli.clock.parse_duration); None if it would fail."""
+    from .clock import parse_duration
 
-    m = re.match(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*$", text)
-    return float(m.group(1)) * _UNITS[m.group(2) or ""] if m else None
+    try:
+        return parse_duration(text)
+    except ValueError:
+        return None
 
 
 def _context_may_apply() -> bool:

@@ -20,7 +20,7 @@ CASES = [
     (["pub", "-t", "t", "a", "b"], 2, r"too many arguments: 'a b' \(quote a MESSAGE with spaces"),
     (["pub", "t", ""], 2, r"the message is empty \(nsqd rejects empty messages\)"),
     (["pub", "t", "x", "--timeout", "0"], 2, r"Invalid value for '--timeout': must be more than 0"),
-    (["pub", "t", "x", "--timeout", "soon"], 2, r"'soon' is not a duration \(use e\.g\. 500ms, 2s, 1m, 1h\)"),
+    (["pub", "t", "x", "--timeout", "soon"], 2, r"'soon' is not a duration \(use e\.g\. 500ms, 2s, 1m, 1h30m\)"),
     (["pub", "t", "x", "--defer", "-1s"], 2, r"'-1s' is not a duration"),
     (["pub", "t", "x", "--nsqd-tcp-address", "localhost"], 2, r"invalid address 'localhost': expected HOST:PORT"),
     (["pub", "t", "x", "--nsqd-tcp-address", "h:99999"], 2, r"invalid address 'h:99999': expected HOST:PORT"),

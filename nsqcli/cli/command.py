@@ -90,7 +90,18 @@ class Command(click.Command):
 
         if not ctx.resilient_parsing:
             refuse(self, ctx, args)
-        return super().parse_args(ctx, args)
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as e:
+            _add_hint(e, habit_hint(self.name, e, ctx.params))
+            raise
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as e:
+            _add_hint(e, habit_hint(self.name, e, ctx.params))
+            raise
 
     def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         sections: dict[str, list] = {}
@@ -121,6 +132,40 @@ def did_you_mean(name: str, names) -> str | None:
     return close[0] if close else None
 
 
+#: habits from other tools that meet another meaning here: (command or "*", option) -> hint
+OPTION_HABITS = {
+    ("tail", "--json"): "for one JSON object a message use -f json",
+    ("*", "--follow"): "nsqcli tail follows until stopped; -n N stops after N messages",
+    ("tail", "-F"): "nsqcli tail follows until stopped; -n N stops after N messages",
+}
+#: commands people type from other tools -> what to run here
+COMMAND_HABITS = {name: "to read messages: nsqcli tail TOPIC (a shell command per message: nsqcli exec)"
+                  for name in ("sub", "subscribe", "consume", "cat", "read", "follow")}
+COMMAND_HABITS.update({name: "to publish: nsqcli pub TOPIC MESSAGE (many: nsqcli mpub)"
+                       for name in ("publish", "produce", "send", "put")})
+
+
+def habit_hint(command: str | None, error: click.UsageError, params: dict) -> str | None:
+    """A hint for an error that a habit from another tool explains (`tail -f events`: -f is
+    --format here; `tail --json`), or None."""
+    option = getattr(error, "option_name", None)
+    if isinstance(error, click.NoSuchOption) and option:
+        return OPTION_HABITS.get((command, option)) or OPTION_HABITS.get(("*", option))
+    fmt = params.get("fmt")
+    if (command == "tail" and "missing TOPIC" in error.format_message() and isinstance(fmt, str)
+            and fmt not in ("raw", "json") and "{" not in fmt):
+        return (f"-f is --format here, so {fmt!r} was read as the format; tail follows by default: "
+                f"nsqcli tail {fmt}")
+    return None
+
+
+def _add_hint(error: click.UsageError, hint: str | None) -> None:
+    if hint and hint not in error.message:
+        error.message = f"{error.message.rstrip('.')}; {hint}"
+        if isinstance(error, click.NoSuchOption):
+            error.possibilities = []  # the hint replaces click's "Did you mean"
+
+
 class Group(click.Group):
     """A command group whose unknown subcommand gets one line with a suggestion:
     ``No such command 'tial'. Did you mean 'tail'?`` (exit 2)."""
@@ -131,7 +176,9 @@ class Group(click.Group):
         except click.UsageError as e:
             # click suggests from self.commands, which a lazy group has not loaded
             name = getattr(e, "command_name", None)
-            if name is not None and not getattr(e, "possibilities", None):
+            if name is not None and name in COMMAND_HABITS:
+                e.message = f"No such command {name!r}: {COMMAND_HABITS[name]}"
+            elif name is not None and not getattr(e, "possibilities", None):
                 hint = did_you_mean(name, self.list_commands(ctx))
                 if hint:
                     e.message = f"No such command {name!r}. Did you mean {hint!r}?"

@@ -78,6 +78,9 @@ def cli(ctx: click.Context, verbose: int, quiet: bool, context: str | None) -> N
 
     ctx.obj = App(verbosity=-1 if quiet else verbose)
     ctx.obj.context = context
+    from .envvars import warn_unknown
+
+    warn_unknown(ctx.obj.warn)  # a mistyped variable is said, not silently ignored
     if ctx.invoked_subcommand is None:
         click.echo(ctx.get_help())
 

@@ -6,25 +6,43 @@ import re
 
 import click
 
-_DUR = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*$")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
 
 class Duration(click.ParamType):
-    """'250ms', '2s', '1.5m', '1h', or a bare number of seconds -> float seconds."""
+    """'250ms', '2s', '1.5m', '1h30m' (Go's form), or a bare number of seconds -> float seconds."""
 
     name = "DURATION"
 
     def convert(self, value, param, ctx):
         if isinstance(value, (int, float)):
             return float(value)
-        m = _DUR.match(str(value))
-        if not m:
-            self.fail(f"{value!r} is not a duration (use e.g. 500ms, 2s, 1m, 1h)", param, ctx)
-        return float(m.group(1)) * _UNITS[m.group(2)]
+        from ..clock import parse_duration
+
+        try:
+            return parse_duration(value)
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
 
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)i?b?\s*$", re.I)
+
+
+class Rate(click.FloatRange):
+    """A positive, finite number per second (``nan`` and ``inf`` parse as floats: refused)."""
+
+    def __init__(self):
+        super().__init__(min=0, min_open=True)
+
+    def convert(self, value, param, ctx):
+        import math
+
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number (e.g. 500 or 0.5)", param, ctx)
+        return number
+
+
+RATE = Rate()
 
 
 class Size(click.ParamType):
@@ -52,10 +70,14 @@ class Moment(click.ParamType):
 
         if isinstance(value, dt.datetime):
             return value
+        from ..clock import parse_duration
+
         text = str(value).strip()
-        m = _DUR.match(text)
-        if m and not text.replace(".", "").isdigit():
-            return dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=float(m.group(1)) * _UNITS[m.group(2)])
+        if text and not text.replace(".", "").isdigit():  # a bare number is not "that long ago"
+            try:
+                return dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=parse_duration(text))
+            except ValueError:
+                pass
         try:
             t = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
         except ValueError:

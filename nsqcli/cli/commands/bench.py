@@ -190,7 +190,7 @@ def _mode_command(mode: str, doc: str):
     }[mode])
     @topic_arguments(channel=True, topic_default="nsqcli_bench", channel_default="nsqcli_bench")
     @option("--size", type=click.IntRange(8, 1 << 20), default=100, show_default=True, help="Message size in bytes.")
-    @option("-n", "--count", type=click.IntRange(0), default=0,
+    @option("-n", "--count", type=click.IntRange(1), default=None,
             help="Messages per publisher (sub: in total); default 100000 unless --duration.")
     @option("--duration", type=DURATION, help="Run this long instead of a count.")
     @option("--batch-size", type=click.IntRange(1, 100000), default=200, show_default=True, help="Messages per MPUB.")
@@ -208,7 +208,7 @@ def _mode_command(mode: str, doc: str):
         check_timeout(timeout)
         conn = pop_connection(kwargs)
         with deadline_alarm(timeout, f"--timeout passed before 'bench {mode}' was done"):
-            return run_bench(app, mode, topic, channel, size, count, duration, batch_size, publishers, consumers,
+            return run_bench(app, mode, topic, channel, size, count or 0, duration, batch_size, publishers, consumers,
                              max_in_flight, processes, as_json, conn)
 
     return cmd

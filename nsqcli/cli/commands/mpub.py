@@ -11,7 +11,7 @@ import click
 
 from ..command import command, option
 from ..options import build_config, connection_options, pop_connection, resolve_producers, topic_arguments
-from ..types import DELIMITER, DURATION
+from ..types import DELIMITER, DURATION, RATE
 
 CHUNK = 1 << 20
 
@@ -385,7 +385,7 @@ nsqcli mpub -t events big.txt --skip 41000     # resume where an interrupted run
               help="Send a batch that is not full once its first record has waited this long "
                    "(records from a slow pipe like 'tail -F' arrive within it; like kcat's "
                    "queue.buffering.max.ms). 0: send what was read at once.")
-@option("--rate", type=click.FloatRange(min=0, min_open=True), help="At most N messages per second.")
+@option("--rate", type=RATE, help="At most N messages per second.")
 @option("--defer", type=DURATION, help="Deliver each message after this delay (DPUB per message).")
 @option("--skip-invalid", is_flag=True,
               help="Skip (and count) records over --max-msg-size or unparsable JSON instead of stopping.")

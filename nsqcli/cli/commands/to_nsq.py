@@ -13,7 +13,7 @@ from ..harness import Job
 from ..options import (build_config, connection_options, daemon_options, destination_options, nsqd_addresses,
                        pop_connection, pop_destination, pop_run, topic_arguments)
 from ...relay.copier import Copier, DestinationError
-from ..types import DURATION, TOPIC, Size
+from ..types import DURATION, RATE, TOPIC, Size
 
 
 def destination_addresses(app, dest: dict, topics: list[str], deadline: float | None = None) -> list[str]:
@@ -108,7 +108,7 @@ nsqcli to-nsq -t events --destination-nsqd-tcp-address 10.1.0.7:4150 --destinati
         help="Messages in flight per topic (nsq_to_nsq: 200; 2500 measured 1.15x faster than 1000).")
 @option("--concurrency", type=click.IntRange(1, 64), default=4, show_default=True,
         help="Batches being published at once.")
-@option("--rate", type=click.FloatRange(min=0, min_open=True), help="At most N messages per second.")
+@option("--rate", type=RATE, help="At most N messages per second.")
 @option("--require-json-field", help="Copy only JSON messages that have this top-level field.")
 @option("--require-json-value", help="... whose value (as text) is this (needs --require-json-field).")
 @option("--whitelist-json-field", "whitelist", multiple=True,
