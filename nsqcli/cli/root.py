@@ -21,6 +21,7 @@ COMMANDS = {
     "to-file": "nsqcli.cli.commands.to_file:to_file",
     "to-nsq": "nsqcli.cli.commands.to_nsq:to_nsq",
     "to-http": "nsqcli.cli.commands.to_http:to_http",
+    "exec": "nsqcli.cli.commands.exec:exec_command",
     "replay": "nsqcli.cli.commands.replay:replay",
     "query": "nsqcli.cli.commands.query:query",
     "to-parquet": "nsqcli.cli.commands.to_parquet:to_parquet",

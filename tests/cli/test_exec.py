@@ -1,0 +1,151 @@
+"""nsqcli exec against a real nsqd: FIN on exit 0, REQ on failure, dead letters after
+--max-attempts (the envelope, the counts in /stats of both topics, the redrive), kill -9
+loses nothing, --command-timeout kills the process group, TOUCH keeps a long run's message."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+from helpers import NSQCLI, channel_stats, clean_env, http_post, run_nsqcli, topic_stats, wait_for
+
+SCRIPT = 'b=$(cat); case "$b" in *bad*) exit 1;; esac; echo "$NSQ_TOPIC $NSQ_CHANNEL $NSQ_ATTEMPTS $b"'
+
+
+def test_good_fined_once_bad_dead_lettered_and_redriven(nsqd, topic, tmp_path):
+    good = [f"good-{i:02d}" for i in range(20)]
+    bad = ["bad-1", "bad-2", "bad-3"]
+    http_post(nsqd.http_address, "/mpub", "\n".join(good[:10] + bad + good[10:]).encode(), topic=topic)
+    dead = topic + "_dead"
+    r = run_nsqcli(["exec", topic, "-c", "work", "--concurrency", "4", "--max-attempts", "2", "--dead-letter-topic",
+                    dead, "--requeue-delay", "100ms", "-n", "23", "--timeout", "40s", "--json",
+                    "--nsqd-tcp-address", nsqd.tcp_address, "--", "sh", "-c", SCRIPT], timeout=60)
+    err = r.stderr.decode()
+    assert r.returncode == 0, err
+    out = r.stdout.decode().splitlines()
+    summary = json.loads(out[-1])
+    assert sorted(out[:-1]) == sorted(f"{topic} work 1 {g}" for g in good)  # each good one once, first attempt
+    assert (summary["succeeded"], summary["dead_lettered"], summary["runs"]) == (20, 3, 26)
+    c = channel_stats(nsqd, topic, "work")
+    assert (c["depth"], c["in_flight_count"], c["deferred_count"], c["message_count"], c["requeue_count"],
+            c["timeout_count"]) == (0, 0, 0, 23, 3, 0)
+    assert topic_stats(nsqd, dead)["message_count"] == 3
+    assert err.count(f"dead-lettered to topic {dead} after 2 attempts: exit code 1") == 3, err
+    # the dead letters, read back, then redriven into a topic of their own with mpub --format json
+    t = run_nsqcli(["tail", dead, "-c", "redrive", "-n", "3", "-f", "raw", "--timeout", "10s",
+                    "--nsqd-tcp-address", nsqd.tcp_address])
+    assert t.returncode == 0, t.stderr
+    letters = [json.loads(line) for line in t.stdout.decode().splitlines()]
+    assert sorted(d["body"] for d in letters) == bad
+    for d in letters:
+        assert (d["topic"], d["channel"], d["attempts"], d["error"]) == (
+            topic, "work", 2, "exit code 1 (attempt 2 of --max-attempts 2)")
+        assert len(d["id"]) == 16 and d["timestamp"] > 0 and d["nsqd"] == nsqd.tcp_address
+    (tmp_path / "dead.ndjson").write_bytes(t.stdout)
+    again = topic + "_again"
+    m = run_nsqcli(["mpub", "-t", again, "-f", "json", str(tmp_path / "dead.ndjson"),
+                    "--nsqd-tcp-address", nsqd.tcp_address])
+    assert m.returncode == 0, m.stderr
+    back = run_nsqcli(["tail", again, "-n", "3", "-f", "raw", "--timeout", "10s", "--nsqd-tcp-address",
+                       nsqd.tcp_address])
+    assert sorted(back.stdout.decode().splitlines()) == bad
+
+
+def test_binary_body_dead_letter_is_base64_and_give_up_code(nsqd, topic):
+    http_post(nsqd.http_address, "/pub", b"\xff\xfe bin", topic=topic)
+    dead = topic + "_dead"
+    r = run_nsqcli(["exec", topic, "-c", "w", "--max-attempts", "5", "--dead-letter-topic", dead,
+                    "--give-up-exit-code", "65", "-n", "1", "--timeout", "20s",
+                    "--nsqd-tcp-address", nsqd.tcp_address, "--", "sh", "-c", "cat >/dev/null; exit 65"], timeout=40)
+    assert r.returncode == 0, r.stderr
+    c = channel_stats(nsqd, topic, "w")
+    assert (c["depth"], c["in_flight_count"], c["requeue_count"]) == (0, 0, 0)  # no retry
+    t = run_nsqcli(["tail", dead, "-n", "1", "-f", "raw", "--timeout", "10s", "--nsqd-tcp-address", nsqd.tcp_address])
+    d = json.loads(t.stdout)
+    assert d["body_base64"] == "//4gYmlu" and "body" not in d
+    assert d["error"] == "exit code 65 (--give-up-exit-code)" and d["attempts"] == 1
+
+
+def test_kill_9_loses_nothing(nsqd, topic, tmp_path):
+    bodies = [f"m{i:03d}" for i in range(40)]
+    http_post(nsqd.http_address, "/mpub", "\n".join(bodies).encode(), topic=topic)
+    seen = tmp_path / "seen"
+    cmd = ["exec", topic, "-c", "w", "--concurrency", "4", "--msg-timeout", "1s", "--nsqd-tcp-address",
+           nsqd.tcp_address, "--", "sh", "-c", f'b=$(cat); sleep 0.1; echo "$b" >> {seen}']
+    p = subprocess.Popen(NSQCLI + cmd, env=clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: seen.exists() and len(seen.read_text().split()) >= 8, timeout=20, what="a few runs")
+        p.kill()  # SIGKILL: no stop, no FIN of what it holds
+    finally:
+        p.kill()
+        p.wait(10)
+    first = set(seen.read_text().split())
+    assert 0 < len(first) < len(bodies)
+    r = run_nsqcli(cmd[:4] + ["--idle-timeout", "4s", "--timeout", "40s"] + cmd[4:], timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert set(seen.read_text().split()) == set(bodies)  # every message ran at least once
+    c = channel_stats(nsqd, topic, "w")
+    assert (c["depth"], c["in_flight_count"], c["deferred_count"]) == (0, 0, 0)
+
+
+def test_command_timeout_kills_the_process_group(nsqd, topic, tmp_path):
+    http_post(nsqd.http_address, "/pub", b"slow", topic=topic)
+    pidfile = tmp_path / "pid"
+    started = time.monotonic()
+    r = run_nsqcli(["exec", topic, "-c", "w", "--command-timeout", "500ms", "--max-attempts", "1", "-n", "1",
+                    "--timeout", "20s", "--nsqd-tcp-address", nsqd.tcp_address, "--",
+                    "sh", "-c", f"sleep 30 & echo $! > {pidfile}; wait"], timeout=40)
+    assert r.returncode == 0, r.stderr
+    assert time.monotonic() - started < 10
+    err = r.stderr.decode()
+    assert "killed after --command-timeout 0.5s (attempt 1 of --max-attempts 1); FINed" in err, err
+    pid = int(pidfile.read_text())
+    wait_for(lambda: not _alive(pid), timeout=3, what="the sleep killed with its group")
+    c = channel_stats(nsqd, topic, "w")
+    assert (c["depth"], c["in_flight_count"], c["requeue_count"]) == (0, 0, 0)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0] != "Z"
+    except OSError:
+        return False
+
+
+def test_touch_keeps_a_long_run_and_failures_requeue(nsqd, topic):
+    http_post(nsqd.http_address, "/pub", b"long", topic=topic)
+    r = run_nsqcli(["exec", topic, "-c", "w", "--msg-timeout", "1s", "-n", "1", "--timeout", "20s",
+                    "--requeue-delay", "100ms", "--nsqd-tcp-address", nsqd.tcp_address, "--",
+                    "sh", "-c", 'cat >/dev/null; [ "$NSQ_ATTEMPTS" = 2 ] || { sleep 2.5; exit 3; }; echo ok'],
+                   timeout=40)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == b"ok\n"
+    assert "the command failed: exit code 3" in r.stderr.decode()
+    c = channel_stats(nsqd, topic, "w")  # 2.5 s with a 1 s msg timeout: TOUCHed, not timed out
+    assert (c["timeout_count"], c["requeue_count"], c["depth"], c["in_flight_count"]) == (0, 1, 0, 0)
+
+
+def test_sigterm_waits_for_the_running_command(nsqd, topic, tmp_path):
+    http_post(nsqd.http_address, "/pub", b"x", topic=topic)
+    mark = tmp_path / "started"
+    p = subprocess.Popen(NSQCLI + ["exec", topic, "-c", "w", "--nsqd-tcp-address", nsqd.tcp_address, "--",
+                                   "sh", "-c", f"touch {mark}; sleep 1; cat"],
+                         env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_for(mark.exists, timeout=15, what="the command started")
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=20)
+    finally:
+        p.kill()
+    assert p.returncode == 0, err
+    assert out == b"x"
+    c = channel_stats(nsqd, topic, "w")
+    assert (c["depth"], c["in_flight_count"], c["requeue_count"]) == (0, 0, 0)
