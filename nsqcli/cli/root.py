@@ -31,6 +31,7 @@ COMMANDS = {
     "node": "nsqcli.cli.commands.admin:node",
     "bench": "nsqcli.cli.commands.bench:bench",
     "doctor": "nsqcli.cli.commands.doctor:doctor",
+    "wait": "nsqcli.cli.commands.wait:wait",
     "version": "nsqcli.cli.commands.meta:version",
     "completion": "nsqcli.cli.commands.meta:completion",
     "man": "nsqcli.cli.commands.meta:man",

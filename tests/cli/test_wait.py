@@ -1,0 +1,154 @@
+"""`nsqcli wait` against real nsqd: the CI gate returns when the condition holds, fails at the
+first requeue, and names what was not met when --timeout passes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+from helpers import NSQCLI, channel_stats, clean_env, http_post, one_error_line, run_nsqcli, wait_for
+
+from nsqcli import Config, Consumer
+
+
+def start_wait(*args):
+    return subprocess.Popen(NSQCLI + ["wait", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=clean_env())
+
+
+def backlog(nsqd, topic, n, channel="c"):
+    http_post(nsqd.http_address, "/topic/create", topic=topic)
+    http_post(nsqd.http_address, "/channel/create", topic=topic, channel=channel)
+    http_post(nsqd.http_address, "/mpub", b"\n".join(b"m%d" % i for i in range(n)), topic=topic)
+
+
+def exited_at(p, timeout=15):
+    """(returncode, monotonic time it was seen exited, stdout, stderr)."""
+    end = time.monotonic() + timeout
+    while p.poll() is None and time.monotonic() < end:
+        time.sleep(0.02)
+    seen = time.monotonic()
+    out, err = p.communicate(timeout=5)
+    return p.returncode, seen, out, err.decode()
+
+
+def test_drained_returns_0_within_1s_of_the_drain(nsqd, topic):
+    backlog(nsqd, topic, 5)
+    p = start_wait(topic, "c", "--drained", "--fail-on-requeue", "--nsqd-http-address", nsqd.http_address,
+                   "--timeout", "20s")
+    try:
+        time.sleep(1.5)
+        assert p.poll() is None, p.communicate()  # 5 messages waiting: not drained
+        c = Consumer(topic, "c", lambda m: None, nsqd_tcp_addresses=[nsqd.tcp_address])
+        c.start()
+        try:
+            wait_for(lambda: (s := channel_stats(nsqd, topic, "c")) and s["depth"] == s["in_flight_count"]
+                     == s["deferred_count"] == 0, interval=0.02, what="drained")
+            drained = time.monotonic()
+            rc, seen, out, err = exited_at(p)
+        finally:
+            c.stop()
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert rc == 0, err
+    assert seen - drained < 1.0, seen - drained
+    assert out == b""  # stdout is data only: a gate prints none
+    assert f"{topic}/c drained" in err and "Traceback" not in err
+
+
+def test_fail_on_requeue_exits_1_within_1s_of_the_first_req(nsqd, topic):
+    backlog(nsqd, topic, 1)
+    p = start_wait(topic, "c", "--drained", "--fail-on-requeue", "--nsqd-http-address", nsqd.http_address,
+                   "--timeout", "20s")
+    try:
+        time.sleep(1.5)  # the wait has its baseline (requeue_count 0)
+        assert p.poll() is None
+        c = Consumer(topic, "c", lambda m: m.requeue(delay=60, backoff=False), nsqd_tcp_addresses=[nsqd.tcp_address],
+                     config=Config(max_backoff_duration=0))
+        c.start()
+        try:
+            wait_for(lambda: channel_stats(nsqd, topic, "c")["requeue_count"] >= 1, interval=0.02, what="a REQ")
+            requeued = time.monotonic()
+            rc, seen, _, err = exited_at(p)
+        finally:
+            c.stop()
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert rc == 1 and seen - requeued < 1.0, (rc, seen - requeued, err)
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("nsqcli: error: 1 message requeued since the wait started"), err
+    assert f"{topic}/c requeue_count 0 -> 1 on nsqd {nsqd.http_address}" in line
+    # depth, in-flight 0 and the message deferred: --drained alone would not have ended here
+    assert channel_stats(nsqd, topic, "c")["deferred_count"] == 1
+
+
+def test_timeout_exits_3_naming_each_unmet_condition(nsqd, topic):
+    backlog(nsqd, topic, 2)
+    t0 = time.monotonic()
+    r = run_nsqcli(["wait", topic, "c", "--drained", "--depth-below", "1", "--timeout", "1.5s",
+                    "--nsqd-http-address", nsqd.http_address])
+    took = time.monotonic() - t0
+    line = one_error_line(r, 3, r"^nsqcli: error: --timeout \(1.5s\) passed; not met: ")
+    assert f"{topic}/c not drained: depth 2, in flight 0, deferred 0 (on {nsqd.http_address})" in line
+    assert f"{topic}/c depth 2, not below 1" in line
+    assert 1.4 < took < 3.5, took
+    r = run_nsqcli(["wait", topic, "nochannel", "--drained", "--timeout", "1s", "--nsqd-http-address",
+                    nsqd.http_address])
+    one_error_line(r, 3, rf"channel {topic}/nochannel exists on no nsqd \(asked {nsqd.http_address}\)")
+
+
+def test_exists_returns_when_the_topic_is_created(nsqd, topic):
+    p = start_wait(topic, "--exists", "--nsqd-http-address", nsqd.http_address, "--timeout", "20s")
+    try:
+        time.sleep(1.0)
+        assert p.poll() is None
+        http_post(nsqd.http_address, "/topic/create", topic=topic)
+        created = time.monotonic()
+        rc, seen, _, err = exited_at(p)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert rc == 0 and seen - created < 1.0, (rc, seen - created, err)
+
+
+def test_ready_waits_for_a_stopped_then_a_killed_nsqd(nsqd_factory):
+    node = nsqd_factory()
+    os.kill(node.pid, signal.SIGSTOP)
+    try:
+        r = run_nsqcli(["wait", "--ready", "--nsqd-http-address", node.http_address, "--timeout", "1s"])
+        one_error_line(r, 3, rf"not met: nsqd {node.http_address} not ready \(.*no complete answer within")
+        p = start_wait("--ready", "--nsqd-http-address", node.http_address, "--timeout", "20s")
+        time.sleep(1.5)
+        assert p.poll() is None
+    finally:
+        os.kill(node.pid, signal.SIGCONT)
+    continued = time.monotonic()
+    rc, seen, _, err = exited_at(p)
+    assert rc == 0 and seen - continued < 1.0, (rc, seen - continued, err)
+
+    node.kill()
+    p = start_wait("--ready", "--nsqd-http-address", node.http_address, "--timeout", "30s")
+    try:
+        time.sleep(1.0)
+        assert p.poll() is None
+        node.restart()  # returns once it answers /ping
+        started = time.monotonic()
+        rc, seen, _, err = exited_at(p)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert rc == 0 and seen - started < 1.0, (rc, seen - started, err)
+
+
+def test_usage_errors():
+    r = run_nsqcli(["wait"])
+    one_error_line(r, 2, r"nothing to wait for: give --ready, --exists, --drained or --depth-below "
+                         r"\(see 'nsqcli wait --help'\)")
+    r = run_nsqcli(["wait", "--drained"])
+    one_error_line(r, 2, r"--drained needs a TOPIC")
+    r = run_nsqcli(["wait", "--ready", "--timeout", "0"])
+    assert r.returncode == 2
