@@ -32,6 +32,7 @@ COMMANDS = {
     "bench": "nsqcli.cli.commands.bench:bench",
     "doctor": "nsqcli.cli.commands.doctor:doctor",
     "wait": "nsqcli.cli.commands.wait:wait",
+    "check": "nsqcli.cli.commands.check:check",
     "version": "nsqcli.cli.commands.meta:version",
     "completion": "nsqcli.cli.commands.meta:completion",
     "man": "nsqcli.cli.commands.meta:man",
