@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import time
 
 
@@ -47,10 +48,72 @@ def envelope_body(line: bytes) -> bytes:
 
 
 #: what a --format template may name: these fields themselves, nothing reached through them
-FIELDS = ("topic", "channel", "nsqd", "id", "attempts", "timestamp", "time", "body")
+FIELDS = ("topic", "channel", "nsqd", "id", "attempts", "timestamp", "time", "size", "body", "body_hex",
+          "body_escaped")
+#: --format's help: the fields a template may name
+FORMAT_HELP = ("raw, json (NDJSON envelope), or a template like '{topic} {id} {attempts} {body}'. Fields: "
+               "topic, channel, nsqd, id, attempts, timestamp (ns since 1970), time (RFC 3339), size (body bytes), "
+               "body (as UTF-8), body_hex (hex digits), body_escaped (one line: \\n, \\t, \\xNN for bytes "
+               "that are not printable UTF-8, and \\\\).")
 #: values of the fields' types, to try a template's format specs on at start-up
 _SAMPLE = {"topic": "t", "channel": "c", "nsqd": "127.0.0.1:4150", "id": "0" * 16, "attempts": 1,
-           "timestamp": 0, "time": "1970-01-01T00:00:00.000000000Z", "body": "b"}
+           "timestamp": 0, "time": "1970-01-01T00:00:00.000000000Z", "size": 1, "body": "b", "body_hex": "62",
+           "body_escaped": "b"}
+
+
+def _escape_table(newlines: bool) -> list[bytes]:
+    table = []
+    for b in range(256):
+        c = bytes([b])
+        if c == b"\\":
+            table.append(b"\\\\" if newlines else c)  # on a terminal a backslash is harmless
+        elif c in b"\n\t":
+            table.append((b"\\n" if c == b"\n" else b"\\t") if newlines else c)
+        elif c == b"\r":
+            table.append(b"\\r")
+        elif b < 0x20 or b == 0x7F:
+            table.append(b"\\x%02x" % b)
+        else:
+            table.append(c)
+    return table
+
+
+_ESCAPE_ALL, _ESCAPE_CONTROLS = _escape_table(True), _escape_table(False)
+_CONTROLS = re.compile(rb"[\x00-\x08\x0b-\x1f\x7f]|\xc2[\x80-\x9f]")
+
+
+def escape_bytes(body: bytes, newlines: bool = True) -> bytes:
+    """``body`` with backslash escapes for what is not printable text: control characters
+    (C0, DEL, and C1 as UTF-8) and bytes that are not UTF-8 (\\xNN); with ``newlines`` also \\n,
+    \\t and the backslash itself (one record, one line, unambiguous). Printable UTF-8 stays as it is."""
+    table = _ESCAPE_ALL if newlines else _ESCAPE_CONTROLS
+    out = []
+    text = body.decode("utf-8", "surrogateescape")
+    for ch in text:
+        o = ord(ch)
+        if o < 0x80:
+            out.append(table[o])
+        elif 0xDC80 <= o <= 0xDCFF:  # a byte that is not UTF-8
+            out.append(b"\\x%02x" % (o - 0xDC00))
+        elif 0x80 <= o <= 0x9F:  # C1 controls (CSI is 0x9b)
+            out.append(b"\\u%04x" % o)
+        else:
+            out.append(ch.encode("utf-8"))
+    return b"".join(out)
+
+
+def terminal_safe(body: bytes) -> bytes:
+    """A raw body as it may reach a terminal: newlines and tabs kept, escape sequences (ESC, BEL,
+    other controls, C1, bytes that are not UTF-8) shown as backslash escapes instead of obeyed."""
+    if not _CONTROLS.search(body):
+        if body.isascii():
+            return body
+        try:
+            body.decode("utf-8")
+            return body
+        except UnicodeDecodeError:
+            pass
+    return escape_bytes(body, newlines=False)
 
 
 class TemplateError(ValueError):
@@ -104,6 +167,7 @@ class Formatter:
     def __init__(self, fmt: str, print_topic: bool = False):
         self.fmt = fmt
         self.print_topic = print_topic
+        self.hex = self.escaped = False
         if fmt in ("raw", "json"):
             return
         if "{" not in fmt:
@@ -112,6 +176,8 @@ class Formatter:
                                 + " or a template with {fields} like '{topic} {id} {body}' "
                                 f"(fields: {', '.join(FIELDS)})")
         check_template(fmt)
+        names = template_fields(fmt)
+        self.hex, self.escaped = "body_hex" in names, "body_escaped" in names
 
     def many(self, msgs: list) -> list[bytes]:
         """The records of many messages (raw bodies without a look at each: the archiving
@@ -127,6 +193,10 @@ class Formatter:
             return json.dumps(envelope(m), ensure_ascii=False, separators=(",", ":")).encode("utf-8")
         fields = {"topic": m.topic, "channel": m.channel, "nsqd": m.nsqd,
                   "id": m.id.decode("ascii", "replace"), "attempts": m.attempts,
-                  "timestamp": m.timestamp, "time": rfc3339(m.timestamp),
+                  "timestamp": m.timestamp, "time": rfc3339(m.timestamp), "size": len(m.body),
                   "body": m.body.decode("utf-8", "surrogateescape")}
+        if self.hex:
+            fields["body_hex"] = m.body.hex()
+        if self.escaped:
+            fields["body_escaped"] = escape_bytes(m.body, newlines=True).decode("ascii")
         return self.fmt.format(**fields).encode("utf-8", "surrogateescape")

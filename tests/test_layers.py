@@ -13,6 +13,7 @@ ALLOWED = {
     "protocol": {"errors"},
     "client": {"protocol", "errors", "version"},
     "records": {"protocol", "errors"},       # record formats: bytes <-> records, templates
+    "filters": {"records"},                  # --grep/--where: pure predicates on messages
     "archive": {"client", "protocol", "errors", "records"},
     "relay": {"client", "protocol", "errors", "records", "version"},  # to-nsq copier, to-http delivery
     "loadgen": {"client", "protocol", "errors"},  # bench's publisher/consumer workers
@@ -23,7 +24,7 @@ ALLOWED = {
     "contexts": {"errors"},           # named connection settings (TOML files)
     "sandbox": {"errors", "nsq_install"},
     "daemon": {"client", "protocol", "errors", "version", "clock"},  # run harness's helpers: no click/rich
-    "cli": {"client", "archive", "relay", "records", "loadgen", "protocol", "errors", "sandbox", "spark",
+    "cli": {"client", "archive", "relay", "records", "filters", "loadgen", "protocol", "errors", "sandbox", "spark",
             "spark_features", "contexts", "nsq_install", "version", "stdio", "clock", "daemon", "__init__"},
     "__init__": {"client", "protocol", "version"},
     "stdio": set(),                   # closed standard streams repaired: stdlib only

@@ -15,19 +15,41 @@ from ..options import (build_config, connection_options, daemon_options, nsqd_ad
                        topic_arguments)
 from ..types import HTTP_ADDRESS
 from ...clock import left
+from ...filters import WHERE_HELP
+from ...records import FORMAT_HELP
 
 
 class Sink:
     """Writes formatted records to stdout for every consumer; counts toward -n across topics.
-    A batch is written and flushed before its messages are FINed (auto-response)."""
+    A batch is written and flushed before its messages are FINed (auto-response).
 
-    def __init__(self, formatter, separator: bytes, count: int, done: threading.Event):
+    ``accept`` (--grep/--where): a message it refuses is not shown and not counted toward -n;
+    it is FINed (counted in ``unmatched``), or with ``peek`` given back. ``peek``: nothing is
+    FINed: every message is REQ'd with no delay; the ones shown under -n are held until the
+    end (so nsqd sends no more than -n), a message that comes round again is held too (no
+    loop of redeliveries) and ends the peek: the whole channel has been looked at."""
+
+    def __init__(self, formatter, separator: bytes, count: int, done: threading.Event,
+                 accept=None, peek: bool = False, terminal: bool = False):
         self.out = sys.stdout.buffer
         self.format = formatter
+        if terminal:
+            from ...records import terminal_safe
+
+            self.format = lambda m: terminal_safe(formatter(m))
         self.sep = separator
         self.count = count
         self.shown = 0
         self.done = done
+        self.accept = accept
+        self.peek = peek
+        self.unmatched = 0
+        self.seen: set[bytes] = set()   # peek: ids looked at
+        self.looked = 0                 # peek: messages received and given back (distinct)
+        self.again = 0                  # peek: deliveries of a message already looked at
+        self.held: list = []            # peek: REQ'd at the end
+        self.wrapped = False            # peek: every message waiting was looked at
+        self.backlog = 0                # peek: messages waiting in the channel(s) when it started
         self.lock = threading.Lock()
         self.last_message = time.monotonic()
         self.error: BaseException | None = None
@@ -35,8 +57,23 @@ class Sink:
     def __call__(self, msgs: list) -> None:
         with self.lock:
             self.last_message = time.monotonic()
+            if self.peek:
+                msgs = self._peek_first_seen(msgs)
             if self.done.is_set():
                 keep, extra = [], msgs
+            elif self.accept is not None:
+                keep, extra = [], []
+                accept, room = self.accept, (self.count - self.shown if self.count else None)
+                for m in msgs:
+                    if room is not None and len(keep) >= room:
+                        extra.append(m)
+                    elif accept(m):
+                        keep.append(m)
+                    else:
+                        self.unmatched += 1
+                        if self.peek:
+                            m.requeue(delay=0, backoff=False)
+                        # else: FINed by the auto-response, as tail does with what it shows
             elif self.count:
                 room = self.count - self.shown
                 keep, extra = msgs[:room], msgs[room:]
@@ -45,6 +82,8 @@ class Sink:
             for m in extra:  # not shown: give it back at once, without backoff
                 m.requeue(delay=0, backoff=False)
             if not keep:
+                if self.wrapped:
+                    self.done.set()
                 return
             fmt, sep = self.format, self.sep
             try:
@@ -57,8 +96,55 @@ class Sink:
                 self.done.set()
                 return
             self.shown += len(keep)
-            if self.count and self.shown >= self.count:
+            if self.peek:
+                for m in keep:
+                    if self.count:  # held: nsqd sends no more than -n of them
+                        m.disable_auto_response()
+                        self.held.append(m)
+                    else:
+                        m.requeue(delay=0, backoff=False)
+            if (self.count and self.shown >= self.count) or self.wrapped:
                 self.done.set()
+
+    def _peek_first_seen(self, msgs: list) -> list:
+        """(peek) The messages not looked at before; the others are held and end the peek."""
+        first = []
+        for m in msgs:
+            if m.id in self.seen:
+                self.again += 1
+                m.disable_auto_response()
+                self.held.append(m)
+                self.wrapped = True
+            else:
+                self.seen.add(m.id)
+                self.looked += 1
+                first.append(m)
+        if self.backlog and self.looked >= self.backlog:
+            self.wrapped = True  # (the last of them are still shown: done is set after them)
+        return first
+
+    def give_back(self) -> int:
+        """(peek) REQ what is held, with no delay; returns how many."""
+        with self.lock:
+            held, self.held = self.held, []
+        n = 0
+        for m in held:
+            if not m.responded:
+                try:
+                    m.requeue(delay=0, backoff=False)
+                    n += 1
+                except Exception:  # its connection is gone: nsqd gives it back itself
+                    pass
+        return n
+
+    def touch_held(self) -> None:
+        with self.lock:
+            held = list(self.held)
+        for m in held:
+            try:
+                m.touch()
+            except Exception:
+                pass
 
 
 @command(examples="""
@@ -67,14 +153,24 @@ nsqcli tail events clicks -n 100 -f json > sample.ndjson
 nsqcli tail events -f '{time} {nsqd} {attempts} {body}' --timeout 10s -n 5
 nsqcli tail events --live > /tmp/bodies.txt   # the connections table on the terminal
 nsqcli tail events -c audit                   # a durable channel (takes from its other consumers)
+nsqcli tail orders -c billing --peek -n 3     # look at billing's backlog without taking it
+nsqcli tail orders -c billing --peek --where '.user.id == 42' -n 1
+nsqcli tail events --grep 'timeout|refused' -f '{time} {size} {body_escaped}'
 nsqcli tail -t events --lookupd-http-address 127.0.0.1:4161
 """)
 @topic_arguments(many=True, channel="option", topic_help="Topic to tail (repeatable; or as arguments).",
                  channel_help="Channel (default: a new ephemeral one, so real consumers lose nothing).")
 @option("--max-in-flight", type=click.IntRange(1, 100000), default=200, show_default=True,
         help="Messages in flight per topic.")
-@option("-f", "--format", "fmt", default="raw", show_default=True,
-        help="raw, json (NDJSON envelope), or a template like '{topic} {id} {attempts} {body}'.")
+@option("-f", "--format", "fmt", default="raw", show_default=True, help=FORMAT_HELP)
+@option("--peek", is_flag=True, help="Look without taking: show messages of an existing --channel and give "
+        "every message received back at once (REQ with no delay, to the back of the queue; never FIN). "
+        "Their attempts rise by one. Ends at -n shown or when messages come round again (all looked at).")
+@option("--grep", "grep", metavar="REGEX", help="Only messages whose body matches REGEX (Python re, searched in "
+        "the body's bytes). Others are FINed and counted (with --peek: given back); -n counts matches.")
+@option("--where", "where", metavar="EXPR", help=WHERE_HELP)
+@option("--raw-terminal", is_flag=True, help="Write bodies to a terminal as they are (default there: control "
+        "characters such as ESC and BEL are shown as \\xNN escapes, so a body cannot retitle or reprogram it).")
 @option("--print-topic", is_flag=True, help="raw format: prefix each body with 'topic | '.")
 @option("-0", "--null", "null", is_flag=True, help="End records with NUL instead of newline.")
 @option("--drain-backlog", is_flag=True, help="Subscribe an ephemeral channel even to a topic with a backlog "
@@ -87,11 +183,17 @@ nsqcli tail -t events --lookupd-http-address 127.0.0.1:4161
                 "a terminal that can draw one and stdout goes elsewhere).")
 @connection_options(consumer=True)
 @click.pass_obj
-def tail(app, topics, channel, max_in_flight, count, fmt, print_topic, null, drain_backlog, nsqd_http, **kwargs):
+def tail(app, topics, channel, max_in_flight, count, fmt, print_topic, null, drain_backlog, nsqd_http, peek, grep,
+         where, raw_terminal, **kwargs):
     """Consume TOPIC(s) and write each message body to stdout.
 
     Every message shown is FINed; with -n the rest are requeued at once. Ctrl-C, SIGTERM, SIGHUP or a
-    closed stdout pipe stop cleanly with exit 0.
+    closed stdout pipe stop cleanly with exit 0. With --peek nothing is FINed: every message received
+    goes back to the channel at once.
+
+    --where is a small expression language of its own (jq's paths into the JSON body, comparisons,
+    and/or/not): an expression from a command line must not be able to run code, as Python's eval
+    would let it.
 
     Before subscribing an ephemeral channel to a topic that has a backlog and no channel yet,
     tail refuses (exit 1): the first channel of a topic receives its whole backlog, and an
@@ -110,6 +212,15 @@ def tail(app, topics, channel, max_in_flight, count, fmt, print_topic, null, dra
         raise click.BadParameter(str(e), param_hint="'--format'") from None
     if print_topic and fmt != "raw":
         raise click.UsageError("--print-topic goes with --format raw (a template can use {topic})")
+    from ...filters import FilterError, make_filter
+
+    try:
+        accept = make_filter(grep, where)
+    except FilterError as e:
+        raise click.BadParameter(str(e), param_hint=f"'{e.option}'") from None
+    if peek and (channel is None or channel.endswith("#ephemeral")):
+        raise click.UsageError("--peek looks at the backlog of an existing channel: give it with -c CHANNEL "
+                               "(a new or ephemeral channel has nothing to peek at)")
     same_terminal = app.stderr_is_tty and sys.stdout.isatty() and _same_terminal()
     if settings.live and same_terminal:
         raise click.UsageError("--live draws on the terminal that also gets the messages: redirect stdout "
@@ -124,6 +235,8 @@ def tail(app, topics, channel, max_in_flight, count, fmt, print_topic, null, dra
         max_in_flight = count
     if channel is None:
         channel = f"nsqcli_tail{random.randrange(1_000_000):06d}#ephemeral"
+    elif peek:
+        backlog = sum(_require_channel(topic, channel, conn, list(nsqd_http), check_by) for topic in topics)
     elif not channel.endswith("#ephemeral"):
         for topic in topics:
             _warn_shared_channel(app, topic, channel, conn, list(nsqd_http), check_by)
@@ -135,7 +248,11 @@ def tail(app, topics, channel, max_in_flight, count, fmt, print_topic, null, dra
     if deadline is not None and time.monotonic() >= deadline:
         raise DeadlineExceeded("--timeout passed while asking nsqd/nsqlookupd about the topics, before subscribing "
                                f"({'; '.join(p for ps in unchecked.values() for p in ps) or 'no answer in time'})")
-    job = Tail(app, topics, channel, conn, cfg, Sink(formatter, b"\0" if null else b"\n", count, None), unchecked)
+    terminal = not raw_terminal and sys.stdout.isatty()
+    sink = Sink(formatter, b"\0" if null else b"\n", count, None, accept=accept, peek=peek, terminal=terminal)
+    if peek:
+        sink.backlog = backlog
+    job = Tail(app, topics, channel, conn, cfg, sink, unchecked)
     from ..harness import run
 
     return run(app, job, settings)
@@ -154,6 +271,7 @@ class Tail(Job):
         self.outages = Outages(app)  # said when it starts, counted while it lasts, "recovered" when it ends
         self._consumers: list = []
         self._said_waiting = False
+        self._next_touch = time.monotonic() + 10.0
 
     def consumers(self) -> list:
         return list(self._consumers)
@@ -178,6 +296,10 @@ class Tail(Job):
         self.app.debug(f"tailing {', '.join(self.topics)} on channel {self.channel}")
 
     def tick(self, now: float) -> None:
+        if self.sink.held and now >= self._next_touch:  # peek holds what it showed until -n is reached
+            timeouts = [t for c in self._consumers for t in c.msg_timeouts()]
+            self._next_touch = now + max(0.5, min([20.0] + [t / 3 for t in timeouts]))
+            self.sink.touch_held()
         if not self._said_waiting and now - self.started >= 3.0:
             self._said_waiting = True
             reason = _waiting_reason(self._consumers, self.conn)
@@ -195,14 +317,24 @@ class Tail(Job):
     def stop(self, end) -> None:
         # a clean stop (FINs out, CLS answered) takes milliseconds on healthy nodes; past the
         # deadline a hung one is given what is left of the grace (what it holds in flight it redelivers)
+        def grace():
+            return 10.0 if end is None else min(10.0, max(0.1, end - time.monotonic()))
+
+        if self.sink.peek:  # CLS first (nsqd sends no more), then what is held goes back
+            for c in self._consumers:
+                c.drain(timeout=grace())
+            self.sink.give_back()
         for c in self._consumers:
-            c.stop(timeout=10.0 if end is None else min(10.0, max(0.1, end - time.monotonic())))
+            c.stop(timeout=grace())
 
     def status_lines(self, elapsed: float) -> list[str]:
         return [f"shown {self.sink.shown:,}, {self.sink.shown / max(elapsed, 1e-9):,.0f} msg/s"]
 
     def counters(self) -> dict:
-        return {"shown": self.sink.shown}
+        out = {"shown": self.sink.shown}
+        if self.sink.accept is not None:
+            out["unmatched"] = self.sink.unmatched
+        return out
 
     def finish(self, elapsed, expired, settings, app) -> None:
         from ..app import DeadlineExceeded
@@ -220,6 +352,17 @@ class Tail(Job):
                 app.warn(f"topic {c.topic}: {t['timed_out']} answers came after nsqd's message timeout, "
                          f"{t['lost_responses']} could not be sent (connection gone), {t['late_messages']} "
                          "messages arrived after close - nsqd redelivers those")
+        if sink.peek:
+            again = (f"; {sink.again} came round again and were given back twice" if sink.again else "")
+            app.info(f"peek: the {sink.looked} message(s) looked at were given back (REQ, no delay), not FINed: "
+                     f"their attempts rose by one{again}"
+                     + (f"; {sink.unmatched} did not match" if sink.accept is not None else "")
+                     + (" (every message waiting was looked at)" if sink.wrapped and sink.count
+                        and sink.shown < sink.count else ""))
+        elif sink.accept is not None and sink.unmatched:
+            app.info(f"{sink.unmatched} message(s) did not match and were FINed")
+        if sink.peek and sink.wrapped:
+            return
         if expired and sink.count and sink.shown < sink.count:
             raise DeadlineExceeded(f"--timeout passed after {sink.shown} of {sink.count} messages")
 
@@ -305,6 +448,30 @@ def _refuse_backlog(topic: str, conn: dict, nsqd_http: list[str], by: float) -> 
                     "at most nsqd's --mem-queue-size of it. Read it durably with --channel NAME, or take "
                     "it anyway with --drain-backlog")
     return problems
+
+
+def _require_channel(topic: str, channel: str, conn: dict, nsqd_http: list[str], by: float) -> int:
+    """--peek: the channel must exist on some node (subscribing would create it, and a new channel
+    keeps a copy of everything published from then on). Returns its depth + deferred there."""
+    from ...errors import NSQError
+
+    addresses, problems = _http_addresses(topic, conn, nsqd_http, by)
+    found, waiting = False, 0
+    for address, a in zip(addresses, _stats_of(addresses, {"topic": topic, "channel": channel}, _left(by))):
+        if a.error is not None or not isinstance(a.value, dict):
+            problems.append(str(a.error) if a.error is not None else f"{address}: /stats is not a JSON object")
+            continue
+        for t in a.value.get("topics") or []:
+            for c in t.get("channels") or []:
+                if t.get("topic_name") == topic and c.get("channel_name") == channel:
+                    found = True
+                    waiting += int(c.get("depth", 0)) + int(c.get("deferred_count", 0))
+    if not found:
+        where = ("; ".join(problems) if problems else
+                 f"no nsqd ({', '.join(addresses) or 'none found'}) has it")
+        raise NSQError(f"--peek: channel {topic}/{channel} does not exist ({where}): there is nothing to peek at, "
+                       "and subscribing would create it")
+    return waiting
 
 
 def _warn_shared_channel(app, topic: str, channel: str, conn: dict, nsqd_http: list[str], by: float) -> None:

@@ -1,0 +1,136 @@
+"""`nsqcli tail --peek`, --grep/--where, output fields and terminal escaping, against real nsqd."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+from helpers import NSQCLI, channel_stats, clean_env, http_post, one_error_line, topic_stats, wait_for
+from helpers import run_nsqcli as run
+
+
+def _env(nsqd) -> dict:
+    return {"NSQCLI_NSQD_TCP_ADDRESS": nsqd.tcp_address, "NSQCLI_NSQD_HTTP_ADDRESS": nsqd.http_address}
+
+
+def _backlog(nsqd, topic: str, channel: str, bodies: list[bytes]) -> None:
+    http_post(nsqd.http_address, "/topic/create", topic=topic)
+    http_post(nsqd.http_address, "/channel/create", topic=topic, channel=channel)
+    http_post(nsqd.http_address, "/mpub", b"\n".join(bodies), topic=topic)
+    wait_for(lambda: channel_stats(nsqd, topic, channel)["depth"] == len(bodies), what="backlog in the channel")
+
+
+def _waiting(ch: dict) -> int:
+    return ch["depth"] + ch["in_flight_count"] + ch["deferred_count"]
+
+
+def test_peek_shows_n_and_leaves_the_channel_as_it_was(nsqd, topic):
+    bodies = [b"m%d" % i for i in range(10)]
+    _backlog(nsqd, topic, "billing", bodies)
+    before = channel_stats(nsqd, topic, "billing")
+    r = run(["tail", topic, "-c", "billing", "--peek", "-n", "3"], _env(nsqd))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == b"m0\nm1\nm2\n"
+    err = r.stderr.decode()
+    assert "the 3 message(s) looked at were given back" in err and "attempts rose by one" in err, err
+    after = channel_stats(nsqd, topic, "billing")
+    assert _waiting(after) == _waiting(before) == 10 and after["message_count"] == before["message_count"]
+    assert after["requeue_count"] == 3 and after["client_count"] == 0
+    wait_for(lambda: channel_stats(nsqd, topic, "billing")["in_flight_count"] == 0, what="nothing in flight")
+    # taking them now: the three peeked at went to the back of the queue, their attempts one higher
+    r = run(["tail", topic, "-c", "billing", "-n", "10", "-f", "{attempts} {body}"], _env(nsqd))
+    assert r.returncode == 0
+    assert r.stdout.decode().splitlines() == [f"1 m{i}" for i in range(3, 10)] + [f"2 m{i}" for i in range(3)]
+
+
+def test_peek_of_fewer_than_n_ends_when_every_message_was_looked_at(nsqd, topic):
+    _backlog(nsqd, topic, "billing", [b"a", b"b", b"c"])
+    r = run(["tail", topic, "-c", "billing", "--peek", "-n", "5", "--timeout", "20s"], _env(nsqd))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == b"a\nb\nc\n" and b"every message waiting was looked at" in r.stderr
+    assert _waiting(channel_stats(nsqd, topic, "billing")) == 3
+
+
+def test_peek_with_grep_finds_the_message_and_leaves_the_channel_intact(nsqd, topic):
+    bodies = [b"hay %d" % i for i in range(30)]
+    bodies[17] = b"the needle 17"
+    _backlog(nsqd, topic, "billing", bodies)
+    r = run(["tail", topic, "-c", "billing", "--peek", "--grep", r"needle \d+", "-n", "1"], _env(nsqd))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == b"the needle 17\n"
+    assert b"; 17 did not match" in r.stderr, r.stderr
+    assert _waiting(channel_stats(nsqd, topic, "billing")) == 30
+
+
+def test_peek_with_where_on_json_fields(nsqd, topic):
+    bodies = [json.dumps({"user": {"id": i}, "type": "ab"[i % 2]}).encode() for i in range(12)]
+    _backlog(nsqd, topic, "billing", bodies)
+    r = run(["tail", topic, "-c", "billing", "--peek", "--where", '.user.id >= 7 and .type in ["b"]', "-n", "5",
+             "--timeout", "20s"], _env(nsqd))
+    assert r.returncode == 0, r.stderr
+    assert [json.loads(x)["user"]["id"] for x in r.stdout.splitlines()] == [7, 9, 11]
+    assert _waiting(channel_stats(nsqd, topic, "billing")) == 12
+
+
+def test_peek_refuses_a_channel_that_does_not_exist_and_needs_one(nsqd, topic):
+    http_post(nsqd.http_address, "/topic/create", topic=topic)
+    r = run(["tail", topic, "-c", "nope", "--peek", "-n", "1"], _env(nsqd))
+    one_error_line(r, 1, r"--peek: channel .*/nope does not exist .*nothing to peek at")
+    assert topic_stats(nsqd, topic)["channels"] == []  # not created by a subscription
+    r = run(["tail", topic, "--peek", "-n", "1"], _env(nsqd))
+    one_error_line(r, 2, r"--peek looks at the backlog of an existing channel: give it with -c CHANNEL")
+
+
+def test_grep_without_peek_fins_what_does_not_match_and_counts_it(nsqd, topic):
+    _backlog(nsqd, topic, "c", [b"no1", b"no2", b"no3", b"yes1", b"yes2"])
+    r = run(["tail", topic, "-c", "c", "--grep", "^yes", "-n", "2"], _env(nsqd))
+    assert r.returncode == 0 and r.stdout == b"yes1\nyes2\n", r.stderr
+    assert b"3 message(s) did not match and were FINed" in r.stderr
+    wait_for(lambda: (lambda ch: ch["depth"] == 0 and ch["in_flight_count"] == 0 and ch["requeue_count"] == 0)(
+        channel_stats(nsqd, topic, "c")), what="all 5 FINed")
+
+
+def test_bad_filters_are_usage_errors(nsqd, topic):
+    r = run(["tail", topic, "--where", ".a == "], _env(nsqd))
+    one_error_line(r, 2, r"Invalid value for '--where': invalid --where '.a == ': expected a value")
+    r = run(["tail", topic, "--where", "import os"], _env(nsqd))
+    one_error_line(r, 2, r"unknown name 'import'")
+    r = run(["tail", topic, "--grep", "(unclosed"], _env(nsqd))
+    one_error_line(r, 2, r"Invalid value for '--grep'.*missing \)")
+    assert topic_stats(nsqd, topic) is None
+
+
+def test_size_hex_and_escaped_fields(nsqd, topic):
+    http_post(nsqd.http_address, "/pub", b"a\x1b\n\xff\\", topic=topic)
+    r = run(["tail", topic, "-c", "c", "-n", "1", "-f", "{size} {body_hex} {body_escaped}"], _env(nsqd))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == b"5 611b0aff5c a\\x1b\\n\\xff\\\\\n"
+
+
+def _to_terminal(nsqd, topic, *extra) -> bytes:
+    import pty
+
+    from test_tail import read_terminal
+
+    master, slave = pty.openpty()
+    try:
+        p = subprocess.Popen(NSQCLI + ["tail", topic, "-c", "c", "-n", "1", *extra], stdin=subprocess.DEVNULL,
+                             stdout=slave, stderr=subprocess.PIPE, env=clean_env(_env(nsqd)))
+        _, err = p.communicate(timeout=30)
+        assert p.returncode == 0, err
+        os.close(slave)
+        return read_terminal(master)
+    finally:
+        os.close(master)
+
+
+def test_raw_bodies_to_a_terminal_cannot_retitle_it(nsqd, topic):
+    http_post(nsqd.http_address, "/topic/create", topic=topic)
+    http_post(nsqd.http_address, "/channel/create", topic=topic, channel="c")
+    http_post(nsqd.http_address, "/mpub", b"\x1b]0;title\x07 tab\there\nsecond\x9b", topic=topic)
+    out = _to_terminal(nsqd, topic)
+    assert b"\x1b" not in out and b"\x07" not in out
+    assert out == b"\\x1b]0;title\\x07 tab\there\r\n"
+    out = _to_terminal(nsqd, topic, "--raw-terminal")
+    assert out == b"second\x9b\r\n"
