@@ -31,6 +31,10 @@ class HttpRelay:
         self.sending = 0  # requests started and not finished (-n counts them as taken)
         self.last = time.monotonic()
         self.latency = Histogram()
+        # --max-attempts N: after the Nth failed attempt a message is dead-lettered (``dead``: a
+        # nsqcli.relay.dead_letter.DeadLetters) or else FINed, said (``warn``)
+        self.max_attempts, self.dead, self.warn = 0, None, (lambda text: None)
+        self.dead_lettered = self.given_up = 0
 
     # -- the consumer's handler threads --------------------------------------------------------
     def __call__(self, msgs: list) -> None:
@@ -76,8 +80,11 @@ class HttpRelay:
         if e is not None:
             with self.lock:
                 self.failed += 1
-            self.outages.failed("delivery", f"{e} (requeued; the consumer backs off)")
             delay = e.retry_after if e.retry_after is not None else min(900.0, self.requeue_delay * m.attempts)
+            if self.max_attempts and m.attempts >= self.max_attempts:
+                self._give_up(m, f"{e} (attempt {m.attempts} of --max-attempts {self.max_attempts})", delay)
+                return
+            self.outages.failed("delivery", f"{e} (requeued; the consumer backs off)")
             m.requeue(delay=delay, backoff=True)
             return
         m.finish()
@@ -89,6 +96,22 @@ class HttpRelay:
             self.last = now
             if self.count and self.delivered >= self.count:
                 self.done.set()
+
+    def _give_up(self, m, error: str, delay: float) -> None:
+        """The last attempt failed: to the dead-letter topic (FIN after its OK), or FIN, said."""
+        if self.dead is not None:
+            def counted(ok: bool) -> None:
+                if ok:
+                    with self.lock:
+                        self.dead_lettered += 1
+
+            self.dead.submit(m, error, delay, counted)
+            return
+        m.finish()
+        with self.lock:
+            self.given_up += 1
+        self.warn(f"gave up on message {m.id.decode('ascii', 'replace')} after {m.attempts} attempts: {error}; "
+                  "FINed, NOT delivered")
 
     # -- the stop ----------------------------------------------------------------------------------
     def stop(self, consumer, end: float | None, http_budget: float) -> None:
@@ -108,8 +131,12 @@ class HttpRelay:
             handed_back += d.close(timeout=left(1))
         for m in handed_back:
             m.requeue(delay=0, backoff=False)
+        if self.dead is not None:  # the dead letters published (FIN) before the connections close
+            self.dead.close(left(10))
         consumer.stop(timeout=left(15))
 
     def status(self, elapsed: float) -> str:
-        return (f"delivered {self.delivered:,}, failed attempts {self.failed:,} (requeued), sampled out "
+        gave = (f", dead-lettered {self.dead_lettered:,}" if self.dead is not None else
+                f", given up {self.given_up:,}" if self.max_attempts else "")
+        return (f"delivered {self.delivered:,}, failed attempts {self.failed:,} (requeued){gave}, sampled out "
                 f"{self.sampled_out:,}, {self.delivered / max(elapsed, 1e-9):,.0f} msg/s")

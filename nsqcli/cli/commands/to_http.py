@@ -12,6 +12,7 @@ from ..harness import Job
 from ..options import (build_config, connection_options, daemon_options, nsqd_addresses, pop_connection, pop_run,
                        topic_arguments)
 from ..types import DURATION
+from .exec import check_dead_letter, dead_letter_options
 
 
 @command("to-http", examples="""
@@ -41,11 +42,15 @@ nsqcli to-http -t events --post https://api.example/v1 --header 'Authorization: 
 @option("--requeue-delay", type=DURATION, default="90s", show_default=True, group="HTTP",
         help="A failed message comes back after this x its attempts (capped at 15m), unless the endpoint "
              "sent Retry-After.")
+@option("--max-attempts", type=click.IntRange(0), default=0, show_default=True,
+        help="After this many failed attempts: dead-letter the message (--dead-letter-topic) or else FIN it "
+             "undelivered, said (0 = retry for ever).")
+@dead_letter_options
 @daemon_options(count_help="Stop after delivering N messages (0 = run until stopped).", log_format="text")
 @connection_options(consumer=True)
 @click.pass_obj
 def to_http(app, topic, channel, posts, gets, headers, content_type, mode, sample, concurrency, max_in_flight,
-            http_connect_timeout, http_timeout, requeue_delay, count, **kwargs):
+            http_connect_timeout, http_timeout, requeue_delay, max_attempts, dead_letter_topic, count, **kwargs):
     """Deliver TOPIC's messages to HTTP endpoints (nsq_to_http).
 
     A message is FINed after a 2xx answer to a POST (200 to a GET), otherwise requeued with
@@ -57,6 +62,7 @@ def to_http(app, topic, channel, posts, gets, headers, content_type, mode, sampl
     """
     settings = pop_run(kwargs)
     conn = pop_connection(kwargs)
+    check_dead_letter(max_attempts, dead_letter_topic, [topic])
     if bool(posts) == bool(gets):
         raise click.UsageError("give --post URL or --get URL (not both)")
     try:
@@ -81,6 +87,8 @@ def to_http(app, topic, channel, posts, gets, headers, content_type, mode, sampl
     cfg = build_config(conn, max_in_flight=max_in_flight, max_attempts=0, default_requeue_delay=requeue_delay)
     job = ToHttp(app, topic, channel, conn, cfg, endpoints, mode, hdrs, content_type, http_connect_timeout,
                  http_timeout, concurrency, count, sample, requeue_delay)
+    job.relay.max_attempts, job.relay.warn = max_attempts, app.warn
+    job.app, job.conn, job.dead_letter_topic = app, conn, dead_letter_topic
     from ..harness import run
 
     return run(app, job, settings)
@@ -112,6 +120,11 @@ class ToHttp(Job):
         return [self.consumer]
 
     def start(self, deadline, stopper) -> None:
+        if getattr(self, "dead_letter_topic", None):
+            from .exec import open_dead_letters
+
+            self.relay.dead = open_dead_letters(self.app, self.conn, self.topic, self.dead_letter_topic, deadline,
+                                                self.outages)
         self.consumer.start(deadline=deadline)  # lookups and handshakes spend the same deadline
 
     def last_progress(self) -> float:
@@ -125,13 +138,16 @@ class ToHttp(Job):
 
     def counters(self) -> dict:
         r = self.relay
-        return {"delivered": r.delivered, "failed_attempts": r.failed, "sampled_out": r.sampled_out}
+        return {"delivered": r.delivered, "failed_attempts": r.failed, "sampled_out": r.sampled_out,
+                "dead_lettered": r.dead_lettered, "given_up": r.given_up}
 
     def latency(self) -> dict:
         return self.relay.latency.snapshot()
 
     def problems(self) -> list[str]:
-        return ["delivery is failing"] if "delivery" in self.outages.failing() else []
+        failing = self.outages.failing()
+        return (["delivery is failing"] if "delivery" in failing else []) + (
+            ["the dead-letter topic cannot be published to"] if "dead-letter" in failing else [])
 
     def finish(self, elapsed, expired, settings, app) -> None:
         r = self.relay
@@ -142,7 +158,8 @@ class ToHttp(Job):
             from ..harness import write_json
 
             write_json({"topic": self.topic, "channel": self.channel, "delivered": r.delivered,
-                        "failed_attempts": r.failed, "sampled_out": r.sampled_out, "elapsed": round(elapsed, 3)})
+                        "failed_attempts": r.failed, "sampled_out": r.sampled_out, "dead_lettered": r.dead_lettered,
+                        "given_up": r.given_up, "elapsed": round(elapsed, 3)})
         if short:
             from ..app import DeadlineExceeded
 

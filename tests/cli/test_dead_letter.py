@@ -1,0 +1,83 @@
+"""Dead letters on to-http and to-nsq against real nsqd: after --max-attempts the message is in
+the dead-letter topic (the envelope right) and FINed in the source; a dead-letter topic that
+cannot be published to leaves the message in the source (REQ, said)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+
+from fakes import HTTPEndpoint
+from helpers import NSQCLI, channel_stats, clean_env, http_get_json, http_post, run_nsqcli, topic_stats, wait_for
+
+
+def _stop(p) -> tuple[bytes, bytes]:
+    p.send_signal(signal.SIGTERM)
+    try:
+        return p.communicate(timeout=20)
+    finally:
+        p.kill()
+
+
+def test_to_http_500_dead_letters_after_max_attempts(nsqd, topic):
+    ep = HTTPEndpoint(lambda body, n: (500 if body.startswith(b"poison") else 200, {}, 0))
+    try:
+        http_post(nsqd.http_address, "/mpub", b"ok-1\npoison-1\nok-2\nok-3", topic=topic)
+        dead = topic + "_dead"
+        p = subprocess.Popen(NSQCLI + ["to-http", topic, "-c", "h", "--post", ep.url + "/in", "--max-attempts", "2",
+                                       "--dead-letter-topic", dead, "--requeue-delay", "100ms", "--json",
+                                       "--nsqd-tcp-address", nsqd.tcp_address],
+                             env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            wait_for(lambda: (topic_stats(nsqd, dead) or {}).get("message_count") == 1, timeout=20,
+                     what="the dead letter")
+            wait_for(lambda: (lambda c: c["in_flight_count"] == 0 and c["depth"] == 0)(channel_stats(nsqd, topic, "h")),
+                     timeout=10, what="the poison message FINed")
+        finally:
+            out, err = _stop(p)
+        assert p.returncode == 0, err
+        summary = json.loads(out.decode().splitlines()[-1])
+        assert (summary["delivered"], summary["dead_lettered"], summary["failed_attempts"]) == (3, 1, 2)
+        assert sorted(ep.bodies()) == [b"ok-1", b"ok-2", b"ok-3", b"poison-1", b"poison-1"]
+        c = channel_stats(nsqd, topic, "h")
+        assert (c["depth"], c["in_flight_count"], c["deferred_count"], c["requeue_count"], c["message_count"]) == (
+            0, 0, 0, 1, 4)
+        assert f"dead-lettered to topic {dead} after 2 attempts" in err.decode()
+        t = run_nsqcli(["tail", dead, "-n", "1", "-f", "raw", "--timeout", "10s", "--nsqd-tcp-address",
+                        nsqd.tcp_address])
+        d = json.loads(t.stdout)
+        assert (d["topic"], d["channel"], d["body"], d["attempts"]) == (topic, "h", "poison-1", 2)
+        assert "500" in d["error"] and "--max-attempts 2" in d["error"]
+    finally:
+        ep.close()
+
+
+def test_dead_letter_publish_refused_keeps_the_message(nsqd, topic):
+    """A dead letter nsqd refuses (the envelope of a body that nearly fills --max-msg-size is over
+    it: E_BAD_MESSAGE): that message is REQed, said, not FINed; a small one is dead-lettered."""
+    ep = HTTPEndpoint(lambda body, n: (500, {}, 0))
+    try:
+        http_post(nsqd.http_address, "/pub", b"poison", topic=topic)
+        big = b"x" * (int(http_get_json(nsqd.http_address, "/config/max_msg_size")) - 20)
+        http_post(nsqd.http_address, "/pub", big, topic=topic)
+        dead = topic + "_dead"
+        p = subprocess.Popen(NSQCLI + ["to-http", topic, "-c", "h", "--post", ep.url + "/in", "--max-attempts", "1",
+                                       "--dead-letter-topic", dead, "--requeue-delay", "100ms",
+                                       "--nsqd-tcp-address", nsqd.tcp_address],
+                             env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            wait_for(lambda: (topic_stats(nsqd, dead) or {}).get("message_count") == 1, timeout=20,
+                     what="the small one dead-lettered")
+            wait_for(lambda: channel_stats(nsqd, topic, "h")["requeue_count"] >= 1, timeout=20,
+                     what="the big one requeued")
+        finally:
+            out, err = _stop(p)
+        assert p.returncode == 0, err
+        text = err.decode()
+        assert "cannot publish the dead letter of message" in text and "NOT FINed" in text, text
+        c = channel_stats(nsqd, topic, "h")
+        assert c["depth"] + c["deferred_count"] + c["in_flight_count"] == 1  # the big one is still there
+        assert topic_stats(nsqd, dead)["message_count"] == 1
+    finally:
+        ep.close()
