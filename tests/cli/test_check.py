@@ -6,8 +6,11 @@ from __future__ import annotations
 import json
 import re
 import socket
+import time
 
 from helpers import channel_stats, http_post, lookup_producers, run_nsqcli, wait_for
+
+from hung import stopped
 
 from nsqcli import Config, Consumer
 
@@ -88,6 +91,10 @@ def test_a_node_down_is_critical_nothing_answering_is_unknown(nsqd, topic):
     assert text.startswith(f"nsqd {dead} down: ") and "Connection refused" in text
     assert perf["nodes_up"][0] == 1 and perf["nodes_down"][0] == 1
 
+    r = check(nsqd, topic, "--lookupd-http-address", dead)
+    status, text, _ = nagios(r)
+    assert (r.returncode, status) == (2, "CRITICAL") and text.startswith(f"nsqlookupd {dead} down: "), text
+
     r = run_nsqcli(["check", "--nsqd-http-address", dead])
     status, text, perf = nagios(r)
     assert (r.returncode, status, perf) == (3, "UNKNOWN", {})
@@ -161,3 +168,18 @@ def test_nodes_found_through_nsqlookupd(sandbox, nsqd, topic):
     status, text, perf = nagios(r)
     assert (r.returncode, status, text) == (1, "WARNING", f"{topic}/c depth 2 > 1"), r.stdout
     assert perf["nodes_up"][0] == 1
+
+
+def test_a_hung_nsqd_is_critical_within_the_request_timeout(nsqd, nsqd_factory, topic):
+    backlog(nsqd, topic, 1)
+    hung = nsqd_factory()
+    t0 = time.monotonic()
+    with stopped(hung):
+        r = check(nsqd, topic, "--nsqd-http-address", hung.http_address, "--http-client-request-timeout", "1s",
+                  "--format", "json")
+    took = time.monotonic() - t0
+    doc = json.loads(r.stdout)
+    assert r.returncode == 2 and took < 3.0, (took, r.stderr)
+    assert doc["nodes"]["up"] == [nsqd.http_address] and list(doc["nodes"]["down"]) == [hung.http_address]
+    assert doc["problems"] == [{"severity": "critical", "node": hung.http_address,
+                                "text": f"nsqd {hung.http_address} down: no complete answer within 1s (slow to answer)"}]

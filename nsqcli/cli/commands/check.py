@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.parse
 
 import click
 
@@ -145,8 +146,9 @@ def run_check(topic, channel, nsqd, lookupd, limits, clients_min, request_timeou
         view = cluster_view(lookupd, topic, max(0.05, end - time.monotonic()))
         res.lookupd_up = list(view.answered)
         for e in view.errors:
-            res.lookupd_down[e.endpoint] = str(e)
-            res.add(CRITICAL, f"nsqlookupd down: {e}")
+            address = urllib.parse.urlsplit(e.endpoint).netloc or e.endpoint
+            res.lookupd_down[address] = why(e)
+            res.add(CRITICAL, f"nsqlookupd {address} down: {why(e)}")
         given = {a.split("://", 1)[-1].rstrip("/") for a in nsqd}
         found = view.producers(topic) if topic else list(view.nodes.values())
         nodes += sorted(n.http_address for n in found if n.http_address not in given)
@@ -164,10 +166,10 @@ def run_check(topic, channel, nsqd, lookupd, limits, clients_min, request_timeou
     if not sample.stats:
         late = deadline is not None and time.monotonic() >= deadline - 0.05
         res.unknown = (("--timeout passed before any nsqd answered: " if late else "no nsqd answered: ")
-                       + "; ".join(f"{n}: {e}" for n, e in sorted(sample.down.items())))
+                       + "; ".join(f"{n}: {why(e)}" for n, e in sorted(sample.down.items())))
         return res
     for node, error in sorted(sample.down.items()):
-        res.add(CRITICAL, f"nsqd {node} down: {error}", node=node)
+        res.add(CRITICAL, f"nsqd {node} down: {why(error)}", node=node)
     res.node_rows = compute_rows(None, sample, per_node=True)
     res.rows = compute_rows(None, sample)
     for node, st in sample.stats.items():
@@ -295,3 +297,11 @@ def prometheus(res: Result) -> str:
             return iter(fams)
 
     return generate_latest(_Registry()).decode()
+
+
+def why(error) -> str:
+    """An HTTP helper's error without its leading URL (the node is named already)."""
+    text = str(error)
+    if text.startswith(("http://", "https://")) and ": " in text:
+        return text.split(": ", 1)[1]
+    return text

@@ -105,6 +105,12 @@ def wait(app, topic, channel, ready, exists, drained, depth_below, fail_on_reque
         time.sleep(left(deadline, interval, floor=0.0))
 
 
+def _why(error) -> str:
+    """An HTTP helper's error without its leading URL (the node is named already)."""
+    text = str(error)
+    return text.split(": ", 1)[1] if text.startswith(("http://", "https://")) and ": " in text else text
+
+
 def _pings(nsqd: list[str], lookupd: list[str], timeout: float) -> list[str]:
     """The not-ready nodes, each as '<kind> ADDRESS not ready: why'."""
     from ...client.http import ask_http, http_get
@@ -119,7 +125,7 @@ def _pings(nsqd: list[str], lookupd: list[str], timeout: float) -> list[str]:
 
     kinds = [("nsqd", a) for a in nsqd] + [("nsqlookupd", a) for a in lookupd]
     answers = ask_http([a for _, a in kinds], ping, timeout)
-    return [f"{kind} {address} not ready ({a.error})" for (kind, address), a in zip(kinds, answers) if not a.ok]
+    return [f"{kind} {address} not ready ({_why(a.error)})" for (kind, address), a in zip(kinds, answers) if not a.ok]
 
 
 class Gate:
@@ -186,9 +192,9 @@ class Gate:
                 missing = f"topic {self.topic} is not registered with nsqlookupd {', '.join(lookupd)}"
             if self.exists or self.drained or self.depth_below:
                 unmet.append(missing)
-            unmet += [f"nsqd {n} did not answer ({e})" for n, e in sorted(down.items())]
+            unmet += [f"nsqd {n} did not answer ({_why(e)})" for n, e in sorted(down.items())]
             return unmet
-        silent = [f"nsqd {n} did not answer ({e})" for n, e in sorted(down.items())]
+        silent = [f"nsqd {n} did not answer ({_why(e)})" for n, e in sorted(down.items())]
         if self.drained:
             depth = sum(c["depth"] for _, cs in carrying.values() for c in cs)
             if not self.channel:
