@@ -48,6 +48,13 @@ def _search_dirs() -> list[Path]:
 def find_binary(name: str) -> str:
     """Path of an NSQ program: $NSQCLI_NSQ_BIN, the project's .nsq/bin, ./.nsq/bin, the user's
     `sandbox --install` directory, then PATH."""
+    given = os.environ.get("NSQCLI_NSQ_BIN")
+    if given:  # asked for: that one or an error, never silently another nsqd
+        candidate = Path(given) / name
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+        raise SandboxError(f"{name} not found in NSQCLI_NSQ_BIN={given} (no executable {candidate}): set it to "
+                           f"the directory that holds {name}, or unset it to use the one on PATH")
     for d in _search_dirs():
         candidate = d / name
         if candidate.is_file() and os.access(candidate, os.X_OK):
@@ -55,7 +62,8 @@ def find_binary(name: str) -> str:
     found = shutil.which(name)
     if found:
         return found
-    raise SandboxError(f"{name} not found (looked in {', '.join(map(str, _search_dirs()))} and on PATH): {INSTALL_HINT}")
+    raise SandboxError(f"{name} not found on PATH (nor in NSQCLI_NSQ_BIN, which is not set, nor in "
+                       f"{_search_dirs()[-1]}): {INSTALL_HINT}")
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -76,8 +76,9 @@ def test_kill_and_restart_keeps_address_and_data(tmp_path):
 def test_missing_binary_says_how_to_install(monkeypatch, tmp_path):
     monkeypatch.setattr(sbmod, "_search_dirs", lambda: [tmp_path])
     monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(SandboxError, match=r"nsq\w+ not found \(looked in .* and on PATH\): run 'nsqcli sandbox "
-                                           r"--install' .*scripts/install-nsq"):
+    monkeypatch.delenv("NSQCLI_NSQ_BIN", raising=False)
+    with pytest.raises(SandboxError, match=r"nsq\w+ not found on PATH \(nor in NSQCLI_NSQ_BIN, which is not set, nor "
+                                           r"in .*\): run 'nsqcli sandbox --install' .*scripts/install-nsq"):
         Sandbox().start()
 
 
@@ -177,7 +178,8 @@ def test_sandbox_without_nsqd_says_what_to_do(tmp_path):
     env = pip_like_env(tmp_path)
     for args in (["sandbox"], ["sandbox", "--detach"]):
         r = subprocess.run(NSQCLI + args, capture_output=True, timeout=30, env=env, cwd=tmp_path)
-        one_error_line(r, 1, r"nsq(lookup)?d not found \(looked in .*\): run 'nsqcli sandbox --install'")
+        one_error_line(r, 1, r"nsq(lookup)?d not found on PATH \(nor in NSQCLI_NSQ_BIN, which is not set, nor in .*\): "
+                             r"run 'nsqcli sandbox --install'")
     r = subprocess.run(NSQCLI + ["sandbox", "--install"], capture_output=True, timeout=30, env=env, cwd=tmp_path)
     one_error_line(r, 1, r"'go' not found on PATH\. Install Go")
 
@@ -207,3 +209,48 @@ def test_sandbox_install_builds_into_the_user_data_dir(tmp_path):
                         f"'{NSQCLI[0]}' -m nsqcli pub x y && kill $NSQCLI_SANDBOX_PID"],
                        capture_output=True, timeout=60, env=env, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
+
+
+def test_set_e_idiom_stops_the_script_when_the_sandbox_cannot_start(tmp_path):
+    """The README's idiom for scripts: --env-file then source. `eval "$(...)"` would eval an empty
+    string (status 0) and run on against 127.0.0.1:4150; this stops at the failing line."""
+    script = f"""
+set -e
+nsqcli() {{ "{NSQCLI[0]}" -m nsqcli "$@"; }}
+nsqcli sandbox --detach --env-file {tmp_path}/nsq.env > /dev/null
+. {tmp_path}/nsq.env
+echo reached
+"""
+    bad = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60,
+                         env=clean_env({"NSQCLI_NSQ_BIN": str(tmp_path / "no-such-dir")}))
+    assert bad.returncode == 1 and "reached" not in bad.stdout, bad
+    assert bad.stderr.splitlines() == [f"nsqcli: error: nsqd not found in NSQCLI_NSQ_BIN={tmp_path / 'no-such-dir'} "
+                                       f"(no executable {tmp_path / 'no-such-dir' / 'nsqd'}): set it to the directory "
+                                       "that holds nsqd, or unset it to use the one on PATH"], bad.stderr
+    good = subprocess.run(["bash", "-c", script + 'nsqcli pub t x --json > /dev/null\nkill "$NSQCLI_SANDBOX_PID"\n'
+                           'echo "pid=$NSQCLI_SANDBOX_PID"'], capture_output=True, text=True, timeout=60, env=clean_env())
+    assert good.returncode == 0 and "reached" in good.stdout, good.stderr
+    pid = int(good.stdout.split("pid=")[1])
+    wait_for(lambda: not _alive(pid), timeout=15, what="sandbox stopped")
+    import glob
+    import tempfile
+
+    leftovers = [p for p in glob.glob(os.path.join(tempfile.gettempdir(), "nsqcli-sandbox-*.log"))
+                 if f"pid {pid}," in open(p, errors="replace").read()]
+    assert leftovers == []  # its log went with it
+
+
+def test_sandbox_msg_timeout_takes_a_duration_or_bare_seconds(tmp_path):
+    r = subprocess.run(NSQCLI + ["sandbox", "--detach", "--json", "--no-lookupd", "--msg-timeout", "1"],
+                       capture_output=True, timeout=60, env=clean_env())
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    try:
+        http = doc["env"]["NSQCLI_NSQD_HTTP_ADDRESS"]
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://{http}/config/msg_timeout", timeout=5) as answer:
+            assert json.loads(answer.read()) == 1_000_000_000  # ns: 1 s
+    finally:
+        os.kill(doc["pid"], 15)
+    one_error_line(run_nsqcli(["sandbox", "--msg-timeout", "soon"]), 2, r"'soon' is not a duration")

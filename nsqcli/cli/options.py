@@ -177,11 +177,15 @@ def build_config(conn: dict, **extra):
     if conn.get("snappy") and conn.get("deflate"):
         raise click.UsageError("--snappy and --deflate cannot be used together")
     check_tls_files(conn)
-    security_hints(conn)
     secret = conn.get("auth_secret")
     if conn.get("auth_secret_file"):
         with open(conn["auth_secret_file"], encoding="utf-8") as f:
             secret = f.read().strip()
+        if not secret:  # refused before any hint about the file's mode
+            prefix = conn.get("option_prefix", "")
+            raise click.BadParameter(f"{conn['auth_secret_file']} is empty: it must hold the secret nsqd's auth "
+                                     "server takes", param_hint=f"'--{prefix}auth-secret-file'")
+    security_hints(conn)
     tls_wanted = conn.get("tls") or any(conn.get(k) for k in ("tls_ca_file", "tls_cert",
                                                               "tls_insecure_skip_verify", "tls_min_version"))
     tls = TLSConfig(enabled=bool(tls_wanted), ca_file=conn.get("tls_ca_file"), cert_file=conn.get("tls_cert"),

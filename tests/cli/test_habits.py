@@ -38,3 +38,11 @@ def test_go_durations_are_durations():
 def test_pub_fast_path_takes_a_go_duration(nsqd, topic):
     r = run_nsqcli(["pub", topic, "x", "--timeout", "1m30s", "--nsqd-tcp-address", nsqd.tcp_address])
     assert r.returncode == 0, r.stderr
+
+
+def test_an_empty_auth_secret_file_is_refused_first(tmp_path):
+    empty = tmp_path / "secret"
+    empty.write_text("\n")
+    empty.chmod(0o644)  # its mode hint would come first if the file were read after the hints
+    one_error_line(run_nsqcli(["pub", "t", "x", "--auth-secret-file", str(empty)]), 2,
+                   rf"'--auth-secret-file': {empty} is empty: it must hold the secret nsqd's auth server takes")

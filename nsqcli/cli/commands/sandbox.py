@@ -9,6 +9,7 @@ import threading
 import click
 
 from ..command import command, option
+from ..types import DURATION
 
 
 @command(uses_context=False, examples="""
@@ -27,7 +28,7 @@ nsqcli sandbox --install                      # build nsqd/nsqlookupd v1.3.0 wit
 @option("--tls-cert", type=click.Path(exists=True, dir_okay=False), help="nsqd --tls-cert.")
 @option("--tls-key", type=click.Path(exists=True, dir_okay=False), help="nsqd --tls-key.")
 @option("--auth-http-address", help="nsqd --auth-http-address (host:port of an auth server).")
-@option("--msg-timeout", help="nsqd --msg-timeout, e.g. 60s.")
+@option("--msg-timeout", type=DURATION, help="nsqd --msg-timeout, e.g. 60s (a bare number is seconds).")
 @option("--max-rdy-count", type=int, help="nsqd --max-rdy-count.")
 @option("--no-snappy", is_flag=True, help="Start nsqd with --snappy=false.")
 @option("--no-deflate", is_flag=True, help="Start nsqd with --deflate=false.")
@@ -73,11 +74,12 @@ def sandbox(app, nodes, no_lookupd, data_dir, tls_cert, tls_key, auth_http_addre
     for program in ("nsqd",) + (() if no_lookupd else ("nsqlookupd",)):
         find_binary(program)  # before anything starts: one line saying how to get it
     if detach:
-        return _detach(app, as_json)
+        return _detach(app, as_json, env_file)
     from ...sandbox import NsqdOptions, Sandbox
 
     opts = NsqdOptions(tls_cert=tls_cert, tls_key=tls_key, auth_http_address=auth_http_address,
-                       msg_timeout=msg_timeout, max_rdy_count=max_rdy_count,
+                       msg_timeout=None if msg_timeout is None else f"{round(msg_timeout * 1000)}ms",
+                       max_rdy_count=max_rdy_count,
                        snappy=not no_snappy, deflate=not no_deflate)
     from ..app import stop_on_signals
 
@@ -99,7 +101,21 @@ def sandbox(app, nodes, no_lookupd, data_dir, tls_cert, tls_key, auth_http_addre
     finally:
         sb.stop()
         app.info("sandbox stopped")
+        _remove_detached_log(data_dir)
     return 0
+
+
+def _remove_detached_log(data_dir) -> None:
+    """A detached sandbox's log (in the temporary directory) goes with it, unless --data-dir
+    asked to keep things; a sandbox that failed to start keeps it (its path was said)."""
+    import os
+
+    path = os.environ.get("NSQCLI_SANDBOX_LOG")
+    if path and data_dir is None and path.endswith(".log") and os.path.basename(path).startswith("nsqcli-sandbox-"):
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
 
 
 def _report(app, sb, env_file, as_json: bool = False) -> None:
@@ -166,7 +182,7 @@ def _json_line(doc: dict) -> None:
     write_stdout(json.dumps(doc) + "\n")
 
 
-def _detach(app, as_json: bool = False) -> int:
+def _detach(app, as_json: bool = False, env_file: str | None = None) -> int:
     """Start this same command in a new session with --env-file, wait until it wrote the file
     (servers up) or died, print the lines plus NSQCLI_SANDBOX_PID and return: the caller's
     $(...) ends because the child's stdout is a log file, not the caller's pipe."""
@@ -177,14 +193,22 @@ def _detach(app, as_json: bool = False) -> int:
 
     from ...errors import NSQError
 
-    argv = [a for a in sys.argv[1:] if a not in ("--detach", "--json")]
+    argv, rest = [], iter(sys.argv[1:])
+    for a in rest:  # the child writes its own --env-file; the user's is written here
+        if a in ("--detach", "--json") or a.startswith("--env-file="):
+            continue
+        if a == "--env-file":
+            next(rest, None)
+            continue
+        argv.append(a)
     fd, env_path = tempfile.mkstemp(prefix="nsqcli-sandbox-", suffix=".env")
     os.close(fd)
     os.unlink(env_path)
     log_path = env_path[:-4] + ".log"
     with open(log_path, "wb") as log:
         child = subprocess.Popen([sys.executable, "-m", "nsqcli", *argv, "--env-file", env_path],
-                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                                 env={**os.environ, "NSQCLI_SANDBOX_LOG": log_path})
     deadline = time.monotonic() + 60
     while not os.path.exists(env_path):
         if child.poll() is not None or time.monotonic() > deadline:
@@ -198,6 +222,10 @@ def _detach(app, as_json: bool = False) -> int:
     with open(env_path) as f:
         lines = f.read()
     os.unlink(env_path)
+    if env_file:  # `nsqcli sandbox --detach --env-file F && . F`: F exists only once the servers answer
+        with open(env_file + ".tmp", "w") as f:
+            f.write(lines + f"export NSQCLI_SANDBOX_PID={child.pid}\n")
+        os.replace(env_file + ".tmp", env_file)
     if as_json:
         import shlex
 
