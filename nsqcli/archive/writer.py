@@ -234,6 +234,8 @@ class ArchiveFile:
     def add(self, record: bytes, count: int = 1) -> None:
         """Buffer records: the bytes of one or more, already formatted, each with its separator
         (to-file adds a batch's records at once). Not on disk until sync()."""
+        if not record:  # a batch --grep/--where left nothing of: no file is opened for it
+            return
         self._records.append(record)
         self._count += count
 

@@ -64,14 +64,24 @@ class ToFile(Job):
         super().__init__()
         from ..archive.archiver import Archiver
         from ..archive.writer import FileOptions
+        from ..filters import make_filter
         from ..records import Formatter
         from .app import Outages, source_error
 
         cfg = config_from_spec(spec["config"], app)
         formatter = Formatter(spec["format"])
         sep = b"\n"
+        self.accept = accept = make_filter(**(spec.get("filter") or {}))  # --grep/--where, from their text
+        unmatched = self._unmatched = {}  # topic -> count (each topic's batches come one at a time)
 
         def records(msgs: list) -> bytes:  # each record with its separator, in one join (no `+ sep` copy)
+            if accept is not None and msgs:  # the others are FINed with the batch, never written
+                n, topic = len(msgs), msgs[0].topic
+                msgs = [m for m in msgs if accept(m)]
+                if len(msgs) < n:
+                    unmatched[topic] = unmatched.get(topic, 0) + n - len(msgs)
+                if not msgs:
+                    return b""
             out = formatter.many(msgs)
             out.append(b"")
             return sep.join(out)
@@ -135,7 +145,14 @@ class ToFile(Job):
 
     def counters(self) -> dict:
         t = self.archiver.totals()
-        return {"bytes_written": t["bytes_written"], "fsyncs": t["fsyncs"], "files_rotated": t["files_rotated"]}
+        out = {"bytes_written": t["bytes_written"], "fsyncs": t["fsyncs"], "files_rotated": t["files_rotated"]}
+        if self.accept is not None:
+            out["unmatched"] = self.unmatched
+        return out
+
+    @property
+    def unmatched(self) -> int:
+        return sum(list(self._unmatched.values()))
 
     def errors(self) -> dict:
         return {"write": self.archiver.totals()["write_errors"]}
@@ -152,6 +169,9 @@ class ToFile(Job):
             from ..errors import NSQError
 
             raise NSQError(archiver.fatal_message())
+        if self.unmatched:
+            self.log.info("%d message(s) did not match --grep/--where and were FINed without being written",
+                          self.unmatched)
         if settings.as_json:
             json_summary(archiver.status())
         sys.stderr.flush()

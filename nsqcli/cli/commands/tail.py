@@ -452,7 +452,7 @@ def _refuse_backlog(topic: str, conn: dict, nsqd_http: list[str], by: float) -> 
 
 def _require_channel(topic: str, channel: str, conn: dict, nsqd_http: list[str], by: float) -> int:
     """--peek: the channel must exist on some node (subscribing would create it, and a new channel
-    keeps a copy of everything published from then on). Returns its depth + deferred there."""
+    keeps a copy of everything published from then on). Returns its depth (deliverable now) there."""
     from ...errors import NSQError
 
     addresses, problems = _http_addresses(topic, conn, nsqd_http, by)
@@ -465,7 +465,7 @@ def _require_channel(topic: str, channel: str, conn: dict, nsqd_http: list[str],
             for c in t.get("channels") or []:
                 if t.get("topic_name") == topic and c.get("channel_name") == channel:
                     found = True
-                    waiting += int(c.get("depth", 0)) + int(c.get("deferred_count", 0))
+                    waiting += int(c.get("depth", 0))  # deferred ones are not delivered before their time
     if not found:
         where = ("; ".join(problems) if problems else
                  f"no nsqd ({', '.join(addresses) or 'none found'}) has it")

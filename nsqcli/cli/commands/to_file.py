@@ -43,13 +43,17 @@ kill -HUP $(pgrep -f 'nsqcli to-file')      # close and move the current files n
               "(nsqcli never creates empty files: files open on the first message).")
 @option("-f", "--format", "fmt", type=click.Choice(["raw", "json"]), default="raw", show_default=True,
               help="raw: body + newline (like nsq_to_file); json: the NDJSON envelope of tail --format json.")
+@option("--grep", "grep", metavar="REGEX", help="Archive only messages whose body matches REGEX (Python re on the "
+        "body's bytes); the others are FINed without being written, and counted.")
+@option("--where", "where", metavar="EXPR", help="Archive only messages for which EXPR is true (the others are "
+        "FINed and counted); the syntax of 'nsqcli tail --where', e.g. '.level == \"error\" and size < 65536'.")
 @daemon_options(timeout=False, log_format="text", live_help="Live status table of the topics and connections "
                 "(default: when stderr is a terminal that can draw one; elsewhere status lines).")
 @connection_options(lookupd_poll=True)
 @click.pass_obj
 def to_file(app, topics, topic_pattern, topic_refresh, channel, max_in_flight, output_dir, work_dir,
             filename_format, datetime_format, local_time, host_identifier, use_gzip, gzip_level,
-            rotate_size, rotate_interval, sync_interval, skip_empty_files, fmt, **kwargs):
+            rotate_size, rotate_interval, sync_interval, skip_empty_files, fmt, grep, where, **kwargs):
     """Archive TOPIC(s) to files; run as a daemon.
 
     A message is FINed only after the file holding it is fsync'ed (gzip: after the member holding
@@ -75,6 +79,12 @@ def to_file(app, topics, topic_pattern, topic_refresh, channel, max_in_flight, o
     if topics and topic_pattern:
         raise click.UsageError("--topic and --topic-pattern cannot be used together (a pattern already "
                                "chooses the topics)")
+    from ...filters import FilterError, make_filter
+
+    try:
+        make_filter(grep, where)  # checked here; compiled again from its text in the archiving image
+    except FilterError as e:
+        raise click.BadParameter(str(e), param_hint=f"'{e.option}'") from None
     ctx = click.get_current_context()
     from click.core import ParameterSource
 
@@ -117,7 +127,8 @@ def to_file(app, topics, topic_pattern, topic_refresh, channel, max_in_flight, o
                 sync_interval=sync_interval, status_interval=settings.status_interval,
                 live=settings.live, log_level=settings.log_level,
                 log_format=settings.log_format, metrics_address=settings.metrics_address,
-                status_file=settings.status_file, format=fmt, json=settings.as_json, verbosity=app.verbosity)
+                status_file=settings.status_file, format=fmt, json=settings.as_json, verbosity=app.verbosity,
+                filter={"grep": grep, "where": where})
     if not show_live:  # a daemon: the rest runs in a fresh image without click (nsqcli.cli.handoff)
         handoff.hand_off("to-file", spec)
     return archiving.run(app, spec)
