@@ -45,6 +45,8 @@ class Copier:
         self.max_msg_size, self.max_attempts, self.requeue_delay = max_msg_size, max_attempts, requeue_delay
         self.max_requeue_delay, self.limit_source = max_requeue_delay, limit_source
         self.outages, self.warn = outages, warn or (lambda text: None)
+        self.dead = None  # nsqcli.relay.dead_letter.DeadLetters: --dead-letter-topic
+        self.dead_lettered = 0
         self.big_ids: set = set()  # the messages over the limit said so far
         self.lock = threading.Lock()
         self.pace_lock = threading.Lock()
@@ -170,6 +172,16 @@ class Copier:
             if new:
                 self.big_ids.add(msg_id)
             said = len(self.big_ids)
+        if self.max_attempts and m.attempts >= self.max_attempts and self.dead is not None:
+            def counted(ok: bool) -> None:
+                if ok:
+                    with self.lock:
+                        self.dead_lettered += 1
+
+            self.dead.submit(m, f"{size:,} bytes, over the destination's {limit:,}-byte message limit "
+                                f"(attempt {m.attempts} of --max-attempts {self.max_attempts})",
+                             min(self.max_requeue_delay, self.requeue_delay * max(1, m.attempts)), counted)
+            return
         if self.max_attempts and m.attempts >= self.max_attempts:
             m.finish()
             with self.lock:
@@ -180,7 +192,8 @@ class Copier:
             return
         delay = min(self.max_requeue_delay, self.requeue_delay * max(1, m.attempts))
         if new and said <= SAY_TOO_BIG:
-            then = (f"requeued for {delay:g}s; it will be FINed (NOT copied) at delivery {self.max_attempts} "
+            then = (f"requeued for {delay:g}s; it will be "
+                    f"{'dead-lettered' if self.dead is not None else 'FINed (NOT copied)'} at delivery {self.max_attempts} "
                     f"(--max-attempts; this was delivery {m.attempts})" if self.max_attempts else
                     "it stays in the source, requeued with backoff (raise the destination's --max-msg-size "
                     "to copy it)")
@@ -190,7 +203,8 @@ class Copier:
         m.requeue(delay=delay, backoff=False)
 
     def status(self, elapsed: float) -> str:
+        dead = f", dead-lettered {self.dead_lettered:,}" if self.dead is not None else ""
         big = (f", over the destination's message limit {len(self.big_ids):,} (deliveries {self.too_big:,}, "
-               f"given up {self.given_up:,}; the rest stay in the source)" if self.too_big else "")
+               f"given up {self.given_up:,}{dead}; the rest stay in the source)" if self.too_big else "")
         return (f"copied {self.copied:,}, left out by filters {self.filtered:,}, failed batches "
                 f"{self.failed_batches} (requeued){big}, {self.copied / max(elapsed, 1e-9):,.0f} msg/s")

@@ -81,3 +81,42 @@ def test_dead_letter_publish_refused_keeps_the_message(nsqd, topic):
         assert topic_stats(nsqd, dead)["message_count"] == 1
     finally:
         ep.close()
+
+
+def test_to_nsq_dead_letters_a_message_the_destination_cannot_take(nsqd, topic):
+    big = "x" * 300
+    http_post(nsqd.http_address, "/mpub", f"a\n{big}\nb".encode(), topic=topic)
+    copy, dead = topic + "_copy", topic + "_dead"
+    p = subprocess.Popen(NSQCLI + ["to-nsq", topic, "-c", "n", "--destination-nsqd-tcp-address", nsqd.tcp_address,
+                                   "--destination-topic", copy, "--destination-max-msg-size", "100",
+                                   "--max-attempts", "2", "--dead-letter-topic", dead, "--requeue-delay", "100ms",
+                                   "--json", "--nsqd-tcp-address", nsqd.tcp_address],
+                         env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: (topic_stats(nsqd, dead) or {}).get("message_count") == 1, timeout=20,
+                 what="the dead letter")
+        wait_for(lambda: (lambda c: c["in_flight_count"] == 0 and c["depth"] == 0)(channel_stats(nsqd, topic, "n")),
+                 timeout=10, what="the big message FINed")
+    finally:
+        out, err = _stop(p)
+    assert p.returncode == 0, err
+    summary = json.loads(out.decode().splitlines()[-1])
+    assert (summary["copied"], summary["dead_lettered"], summary["given_up"]) == (2, 1, 0)
+    assert topic_stats(nsqd, copy)["message_count"] == 2
+    c = channel_stats(nsqd, topic, "n")
+    assert (c["depth"], c["in_flight_count"], c["deferred_count"], c["requeue_count"]) == (0, 0, 0, 1)
+    t = run_nsqcli(["tail", dead, "-n", "1", "-f", "raw", "--timeout", "10s", "--nsqd-tcp-address", nsqd.tcp_address])
+    d = json.loads(t.stdout)
+    assert (d["topic"], d["channel"], d["body"], d["attempts"]) == (topic, "n", big, 2)
+    assert "over the destination's 100-byte message limit" in d["error"]
+
+
+def test_dead_letter_topic_needs_max_attempts():
+    for cmd in (["exec", "t", "-c", "c", "--dead-letter-topic", "d", "--", "true"],
+                ["to-http", "t", "--post", "http://127.0.0.1:1/", "--dead-letter-topic", "d"],
+                ["to-nsq", "t", "--destination-nsqd-tcp-address", "127.0.0.1:1", "--dead-letter-topic", "d"]):
+        r = run_nsqcli(cmd)
+        assert r.returncode == 2, (cmd, r.stderr)
+        assert r.stderr.decode().splitlines() == [
+            f"nsqcli: error: --dead-letter-topic needs --max-attempts N (the attempt after which a message is "
+            f"dead-lettered) (see 'nsqcli {cmd[0]} --help')"], r.stderr

@@ -14,6 +14,7 @@ from ..options import (build_config, connection_options, daemon_options, destina
                        pop_connection, pop_destination, pop_run, topic_arguments)
 from ...relay.copier import Copier, DestinationError
 from ..types import DURATION, RATE, TOPIC, Size
+from .exec import check_dead_letter, dead_letter_options
 
 
 def destination_addresses(app, dest: dict, topics: list[str], deadline: float | None = None) -> list[str]:
@@ -122,12 +123,14 @@ nsqcli to-nsq -t events --destination-nsqd-tcp-address 10.1.0.7:4150 --destinati
 @option("--max-attempts", type=click.IntRange(0), default=0, show_default=True,
         help="FIN a message over the destination's message limit after this many deliveries, saying so "
              "(0 = never: it stays in the source). Other failures are retried without limit.")
+@dead_letter_options
 @daemon_options(count_help="Stop after copying N messages (0 = run until stopped).", log_format="text")
 @destination_options
 @connection_options(consumer=True)
 @click.pass_obj
 def to_nsq(app, topics, channel, destination_topic, mode, max_in_flight, concurrency, rate, require_json_field,
-           require_json_value, whitelist, requeue_delay, destination_max_msg_size, max_attempts, count, **kwargs):
+           require_json_value, whitelist, requeue_delay, destination_max_msg_size, max_attempts, dead_letter_topic, count,
+           **kwargs):
     """Copy TOPIC(s) from one NSQ to another (nsq_to_nsq), in pipelined MPUB batches.
 
     A message is FINed only after the destination acknowledged it; when the destination fails,
@@ -137,7 +140,8 @@ def to_nsq(app, topics, channel, destination_topic, mode, max_in_flight, concurr
     destination nsqd (its /config/max_msg_size; where its HTTP port cannot be found, nsqd's own
     "too big" answer tells it); a bigger message is not copied and not FINed: it stays in the
     source, requeued with backoff, said once (--max-attempts N: FINed after N deliveries,
-    said). --timeout bounds the whole run, lookups included. Copying a topic
+    said; with --dead-letter-topic T published to T on the source's nsqd, then FINed). Other
+    failures (the destination down or refusing) are retried without limit. --timeout bounds the whole run, lookups included. Copying a topic
     onto itself (same nsqd or lookupd, same topic) is refused. SIGINT/SIGTERM/SIGHUP stop cleanly
     (exit 0) after the last publish was answered; the summary comes last.
     """
@@ -150,6 +154,7 @@ def to_nsq(app, topics, channel, destination_topic, mode, max_in_flight, concurr
     if not dest.get("nsqd_tcp_addresses") and not dest.get("lookupd_http_addresses"):
         raise click.UsageError("give --destination-nsqd-tcp-address or --destination-lookupd-http-address")
     _refuse_copy_onto_itself(conn, dest, topics, destination_topic)
+    check_dead_letter(max_attempts, dead_letter_topic, list(topics))
     if require_json_value is not None and not require_json_field:
         raise click.UsageError("--require-json-value needs --require-json-field")
     if rate:  # a batch is at most ~100 ms of the rate
@@ -170,6 +175,7 @@ def to_nsq(app, topics, channel, destination_topic, mode, max_in_flight, concurr
                         max_msg_size=limit.size, max_attempts=max_attempts, requeue_delay=requeue_delay,
                         max_requeue_delay=requeue_cap, limit_source=limit.source, outages=job.outages, warn=app.warn)
     job.producer = producer
+    job.app, job.dead_letter_topic = app, dead_letter_topic
     from ..harness import run
 
     return run(app, job, settings)
@@ -196,6 +202,12 @@ class ToNsq(Job):
     def start(self, deadline, stopper) -> None:
         from ...client.consumer import Consumer
 
+        if getattr(self, "dead_letter_topic", None):  # messages the destination cannot take, on the source's nsqd
+            from .exec import open_dead_letters
+
+            self.copier.dead = open_dead_letters(self.app, self.conn, self.topics[0], self.dead_letter_topic,
+                                                 deadline, self.outages)
+
         for topic in self.topics:
             c = Consumer(topic, self.channel, batch_handler=self.copier, config=self.cfg,
                          on_error=lambda e: _say(self.outages, e), nsqd_tcp_addresses=nsqd_addresses(self.conn),
@@ -219,6 +231,8 @@ class ToNsq(Job):
             for c in self._consumers:
                 c.stop(timeout=budget(15))
             self.copier.wait_idle(budget(60))  # a publish still waiting for its answer (bounded by its own timeout)
+            if self.copier.dead is not None:
+                self.copier.dead.close(budget(10))
             self.producer.close(budget(10))
 
         if not late:
@@ -234,7 +248,7 @@ class ToNsq(Job):
     def counters(self) -> dict:
         c = self.copier
         return {"copied": c.copied, "filtered": c.filtered, "failed_batches": c.failed_batches,
-                "too_big": c.too_big, "given_up": c.given_up}
+                "too_big": c.too_big, "given_up": c.given_up, "dead_lettered": c.dead_lettered}
 
     def latency(self) -> dict:
         return self.copier.latency.snapshot()
@@ -252,7 +266,7 @@ class ToNsq(Job):
 
             write_json({"topics": self.topics, "destination_topic": self.destination_topic, "copied": c.copied,
                         "filtered": c.filtered, "failed_batches": c.failed_batches, "too_big": c.too_big,
-                        "given_up": c.given_up, "elapsed": round(elapsed, 3)})
+                        "given_up": c.given_up, "dead_lettered": c.dead_lettered, "elapsed": round(elapsed, 3)})
         if short:
             from ..app import DeadlineExceeded
 
