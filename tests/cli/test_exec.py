@@ -149,3 +149,21 @@ def test_sigterm_waits_for_the_running_command(nsqd, topic, tmp_path):
     assert out == b"x"
     c = channel_stats(nsqd, topic, "w")
     assert (c["depth"], c["in_flight_count"], c["requeue_count"]) == (0, 0, 0)
+
+
+def test_timeout_short_exits_3_and_closed_stdout_ends_quietly(nsqd, topic):
+    http_post(nsqd.http_address, "/mpub", b"a\nb", topic=topic)
+    started = time.monotonic()
+    r = run_nsqcli(["exec", topic, "-c", "w", "-n", "5", "--timeout", "3s", "--nsqd-tcp-address", nsqd.tcp_address,
+                    "--", "cat"], timeout=30)
+    assert r.returncode == 3, r.stderr
+    assert time.monotonic() - started < 3 + 4  # process start included; a busy machine
+    assert r.stderr.decode().splitlines()[-1] == "nsqcli: error: --timeout passed after 2 of 5 messages done"
+    assert sorted(r.stdout) == sorted(b"ab")
+    http_post(nsqd.http_address, "/mpub", b"1\n2\n3\n4\n5\n6", topic=topic)
+    script = (" ".join(NSQCLI) + f" exec {topic} -c w --nsqd-tcp-address {nsqd.tcp_address} --timeout 20s -- "
+              "sh -c 'cat; echo' | head -n 1; echo \"rc=${PIPESTATUS[0]}\" >&2")
+    p = subprocess.run(["bash", "-c", script], env=clean_env(), capture_output=True, timeout=30)
+    assert p.stdout in (b"1\n", b"2\n", b"3\n", b"4\n", b"5\n", b"6\n")
+    err = p.stderr.decode()
+    assert err.splitlines()[-1] == "rc=0" and "Traceback" not in err and "error" not in err, err

@@ -142,6 +142,7 @@ class Exec(Job):
         self.running = 0
         self.runs = self.succeeded = self.failed = self.given_up = self.dead_lettered = 0
         self.last = time.monotonic()
+        self.stdout_error: BaseException | None = None
         self.consumer = Consumer(topic, channel, self, config=cfg,
                                  on_error=lambda e: source_error(self.outages, e),
                                  nsqd_tcp_addresses=nsqd_addresses(conn),
@@ -192,6 +193,15 @@ class Exec(Job):
         return ["the dead-letter topic cannot be published to"] if "dead-letter" in self.outages.failing() else []
 
     def finish(self, elapsed, expired, settings, app) -> None:
+        e = self.stdout_error
+        if isinstance(e, BrokenPipeError):
+            from ..app import StdoutClosed
+
+            raise StdoutClosed()
+        if e is not None:
+            from ...errors import NSQError
+
+            raise NSQError(f"cannot write to stdout: {getattr(e, 'strerror', None) or e}")
         done = self._done_count()
         short = expired and self.count and done < self.count
         if not short:
@@ -289,16 +299,16 @@ class Exec(Job):
         return False
 
     def _write(self, out: bytes) -> None:
-        from ..app import StdoutClosed
-
-        with self.out_lock:  # one run's output in one piece
+        """COMMAND's stdout, one run's in one piece. A closed stdout (``| head``) ends the run
+        (exit 0, like tail); another failure of stdout ends it with that error."""
+        with self.out_lock:
+            if self.stdout_error is not None:
+                return
             try:
                 sys.stdout.buffer.write(out)
                 sys.stdout.flush()
-            except BrokenPipeError:
-                self.done.set()
-                raise StdoutClosed() from None
-            except (OSError, ValueError):
+            except (OSError, ValueError) as e:
+                self.stdout_error = e
                 self.done.set()
 
     def _run(self, m, msg_id: str) -> tuple[int | None, str, bytes]:
