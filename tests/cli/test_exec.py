@@ -167,3 +167,23 @@ def test_timeout_short_exits_3_and_closed_stdout_ends_quietly(nsqd, topic):
     assert p.stdout in (b"1\n", b"2\n", b"3\n", b"4\n", b"5\n", b"6\n")
     err = p.stderr.decode()
     assert err.splitlines()[-1] == "rc=0" and "Traceback" not in err and "error" not in err, err
+
+
+def test_concurrency_runs_side_by_side_and_each_runs_output_stays_whole(nsqd, topic, tmp_path):
+    http_post(nsqd.http_address, "/mpub", b"\n".join(b"r%d" % i for i in range(8)), topic=topic)
+    log = tmp_path / "log"
+    script = (f'b=$(cat); echo "start $b" >> {log}; echo "$b one"; sleep 0.4; echo "$b two"; sleep 0.4; '
+              f'echo "$b three"; echo "end $b" >> {log}')
+    r = run_nsqcli(["exec", topic, "-c", "w", "--concurrency", "4", "-n", "8", "--timeout", "30s",
+                    "--nsqd-tcp-address", nsqd.tcp_address, "--", "sh", "-c", script], timeout=60)
+    assert r.returncode == 0, r.stderr
+    running = most = 0
+    for line in log.read_text().splitlines():
+        running += 1 if line.startswith("start") else -1
+        most = max(most, running)
+    assert 2 <= most <= 4, log.read_text()
+    lines = r.stdout.decode().splitlines()
+    assert len(lines) == 24
+    for i in range(0, 24, 3):  # one run's three lines together, though 4 ran at once
+        b = lines[i].split()[0]
+        assert lines[i:i + 3] == [f"{b} one", f"{b} two", f"{b} three"], lines
