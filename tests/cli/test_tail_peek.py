@@ -134,3 +134,33 @@ def test_raw_bodies_to_a_terminal_cannot_retitle_it(nsqd, topic):
     assert out == b"\\x1b]0;title\\x07 tab\there\r\n"
     out = _to_terminal(nsqd, topic, "--raw-terminal")
     assert out == b"second\x9b\r\n"
+
+
+def test_peek_without_n_shows_the_whole_backlog_and_ends(nsqd, topic):
+    _backlog(nsqd, topic, "billing", [b"x%d" % i for i in range(40)])
+    r = run(["tail", topic, "-c", "billing", "--peek", "--timeout", "20s", "-f", "{attempts} {body}"], _env(nsqd))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.decode().splitlines() == [f"1 x{i}" for i in range(40)]
+    assert b"the 40 message(s) looked at were given back" in r.stderr
+    ch = channel_stats(nsqd, topic, "billing")
+    assert _waiting(ch) == 40 and ch["requeue_count"] == 40
+
+
+def test_peek_of_an_empty_channel_waits_and_times_out_taking_nothing(nsqd, topic):
+    _backlog(nsqd, topic, "billing", [])
+    r = run(["tail", topic, "-c", "billing", "--peek", "-n", "1", "--timeout", "1s"], _env(nsqd))
+    assert r.returncode == 3 and r.stdout == b"", r.stderr
+    assert b"after 0 of 1 messages" in r.stderr
+    http_post(nsqd.http_address, "/pub", b"late", topic=topic)
+    r = run(["tail", topic, "-c", "billing", "--peek", "-n", "1", "--timeout", "10s"], _env(nsqd))
+    assert r.returncode == 0 and r.stdout == b"late\n", r.stderr
+    assert _waiting(channel_stats(nsqd, topic, "billing")) == 1
+
+
+def test_peek_of_a_backlog_larger_than_max_in_flight_looks_at_each_message_once(nsqd, topic):
+    _backlog(nsqd, topic, "billing", [b"%04d" % i for i in range(600)])
+    r = run(["tail", topic, "-c", "billing", "--peek", "--max-in-flight", "50", "--timeout", "30s"], _env(nsqd))
+    assert r.returncode == 0, r.stderr
+    assert sorted(r.stdout.splitlines()) == [b"%04d" % i for i in range(600)]
+    ch = channel_stats(nsqd, topic, "billing")
+    assert _waiting(ch) == 600 and ch["requeue_count"] == 600, r.stderr

@@ -24,13 +24,18 @@ class Sink:
     A batch is written and flushed before its messages are FINed (auto-response).
 
     ``accept`` (--grep/--where): a message it refuses is not shown and not counted toward -n;
-    it is FINed (counted in ``unmatched``), or with ``peek`` given back. ``peek``: nothing is
-    FINed: every message is REQ'd with no delay; the ones shown under -n are held until the
-    end (so nsqd sends no more than -n), a message that comes round again is held too (no
-    loop of redeliveries) and ends the peek: the whole channel has been looked at."""
+    it is FINed (counted in ``unmatched``), or with ``peek`` given back.
+
+    ``peek``: nothing is FINed, every message goes back with REQ and no delay. The ones shown
+    under -n are held until the end (so nsqd sends no more than -n); the others are given back
+    in bulk, only as many as messages not looked at yet can follow them, and the rest at the end
+    (given back one by one, the first ones would come round again while the last are still
+    being looked at). The peek
+    ends when as many messages were looked at as the channel had waiting when it started, or
+    when one comes round again (held too: no loop of redeliveries)."""
 
     def __init__(self, formatter, separator: bytes, count: int, done: threading.Event,
-                 accept=None, peek: bool = False, terminal: bool = False):
+                 accept=None, peek: bool = False, terminal: bool = False, max_in_flight: int = 1):
         self.out = sys.stdout.buffer
         self.format = formatter
         if terminal:
@@ -43,11 +48,14 @@ class Sink:
         self.done = done
         self.accept = accept
         self.peek = peek
+        self.max_in_flight = max_in_flight
         self.unmatched = 0
         self.seen: set[bytes] = set()   # peek: ids looked at
-        self.looked = 0                 # peek: messages received and given back (distinct)
+        self.looked = 0                 # peek: distinct messages received
         self.again = 0                  # peek: deliveries of a message already looked at
-        self.held: list = []            # peek: REQ'd at the end
+        self.held: list = []            # peek: given back at the end (shown under -n, came round again)
+        self.pending: list = []         # peek: given back in bulk
+        self.given_back = 0
         self.wrapped = False            # peek: every message waiting was looked at
         self.backlog = 0                # peek: messages waiting in the channel(s) when it started
         self.lock = threading.Lock()
@@ -58,7 +66,10 @@ class Sink:
         with self.lock:
             self.last_message = time.monotonic()
             if self.peek:
+                for m in msgs:
+                    m.auto_response = False  # never FINed: every one is given back
                 msgs = self._peek_first_seen(msgs)
+            give_back = self.pending.append if self.peek else (lambda m: m.requeue(delay=0, backoff=False))
             if self.done.is_set():
                 keep, extra = [], msgs
             elif self.accept is not None:
@@ -72,7 +83,7 @@ class Sink:
                     else:
                         self.unmatched += 1
                         if self.peek:
-                            m.requeue(delay=0, backoff=False)
+                            give_back(m)
                         # else: FINed by the auto-response, as tail does with what it shows
             elif self.count:
                 room = self.count - self.shown
@@ -80,31 +91,40 @@ class Sink:
             else:
                 keep, extra = msgs, []
             for m in extra:  # not shown: give it back at once, without backoff
-                m.requeue(delay=0, backoff=False)
-            if not keep:
-                if self.wrapped:
+                give_back(m)
+            if keep:
+                fmt, sep = self.format, self.sep
+                try:
+                    self.out.write(b"".join([fmt(m) + sep for m in keep]))
+                    self.out.flush()
+                except (BrokenPipeError, OSError) as e:  # `| head` closed the pipe: not shown
+                    for m in keep:
+                        give_back(m)
+                    self.error = e
                     self.done.set()
-                return
-            fmt, sep = self.format, self.sep
-            try:
-                self.out.write(b"".join([fmt(m) + sep for m in keep]))
-                self.out.flush()
-            except (BrokenPipeError, OSError) as e:  # `| head` closed the pipe: not shown
-                for m in keep:
-                    m.requeue(delay=0, backoff=False)
-                self.error = e
-                self.done.set()
-                return
-            self.shown += len(keep)
-            if self.peek:
-                for m in keep:
-                    if self.count:  # held: nsqd sends no more than -n of them
-                        m.disable_auto_response()
-                        self.held.append(m)
-                    else:
-                        m.requeue(delay=0, backoff=False)
+                    keep = []
+                self.shown += len(keep)
+                if self.peek:
+                    (self.held.extend if self.count else self.pending.extend)(keep)
             if (self.count and self.shown >= self.count) or self.wrapped:
                 self.done.set()
+            if self.peek and not self.done.is_set():
+                self._give_back_some()
+
+    def _give_back_some(self) -> None:
+        """(peek) REQ some of ``pending`` in bulk: as many as nsqd can replace by messages not
+        looked at yet (it sends what is given back only after those: REQ 0 puts a message at the
+        back of the queue), and always enough that nsqd is never left without room to send."""
+        pending, mif = self.pending, self.max_in_flight
+        free = mif - len(self.held) - len(pending)  # room nsqd has (messages on their way take some)
+        unseen = self.backlog - self.looked         # of the backlog, not looked at yet (some on their way)
+        if unseen > 0:
+            k = min(len(pending), unseen - free)     # <= the unseen ones still in the queue
+        else:  # past the backlog: new messages, not known in advance
+            k = len(pending)
+        if k > 0 and (len(pending) >= max(1, mif // 2) or free <= 0):
+            self._requeue(pending[:k])
+            del pending[:k]
 
     def _peek_first_seen(self, msgs: list) -> list:
         """(peek) The messages not looked at before; the others are held and end the peek."""
@@ -112,7 +132,6 @@ class Sink:
         for m in msgs:
             if m.id in self.seen:
                 self.again += 1
-                m.disable_auto_response()
                 self.held.append(m)
                 self.wrapped = True
             else:
@@ -123,23 +142,24 @@ class Sink:
             self.wrapped = True  # (the last of them are still shown: done is set after them)
         return first
 
-    def give_back(self) -> int:
-        """(peek) REQ what is held, with no delay; returns how many."""
-        with self.lock:
-            held, self.held = self.held, []
-        n = 0
-        for m in held:
+    def _requeue(self, msgs: list) -> None:
+        for m in msgs:
             if not m.responded:
                 try:
                     m.requeue(delay=0, backoff=False)
-                    n += 1
+                    self.given_back += 1
                 except Exception:  # its connection is gone: nsqd gives it back itself
                     pass
-        return n
+
+    def give_back(self) -> None:
+        """(peek) REQ, with no delay, what is still held."""
+        with self.lock:
+            msgs, self.held, self.pending = self.held + self.pending, [], []
+            self._requeue(msgs)
 
     def touch_held(self) -> None:
         with self.lock:
-            held = list(self.held)
+            held = self.held + self.pending
         for m in held:
             try:
                 m.touch()
@@ -249,7 +269,8 @@ def tail(app, topics, channel, max_in_flight, count, fmt, print_topic, null, dra
         raise DeadlineExceeded("--timeout passed while asking nsqd/nsqlookupd about the topics, before subscribing "
                                f"({'; '.join(p for ps in unchecked.values() for p in ps) or 'no answer in time'})")
     terminal = not raw_terminal and sys.stdout.isatty()
-    sink = Sink(formatter, b"\0" if null else b"\n", count, None, accept=accept, peek=peek, terminal=terminal)
+    sink = Sink(formatter, b"\0" if null else b"\n", count, None, accept=accept, peek=peek, terminal=terminal,
+                max_in_flight=max_in_flight)
     if peek:
         sink.backlog = backlog
     job = Tail(app, topics, channel, conn, cfg, sink, unchecked)
@@ -296,7 +317,7 @@ class Tail(Job):
         self.app.debug(f"tailing {', '.join(self.topics)} on channel {self.channel}")
 
     def tick(self, now: float) -> None:
-        if self.sink.held and now >= self._next_touch:  # peek holds what it showed until -n is reached
+        if (self.sink.held or self.sink.pending) and now >= self._next_touch:  # peek holds what it showed until -n is reached
             timeouts = [t for c in self._consumers for t in c.msg_timeouts()]
             self._next_touch = now + max(0.5, min([20.0] + [t / 3 for t in timeouts]))
             self.sink.touch_held()
@@ -353,7 +374,11 @@ class Tail(Job):
                          f"{t['lost_responses']} could not be sent (connection gone), {t['late_messages']} "
                          "messages arrived after close - nsqd redelivers those")
         if sink.peek:
-            again = (f"; {sink.again} came round again and were given back twice" if sink.again else "")
+            again = (f"; {sink.again} came round again (their attempts rose by two)" if sink.again else "")
+            lost = sink.looked + sink.again - sink.given_back
+            if lost > 0:
+                again += (f"; {lost} could not be given back (connection gone): nsqd gives them back after "
+                          "its message timeout")
             app.info(f"peek: the {sink.looked} message(s) looked at were given back (REQ, no delay), not FINed: "
                      f"their attempts rose by one{again}"
                      + (f"; {sink.unmatched} did not match" if sink.accept is not None else "")
