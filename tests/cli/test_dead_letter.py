@@ -12,6 +12,13 @@ from fakes import HTTPEndpoint
 from helpers import NSQCLI, channel_stats, clean_env, http_get_json, http_post, run_nsqcli, topic_stats, wait_for
 
 
+def _settled(nsqd, topic: str, channel: str, received: int | None = None) -> bool:
+    """The channel exists, nothing in it or in flight (and it received ``received`` messages)."""
+    c = channel_stats(nsqd, topic, channel)
+    return (c is not None and c["in_flight_count"] == 0 and c["depth"] == 0
+            and (received is None or c["message_count"] == received))
+
+
 def _stop(p) -> tuple[bytes, bytes]:
     p.send_signal(signal.SIGTERM)
     try:
@@ -32,8 +39,7 @@ def test_to_http_500_dead_letters_after_max_attempts(nsqd, topic):
         try:
             wait_for(lambda: (topic_stats(nsqd, dead) or {}).get("message_count") == 1, timeout=20,
                      what="the dead letter")
-            wait_for(lambda: (lambda c: c["in_flight_count"] == 0 and c["depth"] == 0)(channel_stats(nsqd, topic, "h")),
-                     timeout=10, what="the poison message FINed")
+            wait_for(lambda: _settled(nsqd, topic, "h"), timeout=10, what="the poison message FINed")
         finally:
             out, err = _stop(p)
         assert p.returncode == 0, err
@@ -95,8 +101,7 @@ def test_to_nsq_dead_letters_a_message_the_destination_cannot_take(nsqd, topic):
     try:
         wait_for(lambda: (topic_stats(nsqd, dead) or {}).get("message_count") == 1, timeout=20,
                  what="the dead letter")
-        wait_for(lambda: (lambda c: c["in_flight_count"] == 0 and c["depth"] == 0)(channel_stats(nsqd, topic, "n")),
-                 timeout=10, what="the big message FINed")
+        wait_for(lambda: _settled(nsqd, topic, "n"), timeout=10, what="the big message FINed")
     finally:
         out, err = _stop(p)
     assert p.returncode == 0, err
@@ -120,3 +125,35 @@ def test_dead_letter_topic_needs_max_attempts():
         assert r.stderr.decode().splitlines() == [
             f"nsqcli: error: --dead-letter-topic needs --max-attempts N (the attempt after which a message is "
             f"dead-lettered) (see 'nsqcli {cmd[0]} --help')"], r.stderr
+
+
+def test_exec_through_lookupd_dead_letters_on_the_source_nsqd(nsqd, lookupd, topic):
+    from helpers import lookup_producers
+
+    http_post(nsqd.http_address, "/pub", b"never", topic=topic)
+    wait_for(lambda: lookup_producers(lookupd, topic), timeout=10, what="the topic registered")
+    dead = topic + "_dead"
+    r = run_nsqcli(["exec", topic, "-c", "w", "--max-attempts", "1", "--dead-letter-topic", dead, "-n", "1",
+                    "--timeout", "20s", "--lookupd-http-address", lookupd.http_address, "--", "false"], timeout=40)
+    assert r.returncode == 0, r.stderr
+    assert topic_stats(nsqd, dead)["message_count"] == 1
+    c = channel_stats(nsqd, topic, "w")
+    assert (c["depth"], c["in_flight_count"], c["requeue_count"]) == (0, 0, 0)
+
+
+def test_to_http_max_attempts_alone_gives_up_said(nsqd, topic):
+    ep = HTTPEndpoint(lambda body, n: (500, {}, 0))
+    try:
+        http_post(nsqd.http_address, "/pub", b"poison", topic=topic)
+        p = subprocess.Popen(NSQCLI + ["to-http", topic, "-c", "h", "--post", ep.url + "/in", "--max-attempts", "1",
+                                       "--log-format", "plain", "--nsqd-tcp-address", nsqd.tcp_address],
+                             env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            wait_for(lambda: _settled(nsqd, topic, "h", received=1), timeout=20, what="the message FINed")
+        finally:
+            out, err = _stop(p)
+        assert p.returncode == 0, err
+        assert "gave up on message" in err.decode() and "FINed, NOT delivered" in err.decode(), err
+        assert channel_stats(nsqd, topic, "h")["requeue_count"] == 0 and len(ep.requests) == 1
+    finally:
+        ep.close()
