@@ -152,3 +152,39 @@ def test_usage_errors():
     one_error_line(r, 2, r"--drained needs a TOPIC")
     r = run_nsqcli(["wait", "--ready", "--timeout", "0"])
     assert r.returncode == 2
+
+
+def test_the_readme_ci_smoke_test_runs_as_written(tmp_path):
+    """README.md's CI smoke block, in bash -e, against a sandbox of its own (its NSQCLI_* variables)."""
+    import re
+    import sys
+    from pathlib import Path
+
+    from nsqcli.sandbox import Sandbox
+
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    m = re.search(r"<!-- ci-smoke -->\n```sh\n(.*?)```\n<!-- /ci-smoke -->", text, re.S)
+    assert m, "README.md lost its ci-smoke block"
+    bindir = Path(sys.executable).parent
+    with Sandbox(base_dir=str(tmp_path / "nsq")) as sb:
+        env = clean_env({**sb.env(), "PATH": f"{bindir}:{os.environ['PATH']}", "NSQCLI_CONFIG_DIR": str(tmp_path)})
+        r = subprocess.run(["bash", "-e", "-c", m.group(1) + "wait\n"], cwd=tmp_path, env=env, capture_output=True,
+                           text=True, timeout=90)
+        assert r.returncode == 0, r.stdout + r.stderr
+        lines = r.stdout.splitlines()
+        assert lines[-3] == "NSQ OK: 1 nsqd up, 1 channel, depth 0, in flight 0, requeued 0, timed out 0", r.stdout
+        assert lines[-1].split() == ["orders/billing", "0", "0", "0", "0", "0", "0"]
+        assert "Traceback" not in r.stderr
+        # the gate fails the script when the service under test REQs (the same lines, a consumer that REQs
+        # each delivery: a poison message comes back and is REQ'd again, after the wait has its baseline)
+        script = m.group(1).replace("nsqcli tail orders -c billing -n 1 > /dev/null &",
+                                    f"{sys.executable} -c '{_REQ}' {sb.nsqd.tcp_address} >/dev/null 2>&1 & trap \"kill $!\" EXIT")
+        r = subprocess.run(["bash", "-e", "-c", script + "echo not reached\n"], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=90)
+        assert r.returncode == 1 and "not reached" not in r.stdout, r.stdout + r.stderr
+        assert "1 message requeued since the wait started" in r.stderr
+
+
+_REQ = ("import sys, time; from nsqcli import Config, Consumer; "
+        "c = Consumer(\"orders\", \"billing\", lambda m: m.requeue(delay=0.2, backoff=False), "
+        "nsqd_tcp_addresses=[sys.argv[1]], config=Config(max_backoff_duration=0)); c.start(); time.sleep(60)")

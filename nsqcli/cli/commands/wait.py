@@ -58,7 +58,9 @@ def wait(app, topic, channel, ready, exists, drained, depth_below, fail_on_reque
     """Wait until every condition given holds (they combine: all must hold), then exit 0.
 
     Exit 1 at once when --fail-on-requeue/--fail-on-timeout see the counter rise (a poison
-    message is seen at its first REQ, not when --timeout passes); exit 3 when --timeout passes
+    message is seen at its first REQ, not when --timeout passes; a REQ before the wait's first
+    look is part of its baseline, so start the wait before the work, or see nsqd's count with
+    `nsqcli check --requeues-crit 0`); exit 3 when --timeout passes
     first, with one line naming what was not met and the numbers last seen. A node that does not
     answer holds up --ready and --drained (it may carry the channel) but not --exists.
     Nothing is written on stdout.
