@@ -164,3 +164,25 @@ def test_peek_of_a_backlog_larger_than_max_in_flight_looks_at_each_message_once(
     assert sorted(r.stdout.splitlines()) == [b"%04d" % i for i in range(600)]
     ch = channel_stats(nsqd, topic, "billing")
     assert _waiting(ch) == 600 and ch["requeue_count"] == 600, r.stderr
+
+
+def test_peek_stopped_by_sigterm_gives_back_what_it_holds(nsqd, topic):
+    import signal
+
+    _backlog(nsqd, topic, "billing", [])
+    p = subprocess.Popen(NSQCLI + ["tail", topic, "-c", "billing", "--peek", "-n", "5"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, env=clean_env(_env(nsqd)))
+    try:
+        wait_for(lambda: channel_stats(nsqd, topic, "billing")["client_count"] == 1, what="subscribed")
+        http_post(nsqd.http_address, "/mpub", b"one\ntwo", topic=topic)
+        assert p.stdout.readline() == b"one\n" and p.stdout.readline() == b"two\n"  # shown: held
+        assert channel_stats(nsqd, topic, "billing")["in_flight_count"] == 2
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=15)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0 and out == b"", err
+    assert b"the 2 message(s) looked at were given back" in err
+    ch = channel_stats(nsqd, topic, "billing")
+    assert ch["depth"] == 2 and ch["in_flight_count"] == 0 and ch["requeue_count"] == 2
