@@ -187,3 +187,18 @@ def test_concurrency_runs_side_by_side_and_each_runs_output_stays_whole(nsqd, to
     for i in range(0, 24, 3):  # one run's three lines together, though 4 ran at once
         b = lines[i].split()[0]
         assert lines[i:i + 3] == [f"{b} one", f"{b} two", f"{b} three"], lines
+
+
+def test_usage_errors_are_one_line_exit_2():
+    from helpers import one_error_line
+
+    cases = [
+        (["exec", "t", "-c", "c", "grep", "-v", "bad"], r"put -- before COMMAND \(.* -- grep bad \.\.\.\)"),
+        (["exec", "t", "-c", "c", "--", "no-such-command-here"], r"command not found: 'no-such-command-here'"),
+        (["exec", "t", "--", "cat"], r"missing CHANNEL"),
+        (["exec", "t", "-c", "c", "--max-attempts", "2", "--dead-letter-topic", "t", "--", "cat"],
+         r"--dead-letter-topic t is the topic being consumed"),
+        (["exec", "t", "-c", "c", "--command-timeout", "0", "--", "cat"], r"'--command-timeout': must be more than 0"),
+    ]
+    for args, pattern in cases:
+        one_error_line(run_nsqcli(args), 2, pattern)

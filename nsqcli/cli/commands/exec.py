@@ -103,6 +103,9 @@ def exec_command(app, topic, channel, rest, concurrency, command_timeout, give_u
     settings = pop_run(kwargs)
     conn = pop_connection(kwargs)
     argv = list(rest)
+    if "--" not in sys.argv[1:]:  # `exec T -c C sh -c 'x'`: the script's -c would be read as nsqcli's --channel
+        raise click.UsageError(f"put -- before COMMAND (nsqcli exec TOPIC -c CHANNEL -- {' '.join(argv)} ...): "
+                               "without it COMMAND's own options are read as nsqcli's")
     check_dead_letter(max_attempts, dead_letter_topic, [topic])
     if command_timeout is not None and command_timeout <= 0:
         raise click.BadParameter("must be more than 0", param_hint="'--command-timeout'")
