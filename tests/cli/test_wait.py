@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import time
 
-from helpers import NSQCLI, channel_stats, clean_env, http_post, one_error_line, run_nsqcli, wait_for
+from helpers import (NSQCLI, channel_stats, clean_env, http_post, lookup_producers, one_error_line, run_nsqcli,
+                     wait_for)
 
 from nsqcli import Config, Consumer
 
@@ -188,3 +190,36 @@ def test_the_readme_ci_smoke_test_runs_as_written(tmp_path):
 _REQ = ("import sys, time; from nsqcli import Config, Consumer; "
         "c = Consumer(\"orders\", \"billing\", lambda m: m.requeue(delay=0.2, backoff=False), "
         "nsqd_tcp_addresses=[sys.argv[1]], config=Config(max_backoff_duration=0)); c.start(); time.sleep(60)")
+
+
+def test_through_nsqlookupd_and_depth_below(sandbox, nsqd, topic):
+    p = start_wait(topic, "c", "--exists", "--depth-below", "3", "--lookupd-http-address",
+                   sandbox.lookupd.http_address, "--timeout", "20s")
+    try:
+        time.sleep(1.0)
+        assert p.poll() is None
+        backlog(nsqd, topic, 2)
+        wait_for(lambda: lookup_producers(sandbox.lookupd, topic), interval=0.02, what="registered")
+        registered = time.monotonic()
+        rc, seen, _, err = exited_at(p)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert rc == 0 and seen - registered < 1.0, (rc, seen - registered, err)
+    r = run_nsqcli(["wait", topic, "c", "--depth-below", "2", "--timeout", "1s", "--lookupd-http-address",
+                    sandbox.lookupd.http_address])
+    one_error_line(r, 3, rf"not met: {topic}/c depth 2, not below 2$")
+
+
+def test_sigterm_and_sigint_end_the_wait_at_once():
+    for sig, code in ((signal.SIGTERM, 143), (signal.SIGINT, 130)):
+        with socket.socket() as silent:  # accepts, never answers: the wait is inside a request
+            silent.bind(("127.0.0.1", 0))
+            silent.listen()
+            p = start_wait("--ready", "--nsqd-http-address", "127.0.0.1:%d" % silent.getsockname()[1])
+            time.sleep(1.0)
+            p.send_signal(sig)
+            sent = time.monotonic()
+            rc, seen, out, err = exited_at(p)
+        assert (rc, out) == (code, b"") and seen - sent < 1.0, (rc, err)
+        assert err == f"nsqcli: interrupted ({sig.name})\n"
