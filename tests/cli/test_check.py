@@ -183,3 +183,20 @@ def test_a_hung_nsqd_is_critical_within_the_request_timeout(nsqd, nsqd_factory, 
     assert doc["nodes"]["up"] == [nsqd.http_address] and list(doc["nodes"]["down"]) == [hung.http_address]
     assert doc["problems"] == [{"severity": "critical", "node": hung.http_address,
                                 "text": f"nsqd {hung.http_address} down: no complete answer within 1s (slow to answer)"}]
+
+
+def test_sigterm_ends_a_check_at_once():
+    import signal
+    import subprocess
+
+    from helpers import NSQCLI, clean_env
+
+    with socket.socket() as silent:  # accepts, never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        p = subprocess.Popen(NSQCLI + ["check", "--nsqd-http-address", "127.0.0.1:%d" % silent.getsockname()[1]],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=clean_env())
+        time.sleep(1.0)
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=3)  # the request timeout is 5 s
+    assert (p.returncode, out, err) == (143, b"", b"nsqcli: interrupted (SIGTERM)\n")

@@ -94,8 +94,10 @@ def check(app, topic, channel, fmt, nsqd, lookupd, request_timeout, timeout, cli
     nsqd, lookupd = list(nsqd), list(lookupd)
     if not nsqd and not lookupd:
         nsqd = ["127.0.0.1:4151"]
+    from ..app import interrupt_on_signals, write_stdout
+
+    interrupt_on_signals()
     result = run_check(topic, channel, nsqd, lookupd, limits, clients_min, request_timeout, deadline)
-    from ..app import write_stdout
 
     write_stdout({"nagios": nagios, "prometheus": prometheus, "json": as_json, "text": text}[fmt](result))
     return result.status
