@@ -202,3 +202,42 @@ def test_usage_errors_are_one_line_exit_2():
     ]
     for args, pattern in cases:
         one_error_line(run_nsqcli(args), 2, pattern)
+
+
+def _on_a_terminal(args) -> tuple[int, bytes]:
+    """Run nsqcli with stdout and stderr on one pseudo-terminal: (exit code, what it showed)."""
+    import pty
+
+    master, slave = pty.openpty()
+    try:
+        p = subprocess.Popen(NSQCLI + args, env=clean_env({"TERM": "xterm-256color", "COLUMNS": "100", "LINES": "30"}),
+                             stdin=subprocess.DEVNULL, stdout=slave, stderr=slave)
+        code = p.wait(30)
+        os.close(slave)
+        slave = None
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the other side is closed and everything was read
+                break
+            if not chunk:
+                break
+            seen += chunk
+    finally:
+        if slave is not None:
+            os.close(slave)
+        os.close(master)
+    return code, seen
+
+
+def test_on_a_terminal_no_live_table_by_default_and_live_refused(nsqd, topic):
+    http_post(nsqd.http_address, "/pub", b"hello", topic=topic)
+    code, seen = _on_a_terminal(["exec", topic, "-c", "w", "-n", "1", "--timeout", "20s",
+                                 "--nsqd-tcp-address", nsqd.tcp_address, "--", "cat"])
+    assert code == 0, seen
+    assert b"hello" in seen and b"ran 1: succeeded 1" in seen
+    assert b"\x1b[" not in seen, seen  # no table drawn over COMMAND's output
+    code, seen = _on_a_terminal(["exec", topic, "-c", "w", "--live", "--nsqd-tcp-address", nsqd.tcp_address,
+                                 "--", "cat"])
+    assert code == 2 and b"--live draws on the terminal that also gets COMMAND's output" in seen, seen

@@ -79,7 +79,8 @@ nsqcli exec orders -c billing --give-up-exit-code 65 -- ./bill.sh   # exit 65: F
              "said (0 = retry for ever).")
 @dead_letter_options
 @daemon_options(count_help="Stop after N messages done (FINed: succeeded, given up or dead-lettered; 0 = no limit).",
-                as_json=True)
+                live_help="Live table of the connections on stderr (default: off - COMMAND writes to the terminal "
+                          "too; status lines instead).")
 @connection_options(consumer=True)
 @click.pass_obj
 def exec_command(app, topic, channel, rest, concurrency, command_timeout, give_up_codes, requeue_delay, max_attempts,
@@ -115,6 +116,11 @@ def exec_command(app, topic, channel, rest, concurrency, command_timeout, give_u
         raise click.UsageError(f"command not found: {argv[0]!r} (not in PATH)")
     if "/" in argv[0] and not os.access(argv[0], os.X_OK):
         raise click.UsageError(f"{argv[0]!r} is not an executable file")
+    if settings.live and sys.stdout.isatty() and _same_terminal():
+        raise click.UsageError("--live draws on the terminal that also gets COMMAND's output: redirect stdout "
+                               "or leave out --live")
+    if settings.live is None:  # COMMAND's stdout and stderr would tear the table: status lines unless asked
+        settings.live = False
     cfg = build_config(conn, max_in_flight=concurrency, concurrency=concurrency, max_attempts=0,
                        default_requeue_delay=requeue_delay, backoff_multiplier=min(1.0, max(0.01, requeue_delay)))
     job = Exec(app, topic, channel, conn, cfg, argv, command_timeout, set(give_up_codes), requeue_delay,
@@ -122,6 +128,14 @@ def exec_command(app, topic, channel, rest, concurrency, command_timeout, give_u
     from ..harness import run
 
     return run(app, job, settings)
+
+
+def _same_terminal() -> bool:
+    try:
+        a, b = os.fstat(sys.stdout.fileno()), os.fstat(sys.stderr.fileno())
+    except (OSError, ValueError):
+        return False
+    return (a.st_dev, a.st_ino, a.st_rdev) == (b.st_dev, b.st_ino, b.st_rdev)
 
 
 class Exec(Job):
