@@ -6,7 +6,7 @@ import json
 import os
 import subprocess
 
-from helpers import NSQCLI, channel_stats, clean_env, http_post, one_error_line, topic_stats, wait_for
+from helpers import NSQCLI, channel_stats, clean_env, http_get_json, http_post, one_error_line, topic_stats, wait_for
 from helpers import run_nsqcli as run
 
 
@@ -186,3 +186,42 @@ def test_peek_stopped_by_sigterm_gives_back_what_it_holds(nsqd, topic):
     assert b"the 2 message(s) looked at were given back" in err
     ch = channel_stats(nsqd, topic, "billing")
     assert ch["depth"] == 2 and ch["in_flight_count"] == 0 and ch["requeue_count"] == 2
+
+
+def test_topic_pattern_tails_matching_topics_and_those_that_appear_later(lookupd, nsqd, topic):
+    a, b, other = f"{topic}_a", f"{topic}_b", f"{topic}-other"
+    for t in (a, other):
+        http_post(nsqd.http_address, "/topic/create", topic=t)
+    wait_for(lambda: {a, other} <= set(http_get_json(lookupd.http_address, "/topics")["topics"]), what="registered")
+    p = subprocess.Popen(NSQCLI + ["tail", "--topic-pattern", f"^{topic}_", "--topic-refresh", "0.3s", "-n", "2",
+                                   "--timeout", "20s", "-f", "{topic} {body}", "--lookupd-http-address",
+                                   lookupd.http_address], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         env=clean_env())
+    try:
+        def channels(t):
+            return (topic_stats(nsqd, t) or {}).get("channels") or []
+        wait_for(lambda: channels(a), what="subscribed to the matching topic")
+        assert channels(other) == []
+        http_post(nsqd.http_address, "/pub", b"not shown", topic=other)
+        http_post(nsqd.http_address, "/topic/create", topic=b)  # appears later
+        wait_for(lambda: channels(b), what="subscribed to the topic that appeared")
+        http_post(nsqd.http_address, "/pub", b"b1", topic=b)
+        http_post(nsqd.http_address, "/pub", b"a1", topic=a)
+        out, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0, err
+    assert sorted(out.decode().splitlines()) == [f"{a} a1", f"{b} b1"]
+    assert f"tailing topic {b} (matches --topic-pattern)".encode() in err
+
+
+def test_topic_pattern_usage_errors(lookupd, topic):
+    r = run(["tail", "--topic-pattern", "^x"], {})
+    one_error_line(r, 2, r"--topic-pattern needs --lookupd-http-address")
+    r = run(["tail", topic, "--topic-pattern", "^x", "--lookupd-http-address", lookupd.http_address], {})
+    one_error_line(r, 2, r"TOPIC and --topic-pattern cannot be used together")
+    r = run(["tail", "--topic-pattern", "(", "--lookupd-http-address", lookupd.http_address], {})
+    one_error_line(r, 2, r"Invalid value for '--topic-pattern': invalid regular expression")
+    r = run(["tail"], {})
+    one_error_line(r, 2, r"missing TOPIC")

@@ -13,7 +13,7 @@ from ..command import command, option
 from ..harness import Job
 from ..options import (build_config, connection_options, daemon_options, nsqd_addresses, pop_connection, pop_run,
                        topic_arguments)
-from ..types import HTTP_ADDRESS
+from ..types import DURATION, HTTP_ADDRESS
 from ...clock import left
 from ...filters import WHERE_HELP
 from ...records import FORMAT_HELP
@@ -157,6 +157,10 @@ class Sink:
             msgs, self.held, self.pending = self.held + self.pending, [], []
             self._requeue(msgs)
 
+    def add_backlog(self, n: int) -> None:
+        with self.lock:
+            self.backlog += n
+
     def touch_held(self) -> None:
         with self.lock:
             held = self.held + self.pending
@@ -177,9 +181,14 @@ nsqcli tail orders -c billing --peek -n 3     # look at billing's backlog withou
 nsqcli tail orders -c billing --peek --where '.user.id == 42' -n 1
 nsqcli tail events --grep 'timeout|refused' -f '{time} {size} {body_escaped}'
 nsqcli tail -t events --lookupd-http-address 127.0.0.1:4161
+nsqcli tail --topic-pattern '^orders\\.' --lookupd-http-address 127.0.0.1:4161
 """)
-@topic_arguments(many=True, channel="option", topic_help="Topic to tail (repeatable; or as arguments).",
+@topic_arguments(many=True, channel="option", required=False, topic_help="Topic to tail (repeatable; or as arguments).",
                  channel_help="Channel (default: a new ephemeral one, so real consumers lose nothing).")
+@option("--topic-pattern", metavar="REGEX", help="Tail every topic nsqlookupd knows whose name matches REGEX (Python "
+        "re, searched), and those that appear later (needs --lookupd-http-address).")
+@option("--topic-refresh", type=DURATION, default="5s", show_default=True,
+        help="How often --topic-pattern asks nsqlookupd for new topics.")
 @option("--max-in-flight", type=click.IntRange(1, 100000), default=200, show_default=True,
         help="Messages in flight per topic.")
 @option("-f", "--format", "fmt", default="raw", show_default=True, help=FORMAT_HELP)
@@ -204,7 +213,7 @@ nsqcli tail -t events --lookupd-http-address 127.0.0.1:4161
 @connection_options(consumer=True)
 @click.pass_obj
 def tail(app, topics, channel, max_in_flight, count, fmt, print_topic, null, drain_backlog, nsqd_http, peek, grep,
-         where, raw_terminal, **kwargs):
+         where, raw_terminal, topic_pattern, topic_refresh, **kwargs):
     """Consume TOPIC(s) and write each message body to stdout.
 
     Every message shown is FINed; with -n the rest are requeued at once. Ctrl-C, SIGTERM, SIGHUP or a
@@ -226,6 +235,24 @@ def tail(app, topics, channel, max_in_flight, count, fmt, print_topic, null, dra
     settings = pop_run(kwargs)
     conn = pop_connection(kwargs)
     topics = tuple(topics)
+    pattern = None
+    if topic_pattern is not None:
+        import re
+
+        if topics:
+            raise click.UsageError("TOPIC and --topic-pattern cannot be used together (a pattern already chooses "
+                                   "the topics)")
+        if not conn.get("lookupd_http_addresses"):
+            raise click.UsageError("--topic-pattern needs --lookupd-http-address (nsqlookupd knows the topics)")
+        try:
+            pattern = re.compile(topic_pattern)
+        except re.error as e:
+            raise click.BadParameter(f"invalid regular expression {topic_pattern!r}: {e}",
+                                     param_hint="'--topic-pattern'") from None
+        if topic_refresh <= 0:
+            raise click.BadParameter("must be more than 0", param_hint="'--topic-refresh'")
+    elif not topics:
+        raise click.UsageError("missing TOPIC (nsqcli tail TOPIC..., or -t TOPIC), or --topic-pattern REGEX")
     try:
         formatter = Formatter(fmt, print_topic)
     except ValueError as e:
@@ -255,6 +282,12 @@ def tail(app, topics, channel, max_in_flight, count, fmt, print_topic, null, dra
         max_in_flight = count
     if channel is None:
         channel = f"nsqcli_tail{random.randrange(1_000_000):06d}#ephemeral"
+    if pattern is not None:
+        topics = _matching_topics(conn, pattern, check_by)
+    if pattern is not None and peek:
+        depths = {t: _channel_depth(t, channel, conn, list(nsqd_http), check_by)[1] for t in topics}
+        topics = tuple(t for t in topics if depths[t] is not None)  # a topic without the channel: not peeked
+        backlog = sum(depths[t] for t in topics)
     elif peek:
         backlog = sum(_require_channel(topic, channel, conn, list(nsqd_http), check_by) for topic in topics)
     elif not channel.endswith("#ephemeral"):
@@ -265,6 +298,7 @@ def tail(app, topics, channel, max_in_flight, count, fmt, print_topic, null, dra
     if channel.endswith("#ephemeral") and not drain_backlog:
         for topic in topics:
             unchecked[topic] = _refuse_backlog(topic, conn, list(nsqd_http), check_by)
+    checks = dict(peek=peek, drain_backlog=drain_backlog, nsqd_http=list(nsqd_http))
     if deadline is not None and time.monotonic() >= deadline:
         raise DeadlineExceeded("--timeout passed while asking nsqd/nsqlookupd about the topics, before subscribing "
                                f"({'; '.join(p for ps in unchecked.values() for p in ps) or 'no answer in time'})")
@@ -274,6 +308,8 @@ def tail(app, topics, channel, max_in_flight, count, fmt, print_topic, null, dra
     if peek:
         sink.backlog = backlog
     job = Tail(app, topics, channel, conn, cfg, sink, unchecked)
+    if pattern is not None:
+        job.discovery = (pattern, topic_refresh, checks)
     from ..harness import run
 
     return run(app, job, settings)
@@ -293,37 +329,101 @@ class Tail(Job):
         self._consumers: list = []
         self._said_waiting = False
         self._next_touch = time.monotonic() + 10.0
+        self.discovery = None  # --topic-pattern: (pattern, refresh, checks)
+        self._lock = threading.Lock()
+        self._finder: threading.Thread | None = None
+        self._refused: set[str] = set()
 
-    def consumers(self) -> list:
-        return list(self._consumers)
-
-    def start(self, deadline, stopper) -> None:
+    def _subscribe(self, topic: str, deadline) -> None:
         from ...client.consumer import Consumer
         from ..app import source_error
 
+        c = Consumer(topic, self.channel, batch_handler=self.sink, config=self.cfg,
+                     on_error=lambda err: source_error(self.outages, err),
+                     nsqd_tcp_addresses=nsqd_addresses(self.conn),
+                     lookupd_http_addresses=list(self.conn.get("lookupd_http_addresses") or ()))
+        c.start(deadline=deadline)
+        with self._lock:
+            self._consumers.append(c)
+        if self.unchecked.get(topic) and c.stats():
+            self.app.warn(f"could not check topic {topic!r} for a backlog without channels "
+                          f"({'; '.join(self.unchecked[topic])}); if it had one, this ephemeral channel took "
+                          "it and keeps only nsqd's --mem-queue-size of it (give --nsqd-http-address to check)")
+
+    def _find_topics(self) -> None:
+        """(own thread) --topic-pattern: every refresh, tail the new topics that match."""
+        from ...errors import NSQError
+
+        pattern, refresh, checks = self.discovery
+        while not self.done.wait(refresh):
+            try:
+                found = _matching_topics(self.conn, pattern, time.monotonic() + min(refresh, 5.0))
+            except NSQError as e:
+                self.app.debug(str(e))
+                continue
+            for topic in found:
+                if self.done.is_set():
+                    return
+                if topic in self.topics or topic in self._refused:
+                    continue
+                if not self._may_tail(topic, checks):
+                    self._refused.add(topic)
+                    continue
+                self.topics = self.topics + (topic,)
+                self.app.info(f"tailing topic {topic} (matches --topic-pattern)")
+                try:
+                    self._subscribe(topic, time.monotonic() + 5.0)
+                except NSQError as e:
+                    self.app.warn(f"topic {topic}: {e}")
+
+    def _may_tail(self, topic: str, checks: dict) -> bool:
+        """The start-up checks, for a topic that appeared later: said and skipped instead of exit 1."""
+        from ...errors import NSQError
+
+        by = time.monotonic() + 3.0
+        if checks["peek"]:
+            problems, depth = _channel_depth(topic, self.channel, self.conn, checks["nsqd_http"], by)
+            if depth is None:
+                self.app.debug(f"topic {topic}: no channel {self.channel} to peek at ({'; '.join(problems)})")
+                return False
+            self.sink.add_backlog(depth)
+        elif self.channel.endswith("#ephemeral") and not checks["drain_backlog"]:
+            try:
+                self.unchecked[topic] = _refuse_backlog(topic, self.conn, checks["nsqd_http"], by)
+            except NSQError as e:
+                self.app.warn(f"not tailing topic {topic}: {e}")
+                return False
+        else:
+            _warn_shared_channel(self.app, topic, self.channel, self.conn, checks["nsqd_http"], by)
+        return True
+
+    def consumers(self) -> list:
+        with self._lock:
+            return list(self._consumers)
+
+    def start(self, deadline, stopper) -> None:
         for topic in self.topics:
             if self.done.is_set():
                 break
-            c = Consumer(topic, self.channel, batch_handler=self.sink, config=self.cfg,
-                         on_error=lambda err: source_error(self.outages, err),
-                         nsqd_tcp_addresses=nsqd_addresses(self.conn),
-                         lookupd_http_addresses=list(self.conn.get("lookupd_http_addresses") or ()))
-            c.start(deadline=deadline)
-            self._consumers.append(c)
-            if self.unchecked.get(topic) and c.stats():
-                self.app.warn(f"could not check topic {topic!r} for a backlog without channels "
-                              f"({'; '.join(self.unchecked[topic])}); if it had one, this ephemeral channel took "
-                              "it and keeps only nsqd's --mem-queue-size of it (give --nsqd-http-address to check)")
+            self._subscribe(topic, deadline)
         self.app.debug(f"tailing {', '.join(self.topics)} on channel {self.channel}")
+        if self.discovery is not None:
+            pattern, refresh, _ = self.discovery
+            if not self.topics:
+                self.app.info(f"waiting for a topic matching {pattern.pattern!r}: nsqlookupd "
+                              f"{', '.join(self.conn['lookupd_http_addresses'])} knows none yet (asked every "
+                              f"{refresh:g} s)")
+            self._finder = threading.Thread(target=self._find_topics, name="nsqcli-topics", daemon=True)
+            self._finder.start()
 
     def tick(self, now: float) -> None:
-        if (self.sink.held or self.sink.pending) and now >= self._next_touch:  # peek holds what it showed until -n is reached
-            timeouts = [t for c in self._consumers for t in c.msg_timeouts()]
+        if (self.sink.held or self.sink.pending) and now >= self._next_touch:  # peek: TOUCH what it holds
+            timeouts = [t for c in self.consumers() for t in c.msg_timeouts()]
             self._next_touch = now + max(0.5, min([20.0] + [t / 3 for t in timeouts]))
             self.sink.touch_held()
         if not self._said_waiting and now - self.started >= 3.0:
             self._said_waiting = True
-            reason = _waiting_reason(self._consumers, self.conn)
+            reason = _waiting_reason(self.consumers(), self.conn)
             if reason:
                 self.app.info(reason)
 
@@ -333,7 +433,7 @@ class Tail(Job):
     def live_view(self, console):
         from ..views import LiveConnections
 
-        return LiveConnections(console, self._consumers)
+        return LiveConnections(console, self.consumers())
 
     def stop(self, end) -> None:
         # a clean stop (FINs out, CLS answered) takes milliseconds on healthy nodes; past the
@@ -341,11 +441,14 @@ class Tail(Job):
         def grace():
             return 10.0 if end is None else min(10.0, max(0.1, end - time.monotonic()))
 
+        if self._finder is not None:  # no new topic from here on (done is set)
+            self._finder.join(grace())
+        consumers = self.consumers()
         if self.sink.peek:  # CLS first (nsqd sends no more), then what is held goes back
-            for c in self._consumers:
+            for c in consumers:
                 c.drain(timeout=grace())
             self.sink.give_back()
-        for c in self._consumers:
+        for c in consumers:
             c.stop(timeout=grace())
 
     def status_lines(self, elapsed: float) -> list[str]:
@@ -367,7 +470,7 @@ class Tail(Job):
         elif not isinstance(sink.error, BrokenPipeError):  # e.g. ENOSPC: what was shown is not durable
             raise OSError(sink.error.errno, f"cannot write to stdout: {sink.error.strerror or sink.error}; "
                           f"{sink.shown} messages were written and FINed, the rest were requeued")
-        for c in self._consumers:
+        for c in self.consumers():
             t = c.totals()
             if t["timed_out"] or t["lost_responses"] or t["late_messages"]:
                 app.warn(f"topic {c.topic}: {t['timed_out']} answers came after nsqd's message timeout, "
@@ -475,13 +578,11 @@ def _refuse_backlog(topic: str, conn: dict, nsqd_http: list[str], by: float) -> 
     return problems
 
 
-def _require_channel(topic: str, channel: str, conn: dict, nsqd_http: list[str], by: float) -> int:
-    """--peek: the channel must exist on some node (subscribing would create it, and a new channel
-    keeps a copy of everything published from then on). Returns its depth (deliverable now) there."""
-    from ...errors import NSQError
-
+def _channel_depth(topic: str, channel: str, conn: dict, nsqd_http: list[str], by: float):
+    """(problems, depth) of the channel over every node carrying the topic; depth None when no
+    node that answered has the channel. Depth: what can be delivered now (deferred are not)."""
     addresses, problems = _http_addresses(topic, conn, nsqd_http, by)
-    found, waiting = False, 0
+    depth = None
     for address, a in zip(addresses, _stats_of(addresses, {"topic": topic, "channel": channel}, _left(by))):
         if a.error is not None or not isinstance(a.value, dict):
             problems.append(str(a.error) if a.error is not None else f"{address}: /stats is not a JSON object")
@@ -489,14 +590,39 @@ def _require_channel(topic: str, channel: str, conn: dict, nsqd_http: list[str],
         for t in a.value.get("topics") or []:
             for c in t.get("channels") or []:
                 if t.get("topic_name") == topic and c.get("channel_name") == channel:
-                    found = True
-                    waiting += int(c.get("depth", 0))  # deferred ones are not delivered before their time
-    if not found:
-        where = ("; ".join(problems) if problems else
-                 f"no nsqd ({', '.join(addresses) or 'none found'}) has it")
-        raise NSQError(f"--peek: channel {topic}/{channel} does not exist ({where}): there is nothing to peek at, "
-                       "and subscribing would create it")
-    return waiting
+                    depth = (depth or 0) + int(c.get("depth", 0))
+    if depth is None and not problems:
+        problems.append(f"no nsqd ({', '.join(addresses) or 'none found'}) has it")
+    return problems, depth
+
+
+def _require_channel(topic: str, channel: str, conn: dict, nsqd_http: list[str], by: float) -> int:
+    """--peek: the channel must exist on some node (subscribing would create it, and a new channel
+    keeps a copy of everything published from then on). Returns its depth there."""
+    from ...errors import NSQError
+
+    problems, depth = _channel_depth(topic, channel, conn, nsqd_http, by)
+    if depth is None:
+        raise NSQError(f"--peek: channel {topic}/{channel} does not exist ({'; '.join(problems)}): there is nothing "
+                       "to peek at, and subscribing would create it")
+    return depth
+
+
+def _matching_topics(conn: dict, pattern, by: float) -> tuple:
+    """--topic-pattern: the topics any nsqlookupd knows that match (NSQError when none answered)."""
+    from ...client.http import ask_http, http_json
+    from ...errors import NSQError
+
+    lookupds = list(conn.get("lookupd_http_addresses") or ())
+    found, errors = set(), []
+    for a in ask_http(lookupds, lambda address: http_json(address, "/topics", timeout=_left(by)), _left(by)):
+        if a.error is not None or not isinstance(a.value, dict):
+            errors.append(str(a.error) if a.error is not None else "/topics is not a JSON object")
+            continue
+        found |= set(a.value.get("topics") or [])
+    if errors and len(errors) == len(lookupds):
+        raise NSQError(f"--topic-pattern: no nsqlookupd answered /topics ({'; '.join(errors)})")
+    return tuple(sorted(t for t in found if isinstance(t, str) and pattern.search(t)))
 
 
 def _warn_shared_channel(app, topic: str, channel: str, conn: dict, nsqd_http: list[str], by: float) -> None:
