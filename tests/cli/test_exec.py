@@ -12,7 +12,8 @@ import time
 
 from helpers import NSQCLI, channel_stats, clean_env, http_post, run_nsqcli, topic_stats, wait_for
 
-SCRIPT = 'b=$(cat); case "$b" in *bad*) exit 1;; esac; echo "$NSQ_TOPIC $NSQ_CHANNEL $NSQ_ATTEMPTS $b"'
+SCRIPT = ('b=$(cat); case "$b" in *bad*) echo "no good: $b" >&2; exit 1;; esac; '
+          'echo "$NSQ_TOPIC $NSQ_CHANNEL $NSQ_ATTEMPTS $b"')
 
 
 def test_good_fined_once_bad_dead_lettered_and_redriven(nsqd, topic, tmp_path):
@@ -34,6 +35,7 @@ def test_good_fined_once_bad_dead_lettered_and_redriven(nsqd, topic, tmp_path):
             c["timeout_count"]) == (0, 0, 0, 23, 3, 0)
     assert topic_stats(nsqd, dead)["message_count"] == 3
     assert err.count(f"dead-lettered to topic {dead} after 2 attempts: exit code 1") == 3, err
+    assert sorted(ln for ln in err.splitlines() if ln.startswith("no good")) == sorted(f"no good: {b}" for b in bad * 2)
     # the dead letters, read back, then redriven into a topic of their own with mpub --format json
     t = run_nsqcli(["tail", dead, "-c", "redrive", "-n", "3", "-f", "raw", "--timeout", "10s",
                     "--nsqd-tcp-address", nsqd.tcp_address])
@@ -42,7 +44,7 @@ def test_good_fined_once_bad_dead_lettered_and_redriven(nsqd, topic, tmp_path):
     assert sorted(d["body"] for d in letters) == bad
     for d in letters:
         assert (d["topic"], d["channel"], d["attempts"], d["error"]) == (
-            topic, "work", 2, "exit code 1 (attempt 2 of --max-attempts 2)")
+            topic, "work", 2, f"exit code 1 (attempt 2 of --max-attempts 2): no good: {d['body']}")
         assert len(d["id"]) == 16 and d["timestamp"] > 0 and d["nsqd"] == nsqd.tcp_address
     (tmp_path / "dead.ndjson").write_bytes(t.stdout)
     again = topic + "_again"

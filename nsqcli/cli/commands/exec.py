@@ -95,9 +95,10 @@ def exec_command(app, topic, channel, rest, concurrency, command_timeout, give_u
     --requeue-delay x its attempts, and the consumer backs off. nsqd's message timeout is kept
     from expiring while the command runs (TOUCH every half of it). COMMAND's stdout goes to
     nsqcli's stdout, each run's output in one piece (never interleaved with another run's);
-    its stderr to stderr. Each run is its own process group. --max-attempts N: after the Nth
-    failed attempt the message is dead-lettered (--dead-letter-topic; FINed after that topic's
-    nsqd said OK) or else FINed, said. At least once: killed at any moment (even kill -9),
+    its stderr to stderr, also in one piece when the run ends. Each run is its own process
+    group. --max-attempts N: after the Nth failed attempt the message is dead-lettered
+    (--dead-letter-topic; FINed after that topic's nsqd said OK; the envelope's error carries
+    the last line COMMAND wrote to stderr) or else FINed, said. At least once: killed at any moment (even kill -9),
     what was not FINed is redelivered. SIGTERM/SIGINT/SIGHUP: no new runs, the running ones
     may finish (30 s at most, then killed and requeued), then exit 0.
     """
@@ -136,6 +137,14 @@ def _same_terminal() -> bool:
     except (OSError, ValueError):
         return False
     return (a.st_dev, a.st_ino, a.st_rdev) == (b.st_dev, b.st_ino, b.st_rdev)
+
+
+def _last_line(err: bytes, most: int = 200) -> str:
+    for line in reversed(err.decode("utf-8", "replace").splitlines()):
+        if line.strip():
+            line = line.strip()
+            return line if len(line) <= most else line[:most] + "..."
+    return ""
 
 
 class Exec(Job):
@@ -272,11 +281,13 @@ class Exec(Job):
     def _handle(self, m) -> bool:
         """Run the command for ``m`` and answer it; True when the dead-letter thread answers it."""
         msg_id = m.id.decode("ascii", "replace")
-        code, error, out = self._run(m, msg_id)
+        code, error, out, err = self._run(m, msg_id)
         with self.lock:
             self.runs += 1
         if out:
             self._write(out)
+        if err:
+            self._write_err(err)
         if code is None and error == "stopped":  # killed by the stop: not the message's fault
             m.requeue(delay=0, backoff=False)
             return False
@@ -288,10 +299,12 @@ class Exec(Job):
             return False
         with self.lock:
             self.failed += 1
+        said = _last_line(err)  # the dead letter's error: what the command said last
+        said = f": {said}" if said else ""
         if code is not None and code in self.give_up_codes:
-            return self._give_up(m, msg_id, f"{error} (--give-up-exit-code)")
+            return self._give_up(m, msg_id, f"{error} (--give-up-exit-code){said}")
         if self.max_attempts and m.attempts >= self.max_attempts:
-            return self._give_up(m, msg_id, f"{error} (attempt {m.attempts} of --max-attempts {self.max_attempts})")
+            return self._give_up(m, msg_id, f"{error} (attempt {m.attempts} of --max-attempts {self.max_attempts}){said}")
         delay = min(900.0, self.requeue_delay * max(1, m.attempts))
         self.outages.failed("command", f"the command failed: {error} (message {msg_id}, attempt {m.attempts}); "
                                        "requeued with backoff")
@@ -328,25 +341,37 @@ class Exec(Job):
                 self.stdout_error = e
                 self.done.set()
 
-    def _run(self, m, msg_id: str) -> tuple[int | None, str, bytes]:
-        """(exit code or None, what happened, its stdout)."""
+    def _write_err(self, err: bytes) -> None:
+        """COMMAND's stderr, one run's in one piece, under the lock of nsqcli's own lines."""
+        from ..app import _stderr_lock
+
+        with _stderr_lock:
+            try:
+                sys.stderr.flush()
+                sys.stderr.buffer.write(err if err.endswith(b"\n") else err + b"\n")
+                sys.stderr.buffer.flush()
+            except (OSError, ValueError, AttributeError):  # stderr closed: nowhere to say it
+                pass
+
+    def _run(self, m, msg_id: str) -> tuple[int | None, str, bytes, bytes]:
+        """(exit code or None, what happened, its stdout, its stderr)."""
         env = dict(os.environ, NSQ_TOPIC=self.topic, NSQ_CHANNEL=self.channel, NSQ_MESSAGE_ID=msg_id,
                    NSQ_ATTEMPTS=str(m.attempts), NSQ_TIMESTAMP=str(m.timestamp))
         try:
-            p = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+            p = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                                  start_new_session=True)
         except OSError as e:
-            return 127, f"cannot run {self.argv[0]}: {e.strerror or e}", b""
+            return 127, f"cannot run {self.argv[0]}: {e.strerror or e}", b"", b""
         timeouts = self.consumer.msg_timeouts()
         touch_every = (min(timeouts) if timeouts else (self.consumer.config.msg_timeout or 60.0)) / 2
         started = time.monotonic()
         next_touch = started + touch_every
         given = m.body
-        out = b""
+        out = err = b""
         why = None
         while True:
             try:
-                out, _ = p.communicate(input=given, timeout=SLICE)
+                out, err = p.communicate(input=given, timeout=SLICE)
                 break
             except subprocess.TimeoutExpired:
                 given = None  # (written on by communicate itself)
@@ -358,11 +383,11 @@ class Exec(Job):
             if why is not None:
                 self._kill(p)
                 try:
-                    out, _ = p.communicate(timeout=2.0)
+                    out, err = p.communicate(timeout=2.0)
                 except (subprocess.TimeoutExpired, ValueError, OSError):  # a grandchild of its own keeps the pipe
-                    out = b""
+                    out = err = b""
                     p.wait(2.0)
-                return None, why, out
+                return None, why, out, err
             if now >= next_touch:
                 next_touch = now + touch_every
                 try:
@@ -375,8 +400,8 @@ class Exec(Job):
                 name = signal.Signals(-code).name
             except ValueError:
                 name = str(-code)
-            return code, f"killed by {name}", out
-        return code, f"exit code {code}", out
+            return code, f"killed by {name}", out, err
+        return code, f"exit code {code}", out, err
 
     @staticmethod
     def _kill(p) -> None:
