@@ -243,3 +243,17 @@ def test_on_a_terminal_no_live_table_by_default_and_live_refused(nsqd, topic):
     code, seen = _on_a_terminal(["exec", topic, "-c", "w", "--live", "--nsqd-tcp-address", nsqd.tcp_address,
                                  "--", "cat"])
     assert code == 2 and b"--live draws on the terminal that also gets COMMAND's output" in seen, seen
+
+
+def test_timeout_kills_a_running_command_and_gives_its_message_back(nsqd, topic, tmp_path):
+    http_post(nsqd.http_address, "/pub", b"slow", topic=topic)
+    pidfile = tmp_path / "pid"
+    started = time.monotonic()
+    r = run_nsqcli(["exec", topic, "-c", "w", "--timeout", "2s", "--nsqd-tcp-address", nsqd.tcp_address, "--",
+                    "sh", "-c", f"sleep 30 & echo $! > {pidfile}; wait"], timeout=40)
+    took = time.monotonic() - started
+    assert r.returncode == 0, r.stderr  # no -n: a --timeout is the planned end
+    assert took < 2 + 3, took
+    wait_for(lambda: not _alive(int(pidfile.read_text())), timeout=3, what="the sleep killed with its group")
+    c = channel_stats(nsqd, topic, "w")  # given back at once, not FINed, not left to time out
+    assert (c["depth"], c["in_flight_count"], c["requeue_count"], c["timeout_count"]) == (1, 0, 1, 0)
