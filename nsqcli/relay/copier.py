@@ -192,8 +192,8 @@ class Copier:
             return
         delay = min(self.max_requeue_delay, self.requeue_delay * max(1, m.attempts))
         if new and said <= SAY_TOO_BIG:
-            then = (f"requeued for {delay:g}s; it will be "
-                    f"{'dead-lettered' if self.dead is not None else 'FINed (NOT copied)'} at delivery {self.max_attempts} "
+            fate = "dead-lettered" if self.dead is not None else "FINed (NOT copied)"
+            then = (f"requeued for {delay:g}s; it will be {fate} at delivery {self.max_attempts} "
                     f"(--max-attempts; this was delivery {m.attempts})" if self.max_attempts else
                     "it stays in the source, requeued with backoff (raise the destination's --max-msg-size "
                     "to copy it)")

@@ -304,7 +304,8 @@ class Exec(Job):
         if code is not None and code in self.give_up_codes:
             return self._give_up(m, msg_id, f"{error} (--give-up-exit-code){said}")
         if self.max_attempts and m.attempts >= self.max_attempts:
-            return self._give_up(m, msg_id, f"{error} (attempt {m.attempts} of --max-attempts {self.max_attempts}){said}")
+            return self._give_up(m, msg_id,
+                                 f"{error} (attempt {m.attempts} of --max-attempts {self.max_attempts}){said}")
         delay = min(900.0, self.requeue_delay * max(1, m.attempts))
         self.outages.failed("command", f"the command failed: {error} (message {msg_id}, attempt {m.attempts}); "
                                        "requeued with backoff")
@@ -358,7 +359,8 @@ class Exec(Job):
         env = dict(os.environ, NSQ_TOPIC=self.topic, NSQ_CHANNEL=self.channel, NSQ_MESSAGE_ID=msg_id,
                    NSQ_ATTEMPTS=str(m.attempts), NSQ_TIMESTAMP=str(m.timestamp))
         try:
-            p = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+            p = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 env=env,
                                  start_new_session=True)
         except OSError as e:
             return 127, f"cannot run {self.argv[0]}: {e.strerror or e}", b"", b""

@@ -129,8 +129,8 @@ nsqcli to-nsq -t events --destination-nsqd-tcp-address 10.1.0.7:4150 --destinati
 @connection_options(consumer=True)
 @click.pass_obj
 def to_nsq(app, topics, channel, destination_topic, mode, max_in_flight, concurrency, rate, require_json_field,
-           require_json_value, whitelist, requeue_delay, destination_max_msg_size, max_attempts, dead_letter_topic, count,
-           **kwargs):
+           require_json_value, whitelist, requeue_delay, destination_max_msg_size, max_attempts, dead_letter_topic,
+           count, **kwargs):
     """Copy TOPIC(s) from one NSQ to another (nsq_to_nsq), in pipelined MPUB batches.
 
     A message is FINed only after the destination acknowledged it; when the destination fails,
@@ -141,7 +141,8 @@ def to_nsq(app, topics, channel, destination_topic, mode, max_in_flight, concurr
     "too big" answer tells it); a bigger message is not copied and not FINed: it stays in the
     source, requeued with backoff, said once (--max-attempts N: FINed after N deliveries,
     said; with --dead-letter-topic T published to T on the source's nsqd, then FINed). Other
-    failures (the destination down or refusing) are retried without limit. --timeout bounds the whole run, lookups included. Copying a topic
+    failures (the destination down or refusing) are retried without limit. --timeout bounds
+    the whole run, lookups included. Copying a topic
     onto itself (same nsqd or lookupd, same topic) is refused. SIGINT/SIGTERM/SIGHUP stop cleanly
     (exit 0) after the last publish was answered; the summary comes last.
     """
