@@ -225,3 +225,27 @@ def test_topic_pattern_usage_errors(lookupd, topic):
     one_error_line(r, 2, r"Invalid value for '--topic-pattern': invalid regular expression")
     r = run(["tail"], {})
     one_error_line(r, 2, r"missing TOPIC")
+
+
+def test_peek_touches_what_it_holds_past_the_message_timeout(nsqd_factory, topic):
+    import signal
+
+    nsqd = nsqd_factory(msg_timeout="1s")
+    _backlog(nsqd, topic, "billing", [])
+    p = subprocess.Popen(NSQCLI + ["tail", topic, "-c", "billing", "--peek", "-n", "2"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=clean_env(_env(nsqd)))
+    try:
+        wait_for(lambda: channel_stats(nsqd, topic, "billing")["client_count"] == 1, what="subscribed")
+        http_post(nsqd.http_address, "/pub", b"held", topic=topic)
+        assert p.stdout.readline() == b"held\n"
+        import time
+        time.sleep(6.5)  # nsqd looks for timed-out messages of a new channel after its 5 s scan refresh
+        assert channel_stats(nsqd, topic, "billing")["timeout_count"] == 0
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=15)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0, err
+    ch = channel_stats(nsqd, topic, "billing")
+    assert ch["depth"] == 1 and ch["in_flight_count"] == 0 and ch["requeue_count"] == 1 and ch["timeout_count"] == 0

@@ -328,7 +328,7 @@ class Tail(Job):
         self.outages = Outages(app)  # said when it starts, counted while it lasts, "recovered" when it ends
         self._consumers: list = []
         self._said_waiting = False
-        self._next_touch = time.monotonic() + 10.0
+        self._next_touch = 0.0  # peek: when what it holds is TOUCHed next
         self.discovery = None  # --topic-pattern: (pattern, refresh, checks)
         self._lock = threading.Lock()
         self._finder: threading.Thread | None = None
