@@ -15,45 +15,16 @@ import time
 import click
 
 from ..command import command, option
+from ..dead_letters import check_dead_letter, dead_letter_options, open_dead_letters
 from ..harness import Job
-from ..options import build_config, connection_options, daemon_options, nsqd_addresses, pop_connection, pop_run
-from ..options import topic_arguments
-from ..types import DURATION, TOPIC
+from ..options import (build_config, connection_options, daemon_options, nsqd_addresses, pop_connection, pop_run,
+                       topic_arguments)
+from ..types import DURATION
 
 #: SIGTERM/SIGINT: how long the stop waits for the commands running (then kills them: REQ)
 STOP_WAIT = 30.0
 #: how often a running command is looked at (its end, the stop, --command-timeout, TOUCH)
 SLICE = 0.1
-
-
-def dead_letter_options(f):
-    """--max-attempts and --dead-letter-topic (exec, to-http, to-nsq)."""
-    f = option("--dead-letter-topic", type=TOPIC, metavar="TOPIC",
-               help="After the last attempt (--max-attempts), publish the message to TOPIC (on the source's "
-                    "nsqd) as a JSON envelope {topic, channel, nsqd, id, attempts, timestamp, error, body or "
-                    "body_base64}; FINed only after that nsqd said OK (else requeued, said). Redrive: "
-                    "'nsqcli tail TOPIC -c redrive -n N -f raw > dead.ndjson; nsqcli mpub -t ORIGINAL -f json "
-                    "dead.ndjson'.")(f)
-    return f
-
-
-def open_dead_letters(app, conn: dict, source_topic: str, topic: str, deadline: float | None, outages=None):
-    """DeadLetters (nsqcli.relay.dead_letter) publishing to ``topic`` on the source's cluster: the
-    given nsqd, else the nsqd nsqlookupd says carry ``source_topic``. Within ``deadline``."""
-    from ...client.producer import Producer
-    from ...relay.dead_letter import DeadLetters
-    from ..options import resolve_producers
-
-    addresses = resolve_producers(app, conn, source_topic, deadline)
-    return DeadLetters(Producer(addresses, build_config(conn)), topic, app.warn, outages)
-
-
-def check_dead_letter(max_attempts: int, dead_letter_topic: str | None, source_topics) -> None:
-    if dead_letter_topic and not max_attempts:
-        raise click.UsageError("--dead-letter-topic needs --max-attempts N (the attempt after which a message "
-                               "is dead-lettered)")
-    if dead_letter_topic and dead_letter_topic in source_topics:
-        raise click.UsageError(f"--dead-letter-topic {dead_letter_topic} is the topic being consumed")
 
 
 @command("exec", examples="""

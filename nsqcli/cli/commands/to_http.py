@@ -12,7 +12,7 @@ from ..harness import Job
 from ..options import (build_config, connection_options, daemon_options, nsqd_addresses, pop_connection, pop_run,
                        topic_arguments)
 from ..types import DURATION
-from .exec import check_dead_letter, dead_letter_options
+from ..dead_letters import check_dead_letter, dead_letter_options
 
 
 @command("to-http", examples="""
@@ -121,7 +121,7 @@ class ToHttp(Job):
 
     def start(self, deadline, stopper) -> None:
         if getattr(self, "dead_letter_topic", None):
-            from .exec import open_dead_letters
+            from ..dead_letters import open_dead_letters
 
             self.relay.dead = open_dead_letters(self.app, self.conn, self.topic, self.dead_letter_topic, deadline,
                                                 self.outages)

@@ -14,7 +14,7 @@ from ..options import (build_config, connection_options, daemon_options, destina
                        pop_connection, pop_destination, pop_run, topic_arguments)
 from ...relay.copier import Copier, DestinationError
 from ..types import DURATION, RATE, TOPIC, Size
-from .exec import check_dead_letter, dead_letter_options
+from ..dead_letters import check_dead_letter, dead_letter_options
 
 
 def destination_addresses(app, dest: dict, topics: list[str], deadline: float | None = None) -> list[str]:
@@ -204,7 +204,7 @@ class ToNsq(Job):
         from ...client.consumer import Consumer
 
         if getattr(self, "dead_letter_topic", None):  # messages the destination cannot take, on the source's nsqd
-            from .exec import open_dead_letters
+            from ..dead_letters import open_dead_letters
 
             self.copier.dead = open_dead_letters(self.app, self.conn, self.topics[0], self.dead_letter_topic,
                                                  deadline, self.outages)
