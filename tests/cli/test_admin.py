@@ -193,3 +193,15 @@ def test_destructive_actions_ask_on_a_terminal(nsqd, topic):
     assert "Delete (with every message in it) topic" in screen and topic_stats(nsqd, topic) is not None
     code, screen = run_on_tty(b"y")
     assert code == 0 and topic_stats(nsqd, topic) is None
+
+
+def test_channel_create_before_its_topic_says_to_create_the_topic_first(sandbox, topic):
+    """nsqlookupd registers the channel, nsqd answers 404 TOPIC_NOT_FOUND: the line says why and
+    what to run; after `topic create` the same command works."""
+    lk = ["--nsqd-http-address", sandbox.nsqd.http_address, "--lookupd-http-address", sandbox.lookupd.http_address]
+    one_error_line(nsq(["channel", "create", topic, "billing", *lk]), 1,
+                   rf"HTTP 404 TOPIC_NOT_FOUND; topic {topic} does not exist on that nsqd yet: create it first "
+                   rf"\(nsqcli topic create {topic}\), then run this again \(nsqlookupd .* already lists the channel\)")
+    assert nsq(["topic", "create", topic, *lk]).returncode == 0
+    assert nsq(["channel", "create", topic, "billing", *lk]).returncode == 0
+    assert chan(sandbox.nsqd, topic, "billing") is not None

@@ -121,6 +121,11 @@ def run_action(app, action: str, topic: str, channel: str | None, nsqd, lookupd,
                          [failed[0].error], server)
         if len(ran) < len(steps):
             text += "; " + _how_to_finish(name, topic, channel, [s.address for s in failed], lookupd)
+        if action == "create" and channel and "TOPIC_NOT_FOUND" in str(failed[0].error):
+            lk = [s.address for s in steps if s.kind == "nsqlookupd" and s.ok]
+            text += (f"; topic {topic} does not exist on that nsqd yet: create it first (nsqcli topic create "
+                     f"{topic}), then run this again"
+                     + (f" (nsqlookupd {', '.join(lk)} already lists the channel)" if lk else ""))
         raise NSQError(text)
     app.info(f"{name}: {action} done on {len(steps)} node(s)")
     return 0
