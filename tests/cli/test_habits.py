@@ -46,3 +46,9 @@ def test_an_empty_auth_secret_file_is_refused_first(tmp_path):
     empty.chmod(0o644)  # its mode hint would come first if the file were read after the hints
     one_error_line(run_nsqcli(["pub", "t", "x", "--auth-secret-file", str(empty)]), 2,
                    rf"'--auth-secret-file': {empty} is empty: it must hold the secret nsqd's auth server takes")
+
+
+def test_a_host_identifier_with_a_slash_is_refused(tmp_path):
+    one_error_line(run_nsqcli(["to-file", "-t", "t", "--host-identifier", "../../etc", "--output-dir", str(tmp_path),
+                               "--nsqd-tcp-address", "127.0.0.1:1"]), 2,
+                   r"--host-identifier '\.\./\.\./etc' has a '/': it goes into file names")
