@@ -593,3 +593,20 @@ def test_a_big_record_lost_with_its_connection_is_named_when_nsqds_limit_is_unkn
     assert "; record 2 is 1100000 bytes, over nsqd's default --max-msg-size (1048576) and nsqd's own limit could " \
            "not be asked: nsqd may have refused it" in last, last
     assert last.endswith("(--max-msg-size checks records here; --skip 2 leaves it out)"), last
+
+
+def test_a_stop_during_rate_says_not_sent_not_failed(nsqd, topic):
+    """SIGTERM while --rate paces: the records never written are 'not sent', not 'failed'."""
+    p = subprocess.Popen(NSQCLI + ["mpub", "-t", topic, "--rate", "10", "--json", "--nsqd-tcp-address", nsqd.tcp_address],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=clean_env())
+    p.stdin.write(b"".join(b"%d\n" % i for i in range(100)))
+    p.stdin.close()
+    p.stdin = None  # (communicate() would flush it)
+    wait_for(lambda: (topic_stats(nsqd, topic) or {}).get("message_count", 0) >= 5, timeout=15, what="5 published")
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=30)
+    assert p.returncode == 143, err
+    doc = json.loads(out)
+    held = topic_stats(nsqd, topic)["message_count"]
+    assert doc["published"] == held and doc["failed"] == 0 and doc["not_sent"] == 100 - held, doc
+    assert f"failed 0, not sent {100 - held} " in err.decode()

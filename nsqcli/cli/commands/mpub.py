@@ -99,14 +99,16 @@ class Stats:
         self.handled = 0  # records from the start of the input that are published or skipped
         self.start = time.monotonic()
 
-    def summary(self, failed: int, stopped: bool = False) -> str:
-        """``failed``: records read and not acknowledged; after a stop, the input past the last
-        record read was not read at all (and is not counted)."""
+    def summary(self, failed: int, stopped: bool = False, unsent: int = 0) -> str:
+        """``failed``: records read and not acknowledged; ``unsent``: of those, the ones a stop
+        (a signal, --timeout) came before they were written (never sent: not failures); after a
+        stop, the input past the last record read was not read at all (and is not counted)."""
         dt = max(time.monotonic() - self.start, 1e-9)
         rest = f" (input not read past record {self.records})" if stopped else ""
+        not_sent = f", not sent {unsent}" if unsent else ""
         return (f"published {self.published}, skipped {self.skipped_empty} empty"
-                f"{f' + {self.skipped_invalid} invalid' if self.skipped_invalid else ''}, failed {failed}{rest}, "
-                f"{dt:.2f}s, {self.published / dt:,.0f} msg/s")
+                f"{f' + {self.skipped_invalid} invalid' if self.skipped_invalid else ''}, failed {failed - unsent}"
+                f"{not_sent}{rest}, {dt:.2f}s, {self.published / dt:,.0f} msg/s")
 
 
 class Pending:
@@ -475,8 +477,10 @@ def mpub(app, topic, rest, delimiter, null, count, as_json, fmt, batch_size, lin
         failed = len(records.unacked) + (1 if getattr(cause, "record", None) else 0)
         interrupted = isinstance(cause, (Interrupted, Stopped))
         expired = interrupted and stopper.expired and stopper.signum is None
+        # stopped on purpose: what was never written is not sent, not failed
+        unsent = max(0, len(records.unacked) - unanswered) if interrupted else 0
         if stats.published or stats.skipped_empty or stats.skipped_invalid:  # else the error says it all
-            app.info(stats.summary(failed, stopped=True))
+            app.info(stats.summary(failed, stopped=True, unsent=unsent))
         if resent:
             app.warn(_resent_line(resent))
         where = records.where(unanswered)
@@ -489,7 +493,7 @@ def mpub(app, topic, rest, delimiter, null, count, as_json, fmt, batch_size, lin
 
                 signum = stopper.signum or getattr(cause, "signum", None) or signal.SIGINT
                 error = f"interrupted ({signal.Signals(signum).name})"
-            _json_summary(topic, stats, failed, records, error, unanswered, resent)
+            _json_summary(topic, stats, failed, records, error, unanswered, resent, unsent)
         if expired:
             raise DeadlineExceeded(f"--timeout passed: {where}") from None
         if interrupted:
@@ -533,14 +537,15 @@ def _forced_lines(stats: Stats, records: Records, producer) -> list[str]:
 
 
 def _json_summary(topic, stats: Stats, failed: int, records: Records, error: str | None, unanswered: int,
-                  resent: int) -> None:
+                  resent: int, unsent: int = 0) -> None:
     import json
 
     from ..app import write_stdout
 
     span = records.unanswered_range(unanswered)
     doc = {"topic": topic, "published": stats.published, "skipped_empty": stats.skipped_empty,
-           "skipped_invalid": stats.skipped_invalid, "failed": failed, "bytes": stats.bytes,
+           "skipped_invalid": stats.skipped_invalid, "failed": failed - unsent, "not_sent": unsent,
+           "bytes": stats.bytes,
            "seconds": round(time.monotonic() - stats.start, 3), "resume_skip": records.resume_at,
            "unanswered": min(unanswered, len(records.unacked)), "unanswered_records": list(span) if span else None,
            "resent": resent, "error": error}
