@@ -134,6 +134,11 @@ class Job:
         """Why the work cannot go on now (a write failing, a destination down): /healthz 503."""
         return []
 
+    def working(self) -> bool:
+        """Work on held messages is under way (exec's commands running, TOUCHed): held
+        messages without an answer are then not "stuck"."""
+        return False
+
 
 def can_draw(app) -> bool:
     """stderr is a terminal rich can drive (not TERM=dumb or unknown, not too small)."""
@@ -358,7 +363,7 @@ class Harness:
             reasons.append("every nsqd is down: " + ", ".join(down))
         held = sum(c["in_flight"] for c in snap["connections"])
         answered = sum(t["finished"] + t["requeued"] for t in snap["topics"])
-        if answered != self._answers[0] or not held:
+        if answered != self._answers[0] or not held or self.job.working():
             self._answers = (answered, mono)
         elif mono - self._answers[1] > self._answers_stuck_after():
             reasons.append(f"stuck: {held} messages held and none answered for {mono - self._answers[1]:.0f}s")

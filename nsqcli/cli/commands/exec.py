@@ -186,6 +186,9 @@ class Exec(Job):
     def gauges(self) -> dict:
         return {"running": self.running}
 
+    def working(self) -> bool:
+        return self.running > 0  # a long command is TOUCHed, not stuck
+
     def problems(self) -> list[str]:
         return ["the dead-letter topic cannot be published to"] if "dead-letter" in self.outages.failing() else []
 
