@@ -50,7 +50,8 @@ class Sink:
         self.peek = peek
         self.max_in_flight = max_in_flight
         self.unmatched = 0
-        self.seen: set[bytes] = set()   # peek: ids looked at
+        self.seen: set = set()          # peek: (nsqd, topic, id) looked at (ids repeat across topics and
+        #                                 nodes: each topic of each nsqd numbers its own, by --node-id)
         self.looked = 0                 # peek: distinct messages received
         self.again = 0                  # peek: deliveries of a message already looked at
         self.held: list = []            # peek: given back at the end (shown under -n, came round again)
@@ -130,12 +131,13 @@ class Sink:
         """(peek) The messages not looked at before; the others are held and end the peek."""
         first = []
         for m in msgs:
-            if m.id in self.seen:
+            key = (m.nsqd, m.topic, m.id)
+            if key in self.seen:
                 self.again += 1
                 self.held.append(m)
                 self.wrapped = True
             else:
-                self.seen.add(m.id)
+                self.seen.add(key)
                 self.looked += 1
                 first.append(m)
         if self.backlog and self.looked >= self.backlog:

@@ -1,0 +1,47 @@
+"""Breaks of issue 36's everyday jobs found by trying them as a user would, against real nsqd:
+each test failed before its fix."""
+
+from __future__ import annotations
+
+import threading
+
+from helpers import channel_stats, http_post, wait_for
+from helpers import run_nsqcli as run
+
+
+def _env(nsqd) -> dict:
+    return {"NSQCLI_NSQD_TCP_ADDRESS": nsqd.tcp_address, "NSQCLI_NSQD_HTTP_ADDRESS": nsqd.http_address}
+
+
+def _ids(nsqd, topic: str) -> list[bytes]:
+    r = run(["tail", topic, "-c", "billing", "--peek", "-f", "{id}"], _env(nsqd))
+    assert r.returncode == 0, r.stderr
+    return r.stdout.splitlines()
+
+
+def test_peek_over_topics_whose_message_ids_repeat_shows_every_message(nsqd, topic):
+    # nsqd numbers each topic's messages on its own (its --node-id, the millisecond, a sequence):
+    # two topics published to in the same millisecond have messages with the same id, as have two
+    # nsqd on one host (the default --node-id comes from the host name). The peek took the second
+    # for the first 'come round again' and ended early, showing part of the backlog.
+    a, b = topic + "_a", topic + "_b"
+    for t in (a, b):
+        http_post(nsqd.http_address, "/topic/create", topic=t)
+        http_post(nsqd.http_address, "/channel/create", topic=t, channel="billing")
+    body = b"\n".join(b"m%d" % i for i in range(10))
+    for _ in range(5):  # the same millisecond on both topics: two threads released together
+        go = threading.Barrier(2)
+        pubs = [threading.Thread(target=lambda t=t: (go.wait(), http_post(nsqd.http_address, "/mpub", body, topic=t)))
+                for t in (a, b)]
+        [p.start() for p in pubs]
+        [p.join() for p in pubs]
+    wait_for(lambda: all(channel_stats(nsqd, t, "billing")["depth"] == 50 for t in (a, b)), what="backlogs")
+    shared = set(_ids(nsqd, a)) & set(_ids(nsqd, b))
+    assert shared, "no message id in common: the test's premise (same millisecond on both topics) did not happen"
+    r = run(["tail", a, b, "-c", "billing", "--peek", "-f", "{topic} {body}"], _env(nsqd))
+    assert r.returncode == 0, r.stderr
+    assert len(r.stdout.splitlines()) == 100, (len(r.stdout.splitlines()), r.stderr)
+    assert b"came round again" not in r.stderr, r.stderr
+    for t in (a, b):
+        ch = channel_stats(nsqd, t, "billing")
+        assert ch["depth"] + ch["in_flight_count"] + ch["deferred_count"] == 50
