@@ -202,7 +202,7 @@ class Archiver:
         self.sync_interval = sync_interval
         self.on_error = on_error
         self.topics: dict[str, TopicArchiver] = {}
-        self.handlers = HandlerPool(HANDLER_THREADS, name="nsqcli-archive")
+        self.handlers = HandlerPool(HANDLER_THREADS, name="nsqcli-archive", ordered=True)  # nsqd's order in a file
         self._refused: set[str] = set()  # topics found whose file names would leave --output-dir
         self.fatal: BaseException | None = None
         self.fatal_topic: TopicArchiver | None = None

@@ -15,6 +15,7 @@ none of these.
 
 from __future__ import annotations
 
+import collections
 import heapq
 import logging
 import os
@@ -159,9 +160,13 @@ class HandlerPool:
     """Handler threads fed ``(consumer, handle, msgs)`` items; started by the first consumer
     that uses the pool and stopped when the last one lets go."""
 
-    def __init__(self, threads: int = 1, name: str = "nsqcli-handler"):
+    def __init__(self, threads: int = 1, name: str = "nsqcli-handler", ordered: bool = False):
+        """``ordered``: one consumer's batches are handled one after another, in the order they
+        came (to-file: an archive keeps nsqd's order), while other consumers' run beside them."""
         self.size = max(1, threads)
         self.name = name
+        self.ordered = ordered
+        self._waiting: dict = {}  # ordered: consumer -> its batches that came while one was handled
         self.queue: queue.SimpleQueue = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._users = 0
@@ -197,8 +202,25 @@ class HandlerPool:
             item = get()
             if item is None:
                 return
-            consumer, handle, msgs = item
-            consumer._handle(handle, msgs)
+            if not self.ordered:
+                consumer, handle, msgs = item
+                consumer._handle(handle, msgs)
+                continue
+            consumer = item[0]
+            with self._lock:
+                if consumer in self._waiting:  # another thread is handling this consumer: after it
+                    self._waiting[consumer].append(item)
+                    continue
+                self._waiting[consumer] = collections.deque()
+            while item is not None:
+                item[0]._handle(item[1], item[2])
+                with self._lock:
+                    later = self._waiting[consumer]
+                    if later:
+                        item = later.popleft()
+                    else:
+                        del self._waiting[consumer]
+                        item = None
 
 
 TIMERS = Timers()

@@ -92,3 +92,44 @@ def test_a_handler_pool_runs_while_used_and_stops_with_its_last_user():
     pool.release()
     assert not pool._threads
     assert not [t for t in threading.enumerate() if t.name.startswith("test-handlers")]
+
+
+def test_an_ordered_pool_handles_one_consumers_batches_in_order_and_others_beside():
+    """to-file's pool: batches of one consumer never overtake each other (two threads took
+    batch k and k+1 and wrote k+1 first: an archive out of nsqd's order), other consumers run
+    beside it."""
+    import threading
+    import time as _time
+
+    from nsqcli.client.workers import HandlerPool
+
+    seen: dict = {"a": [], "b": []}
+    active: dict = {"a": 0, "b": 0}
+    overlap = []
+    lock = threading.Lock()
+
+    class FakeConsumer:
+        def __init__(self, name):
+            self.name = name
+
+        def _handle(self, handle, msgs):
+            with lock:
+                active[self.name] += 1
+                overlap.append(active[self.name])
+            _time.sleep(0.001 if handle % 3 else 0.004)  # uneven: a later batch would finish first
+            with lock:
+                seen[self.name].append(handle)
+                active[self.name] -= 1
+
+    pool = HandlerPool(4, ordered=True)
+    pool.acquire()
+    a, b = FakeConsumer("a"), FakeConsumer("b")
+    for i in range(60):
+        pool.put((a, i, []))
+        pool.put((b, i, []))
+    deadline = _time.monotonic() + 10
+    while (len(seen["a"]) < 60 or len(seen["b"]) < 60) and _time.monotonic() < deadline:
+        _time.sleep(0.01)
+    pool.release()
+    assert seen["a"] == list(range(60)) and seen["b"] == list(range(60))
+    assert max(overlap) == 1  # never two batches of one consumer at once
