@@ -35,6 +35,8 @@ class HttpRelay:
         # nsqcli.relay.dead_letter.DeadLetters) or else FINed, said (``warn``)
         self.max_attempts, self.dead, self.warn = 0, None, (lambda text: None)
         self.dead_lettered = self.given_up = 0
+        self.accept = None  # --grep/--where (nsqcli.filters.Filter): the others are FINed undelivered, counted
+        self.filtered = 0
 
     # -- the consumer's handler threads --------------------------------------------------------
     def __call__(self, msgs: list) -> None:
@@ -42,6 +44,10 @@ class HttpRelay:
             if self.done.is_set():
                 m.requeue(delay=0, backoff=False)
                 continue
+            if self.accept is not None and not self.accept(m):
+                with self.lock:
+                    self.filtered += 1
+                continue  # FINed by the batch (auto-response)
             if self.sample < 1.0 and self.rng.random() >= self.sample:
                 with self.lock:
                     self.sampled_out += 1
@@ -139,4 +145,5 @@ class HttpRelay:
         gave = (f", dead-lettered {self.dead_lettered:,}" if self.dead is not None else
                 f", given up {self.given_up:,}" if self.max_attempts else "")
         return (f"delivered {self.delivered:,}, failed attempts {self.failed:,} (requeued){gave}, sampled out "
-                f"{self.sampled_out:,}, {self.delivered / max(elapsed, 1e-9):,.0f} msg/s")
+                f"{self.sampled_out:,}{f', left out by --grep/--where {self.filtered:,}' if self.accept else ''}, "
+                f"{self.delivered / max(elapsed, 1e-9):,.0f} msg/s")

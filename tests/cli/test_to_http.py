@@ -361,3 +361,24 @@ def test_timeout_gives_up_requests_in_flight_and_requeues_them(nsqd, topic):
     assert 1.9 < took < 2.8, took
     c = chan(nsqd, topic)  # all back in the queue at once, none counted as the endpoint's failure
     assert (c["depth"], c["in_flight_count"], c["requeue_count"]) == (5, 0, 5), c
+
+
+def test_grep_and_where_deliver_only_the_matching_messages(nsqd, topic, endpoint):
+    """--grep/--where: the matching messages are delivered, the others FINed undelivered and
+    counted (the channel ends empty)."""
+    import json
+
+    ep = endpoint()
+    bodies = [json.dumps({"type": "order" if i % 3 == 0 else "click", "n": i}).encode() for i in range(30)]
+    http_post(nsqd.http_address, "/mpub", b"\n".join(bodies), topic=topic)
+    r = run_nsqcli(["to-http", "-t", topic, "--post", ep.url, "--where", '.type == "order"', "--grep", "n",
+                    "--idle-timeout", "1s", "--json", "--nsqd-tcp-address", nsqd.tcp_address], timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert sorted(ep.bodies()) == sorted(b for b in bodies if b'"order"' in b)
+    doc = json.loads(r.stdout)
+    assert (doc["delivered"], doc["filtered"]) == (10, 20)
+    c = chan(nsqd, topic)
+    assert c["depth"] == 0 and c["in_flight_count"] == 0 and c["message_count"] == 30
+    bad = run_nsqcli(["to-http", "-t", topic, "--post", ep.url, "--where", ".type ==", "--nsqd-tcp-address",
+                      nsqd.tcp_address])
+    assert bad.returncode == 2 and bad.stderr.count(b"\n") == 1 and b"'--where'" in bad.stderr

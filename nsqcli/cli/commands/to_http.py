@@ -45,12 +45,17 @@ nsqcli to-http -t events --post https://api.example/v1 --header 'Authorization: 
 @option("--max-attempts", type=click.IntRange(0), default=0, show_default=True,
         help="After this many failed attempts: dead-letter the message (--dead-letter-topic) or else FIN it "
              "undelivered, said (0 = retry for ever).")
+@option("--grep", "grep", metavar="REGEX", help="Deliver only messages whose body matches REGEX (Python re on the "
+        "body's bytes); the others are FINed undelivered, and counted.")
+@option("--where", "where", metavar="EXPR", help="Deliver only messages for which EXPR is true (the others are FINed "
+        "undelivered, and counted); the syntax of 'nsqcli tail --where', e.g. '.type == \"order\"'.")
 @dead_letter_options
 @daemon_options(count_help="Stop after delivering N messages (0 = run until stopped).", log_format="text")
 @connection_options(consumer=True)
 @click.pass_obj
 def to_http(app, topic, channel, posts, gets, headers, content_type, mode, sample, concurrency, max_in_flight,
-            http_connect_timeout, http_timeout, requeue_delay, max_attempts, dead_letter_topic, count, **kwargs):
+            http_connect_timeout, http_timeout, requeue_delay, max_attempts, grep, where, dead_letter_topic, count,
+            **kwargs):
     """Deliver TOPIC's messages to HTTP endpoints (nsq_to_http).
 
     A message is FINed after a 2xx answer to a POST (200 to a GET), otherwise requeued with
@@ -88,6 +93,12 @@ def to_http(app, topic, channel, posts, gets, headers, content_type, mode, sampl
     job = ToHttp(app, topic, channel, conn, cfg, endpoints, mode, hdrs, content_type, http_connect_timeout,
                  http_timeout, concurrency, count, sample, requeue_delay)
     job.relay.max_attempts, job.relay.warn = max_attempts, app.warn
+    from ...filters import FilterError, make_filter
+
+    try:
+        job.relay.accept = make_filter(grep, where)
+    except FilterError as e:
+        raise click.BadParameter(str(e), param_hint=f"'{e.option}'") from None
     job.app, job.conn, job.dead_letter_topic = app, conn, dead_letter_topic
     from ..harness import run
 
@@ -139,6 +150,7 @@ class ToHttp(Job):
     def counters(self) -> dict:
         r = self.relay
         return {"delivered": r.delivered, "failed_attempts": r.failed, "sampled_out": r.sampled_out,
+                "filtered": r.filtered,
                 "dead_lettered": r.dead_lettered, "given_up": r.given_up}
 
     def latency(self) -> dict:
@@ -158,7 +170,8 @@ class ToHttp(Job):
             from ..harness import write_json
 
             write_json({"topic": self.topic, "channel": self.channel, "delivered": r.delivered,
-                        "failed_attempts": r.failed, "sampled_out": r.sampled_out, "dead_lettered": r.dead_lettered,
+                        "failed_attempts": r.failed, "sampled_out": r.sampled_out, "filtered": r.filtered,
+                        "dead_lettered": r.dead_lettered,
                         "given_up": r.given_up, "elapsed": round(elapsed, 3)})
         if short:
             from ..app import DeadlineExceeded
