@@ -265,3 +265,21 @@ def test_peek_over_two_nsqd_with_uneven_backlogs(cluster, topic):
     assert len(r.stdout.splitlines()) == 10 and len(set(r.stdout.splitlines())) == 10
     assert _waiting(channel_stats(a, topic, "billing")) == 8 and _waiting(channel_stats(b, topic, "billing")) == 2
     assert channel_stats(a, topic, "billing")["requeue_count"] == 8
+
+
+def test_peek_of_a_backlog_partly_on_disk_leaves_it_whole_and_says_how_far_it_got(nsqd_factory, topic):
+    """Beyond --mem-queue-size nsqd sends from disk and memory at random, and what peek gives
+    back goes to memory: it comes round again before the rest. Whatever peek shows, the channel
+    keeps every message, and a peek that stopped early says so."""
+    nsqd = nsqd_factory(mem_queue_size=10)
+    _backlog(nsqd, topic, "billing", [b"%03d" % i for i in range(300)])
+    r = run(["tail", topic, "-c", "billing", "--peek", "--max-in-flight", "20", "--timeout", "30s"], _env(nsqd))
+    assert r.returncode == 0, r.stderr
+    shown = r.stdout.splitlines()
+    assert len(shown) == len(set(shown)) and shown, r.stderr
+    if len(shown) < 300:
+        import re
+        assert re.search(rb"peek stopped after looking at \d+ of the 300 messages waiting", r.stderr), r.stderr
+    wait_for(lambda: channel_stats(nsqd, topic, "billing")["in_flight_count"] == 0, what="nothing in flight")
+    ch = channel_stats(nsqd, topic, "billing")
+    assert _waiting(ch) == 300 and ch["timeout_count"] == 0

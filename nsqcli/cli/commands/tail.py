@@ -32,7 +32,10 @@ class Sink:
     (given back one by one, the first ones would come round again while the last are still
     being looked at). The peek
     ends when as many messages were looked at as the channel had waiting when it started, or
-    when one comes round again (held too: no loop of redeliveries)."""
+    when one comes round again after that (held too: no loop of redeliveries). A backlog larger
+    than nsqd's --mem-queue-size comes from memory and disk at random, so some messages given
+    back come round again before the end: given back again (their attempts rise by two), and
+    once as many came round again as were new, the peek stops (``partial``), said."""
 
     def __init__(self, formatter, separator: bytes, count: int, done: threading.Event,
                  accept=None, peek: bool = False, terminal: bool = False, max_in_flight: int = 1):
@@ -57,7 +60,8 @@ class Sink:
         self.held: list = []            # peek: given back at the end (shown under -n, came round again)
         self.pending: list = []         # peek: given back in bulk
         self.given_back = 0
-        self.wrapped = False            # peek: every message waiting was looked at
+        self.wrapped = False            # peek: every message waiting was looked at (or partial)
+        self.partial = False            # peek: stopped before that, messages coming round again
         self.backlog = 0                # peek: messages waiting in the channel(s) when it started
         self.lock = threading.Lock()
         self.last_message = time.monotonic()
@@ -105,8 +109,9 @@ class Sink:
                     self.done.set()
                     keep = []
                 self.shown += len(keep)
-                if self.peek:
-                    (self.held.extend if self.count else self.pending.extend)(keep)
+                if self.peek:  # held to the end only where that keeps nsqd from sending more than -n
+                    (self.held.extend if self.count and self.count <= self.max_in_flight
+                     else self.pending.extend)(keep)
             if (self.count and self.shown >= self.count) or self.wrapped:
                 self.done.set()
             if self.peek and not self.done.is_set():
@@ -133,9 +138,17 @@ class Sink:
         for m in msgs:
             key = (m.nsqd, m.topic, m.id)
             if key in self.seen:
+                # back before the rest of the backlog was looked at: nsqd sends a backlog that is
+                # partly on disk from memory and disk at random, and a REQ 0 goes to memory
                 self.again += 1
-                self.held.append(m)
-                self.wrapped = True
+                if not self.backlog or self.looked >= self.backlog:
+                    self.held.append(m)
+                    self.wrapped = True
+                elif self.again >= max(self.looked, self.max_in_flight):  # as many again as new: stop
+                    self.held.append(m)
+                    self.wrapped = self.partial = True
+                else:
+                    self.pending.append(m)
             else:
                 self.seen.add(key)
                 self.looked += 1
@@ -479,7 +492,8 @@ class Tail(Job):
                          f"{t['lost_responses']} could not be sent (connection gone), {t['late_messages']} "
                          "messages arrived after close - nsqd redelivers those")
         if sink.peek:
-            again = (f"; {sink.again} came round again (their attempts rose by two)" if sink.again else "")
+            again = (f"; {sink.again} deliveries were of messages already looked at, given back again (each "
+                     "raised its attempts once more)" if sink.again else "")
             lost = sink.looked + sink.again - sink.given_back
             if lost > 0:
                 again += (f"; {lost} could not be given back (connection gone): nsqd gives them back after "
@@ -487,8 +501,12 @@ class Tail(Job):
             app.info(f"peek: the {sink.looked} message(s) looked at were given back (REQ, no delay), not FINed: "
                      f"their attempts rose by one{again}"
                      + (f"; {sink.unmatched} did not match" if sink.accept is not None else "")
-                     + (" (every message waiting was looked at)" if sink.wrapped and sink.count
-                        and sink.shown < sink.count else ""))
+                     + (" (every message waiting was looked at)" if sink.wrapped and not sink.partial
+                        and sink.count and sink.shown < sink.count else ""))
+            if sink.partial:
+                app.warn(f"peek stopped after looking at {sink.looked} of the {sink.backlog} messages waiting: "
+                         "part of the backlog is on nsqd's disk (beyond its --mem-queue-size), which nsqd sends "
+                         "mixed at random with the messages given back, so as many came round again as were new")
         elif sink.accept is not None and sink.unmatched:
             app.info(f"{sink.unmatched} message(s) did not match and were FINed")
         if sink.peek and sink.wrapped:
