@@ -48,6 +48,7 @@ class Copier:
         self.dead = None  # nsqcli.relay.dead_letter.DeadLetters: --dead-letter-topic
         self.dead_lettered = 0
         self.big_ids: set = set()  # the messages over the limit said so far
+        self.accept = None  # --grep/--where (nsqcli.filters.Filter): the others are left out (FINed), counted
         self.lock = threading.Lock()
         self.pace_lock = threading.Lock()
         self.idle = threading.Condition(self.lock)
@@ -106,7 +107,7 @@ class Copier:
         by_topic: dict[str, list[bytes]] = {}
         skipped = big = 0
         for m in msgs:
-            body = self._body(m.body)
+            body = None if self.accept is not None and not self.accept(m) else self._body(m.body)
             if body is None:
                 skipped += 1
             elif self.max_msg_size is not None and len(body) > self.max_msg_size:

@@ -358,3 +358,15 @@ def test_a_batch_is_fined_only_when_the_destination_acknowledged_all_of_it():
     copier = Copier(Producer(3), None, "hostpool", None, (), None, 0, threading.Event())
     copier(msgs)
     assert copier.copied == 3 and copier.wait_idle(0)
+
+
+def test_grep_and_where_copy_only_the_matching_messages(nsqd, topic):
+    bodies = [b'{"level": "%s", "n": %d}' % (b"error" if i % 4 == 0 else b"info", i) for i in range(40)]
+    http_post(nsqd.http_address, "/mpub", b"\n".join(bodies), topic=topic)
+    r = run_nsqcli(["to-nsq", "-t", topic, "--nsqd-tcp-address", nsqd.tcp_address, "--destination-nsqd-tcp-address",
+                    nsqd.tcp_address, "--destination-topic", topic + "_errors", "--where", '.level == "error"',
+                    "--grep", "n", "--idle-timeout", "1s", "--json"], timeout=60)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert (doc["copied"], doc["filtered"]) == (10, 30)
+    assert topic_stats(nsqd, topic + "_errors")["message_count"] == 10

@@ -110,6 +110,10 @@ nsqcli to-nsq -t events --destination-nsqd-tcp-address 10.1.0.7:4150 --destinati
 @option("--concurrency", type=click.IntRange(1, 64), default=4, show_default=True,
         help="Batches being published at once.")
 @option("--rate", type=RATE, help="At most N messages per second.")
+@option("--grep", "grep", metavar="REGEX", help="Copy only messages whose body matches REGEX (Python re on the body's "
+        "bytes); the others are FINed, counted as left out by filters.")
+@option("--where", "where", metavar="EXPR", help="Copy only messages for which EXPR is true (the syntax of 'nsqcli "
+        "tail --where'); the others are FINed, counted as left out by filters.")
 @option("--require-json-field", help="Copy only JSON messages that have this top-level field.")
 @option("--require-json-value", help="... whose value (as text) is this (needs --require-json-field).")
 @option("--whitelist-json-field", "whitelist", multiple=True,
@@ -128,9 +132,9 @@ nsqcli to-nsq -t events --destination-nsqd-tcp-address 10.1.0.7:4150 --destinati
 @destination_options
 @connection_options(consumer=True)
 @click.pass_obj
-def to_nsq(app, topics, channel, destination_topic, mode, max_in_flight, concurrency, rate, require_json_field,
-           require_json_value, whitelist, requeue_delay, destination_max_msg_size, max_attempts, dead_letter_topic,
-           count, **kwargs):
+def to_nsq(app, topics, channel, destination_topic, mode, max_in_flight, concurrency, rate, grep, where,
+           require_json_field, require_json_value, whitelist, requeue_delay, destination_max_msg_size, max_attempts,
+           dead_letter_topic, count, **kwargs):
     """Copy TOPIC(s) from one NSQ to another (nsq_to_nsq), in pipelined MPUB batches.
 
     A message is FINed only after the destination acknowledged it; when the destination fails,
@@ -156,6 +160,12 @@ def to_nsq(app, topics, channel, destination_topic, mode, max_in_flight, concurr
         raise click.UsageError("give --destination-nsqd-tcp-address or --destination-lookupd-http-address")
     _refuse_copy_onto_itself(conn, dest, topics, destination_topic)
     check_dead_letter(max_attempts, dead_letter_topic, list(topics))
+    from ...filters import FilterError, make_filter
+
+    try:
+        accept = make_filter(grep, where)
+    except FilterError as e:
+        raise click.BadParameter(str(e), param_hint=f"'{e.option}'") from None
     if require_json_value is not None and not require_json_field:
         raise click.UsageError("--require-json-value needs --require-json-field")
     if rate:  # a batch is at most ~100 ms of the rate
@@ -176,6 +186,7 @@ def to_nsq(app, topics, channel, destination_topic, mode, max_in_flight, concurr
                         max_msg_size=limit.size, max_attempts=max_attempts, requeue_delay=requeue_delay,
                         max_requeue_delay=requeue_cap, limit_source=limit.source, outages=job.outages, warn=app.warn)
     job.producer = producer
+    job.copier.accept = accept
     job.app, job.dead_letter_topic = app, dead_letter_topic
     from ..harness import run
 
