@@ -283,3 +283,13 @@ def test_peek_of_a_backlog_partly_on_disk_leaves_it_whole_and_says_how_far_it_go
     wait_for(lambda: channel_stats(nsqd, topic, "billing")["in_flight_count"] == 0, what="nothing in flight")
     ch = channel_stats(nsqd, topic, "billing")
     assert _waiting(ch) == 300 and ch["timeout_count"] == 0
+
+
+def test_peek_with_n_above_max_in_flight(nsqd, topic):
+    _backlog(nsqd, topic, "billing", [b"%02d" % i for i in range(50)])
+    r = run(["tail", topic, "-c", "billing", "--peek", "-n", "30", "--max-in-flight", "10", "--timeout", "20s"],
+            _env(nsqd))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [b"%02d" % i for i in range(30)]
+    wait_for(lambda: channel_stats(nsqd, topic, "billing")["in_flight_count"] == 0, what="nothing in flight")
+    assert _waiting(channel_stats(nsqd, topic, "billing")) == 50
