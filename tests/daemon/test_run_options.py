@@ -12,10 +12,11 @@ COMMANDS = {
     "to-nsq": ["to-nsq", "-t", "t", *NSQD, "--destination-nsqd-tcp-address", "127.0.0.1:2"],
     "to-http": ["to-http", "-t", "t", "--post", "http://127.0.0.1:3/", *NSQD],
     "to-file": ["to-file", "-t", "t", "--output-dir", "OUT", *NSQD],
+    "exec": ["exec", "t", "-c", "c", *NSQD],
 }
 ROWS = [
-    (["--idle-timeout", "0"], "'--idle-timeout': must be more than 0", ("tail", "to-nsq", "to-http")),
-    (["--timeout", "0"], "'--timeout': must be more than 0", ("tail", "to-nsq", "to-http")),
+    (["--idle-timeout", "0"], "'--idle-timeout': must be more than 0", ("tail", "to-nsq", "to-http", "exec")),
+    (["--timeout", "0"], "'--timeout': must be more than 0", ("tail", "to-nsq", "to-http", "exec")),
     (["--metrics-address", "nohost"], "'--metrics-address'", tuple(COMMANDS)),
     (["--status-file", "/nonexistent-dir/status.json"], "'--status-file'", tuple(COMMANDS)),
     (["--log-format", "xml"], "'--log-format'", tuple(COMMANDS)),
@@ -29,7 +30,8 @@ CASES = [(command, extra, says) for extra, says, where in ROWS for command in wh
 @pytest.mark.parametrize("command,extra,says", CASES, ids=[f"{c}:{e[0]}={e[1]}" for c, e, _ in CASES])
 def test_the_same_refusal_everywhere(command, extra, says, tmp_path):
     """(to-file runs until stopped: it has no --timeout or --idle-timeout.)"""
-    args = [a.replace("OUT", str(tmp_path)) for a in COMMANDS[command]] + extra
+    args = [a.replace("OUT", str(tmp_path)) for a in COMMANDS[command]] + extra + (["--", "true"] if command == "exec"
+                                                                                  else [])
     r = run_nsqcli(args, timeout=30)
     lines = r.stderr.decode().splitlines()
     assert r.returncode == 2 and len(lines) == 1 and says in lines[0], (r.returncode, lines)
