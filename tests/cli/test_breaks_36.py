@@ -45,3 +45,22 @@ def test_peek_over_topics_whose_message_ids_repeat_shows_every_message(nsqd, top
     for t in (a, b):
         ch = channel_stats(nsqd, t, "billing")
         assert ch["depth"] + ch["in_flight_count"] + ch["deferred_count"] == 50
+
+
+def test_exec_with_n_taken_by_running_commands_holds_the_others_instead_of_a_requeue_loop(nsqd, topic):
+    # exec -n 2 --concurrency 4: the 2 runs claimed -n; every other message delivered meanwhile was
+    # REQ'd with no delay and came straight back, hundreds of times a second (requeue_count 3382
+    # for 8 messages in half a second: their attempts, which --max-attempts counts, ruined)
+    http_post(nsqd.http_address, "/topic/create", topic=topic)
+    http_post(nsqd.http_address, "/channel/create", topic=topic, channel="work")
+    http_post(nsqd.http_address, "/mpub", b"\n".join(b"m%d" % i for i in range(10)), topic=topic)
+    r = run(["exec", topic, "-c", "work", "-n", "2", "--concurrency", "4", "--timeout", "20s", "--",
+             "sh", "-c", "sleep 0.5; cat; echo"], _env(nsqd))
+    assert r.returncode == 0, r.stderr
+    assert len(r.stdout.splitlines()) == 2 and b"succeeded 2" in r.stderr, r.stderr
+    wait_for(lambda: channel_stats(nsqd, topic, "work")["in_flight_count"] == 0, what="nothing in flight")
+    ch = channel_stats(nsqd, topic, "work")
+    assert ch["depth"] == 8 and ch["requeue_count"] <= 10, ch
+    r = run(["tail", topic, "-c", "work", "-n", "8", "-f", "{attempts}", "--timeout", "10s"], _env(nsqd))
+    assert r.returncode == 0, r.stderr
+    assert max(int(a) for a in r.stdout.split()) <= 3, r.stdout

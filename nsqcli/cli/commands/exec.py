@@ -238,7 +238,7 @@ class Exec(Job):
 
     def __call__(self, m) -> None:
         m.disable_auto_response()
-        if self.done.is_set() or not self._claim():  # stopping, or -n is taken: back at once
+        if not self._wait_for_room(m):  # stopping, or -n was done: back at once
             m.requeue(delay=0, backoff=False)
             return
         later = False
@@ -251,6 +251,28 @@ class Exec(Job):
         finally:
             if not later:
                 self._release()
+
+    def _wait_for_room(self, m) -> bool:
+        """Claim a run for ``m``; while -n is taken by runs still going, hold it (TOUCHed): one of
+        them may fail and leave room. Given back at once, it came straight back: a loop of
+        redeliveries, its attempts up by hundreds a second. False when stopping."""
+        touch_every, next_touch = None, 0.0
+        while not self.done.is_set():
+            if self._claim():
+                return True
+            now = time.monotonic()
+            if touch_every is None:
+                timeouts = self.consumer.msg_timeouts()
+                touch_every = (min(timeouts) if timeouts else (self.consumer.config.msg_timeout or 60.0)) / 2
+                next_touch = now + touch_every
+            elif now >= next_touch:
+                next_touch = now + touch_every
+                try:
+                    m.touch()
+                except Exception:  # the connection is gone: nsqd redelivers the message anyway
+                    pass
+            self.done.wait(0.05)
+        return False
 
     def _handle(self, m) -> bool:
         """Run the command for ``m`` and answer it; True when the dead-letter thread answers it."""
