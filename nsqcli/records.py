@@ -198,5 +198,5 @@ class Formatter:
         if self.hex:
             fields["body_hex"] = m.body.hex()
         if self.escaped:
-            fields["body_escaped"] = escape_bytes(m.body, newlines=True).decode("ascii")
+            fields["body_escaped"] = escape_bytes(m.body, newlines=True).decode("utf-8")  # printable UTF-8 is kept
         return self.fmt.format(**fields).encode("utf-8", "surrogateescape")

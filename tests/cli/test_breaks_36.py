@@ -64,3 +64,19 @@ def test_exec_with_n_taken_by_running_commands_holds_the_others_instead_of_a_req
     r = run(["tail", topic, "-c", "work", "-n", "8", "-f", "{attempts}", "--timeout", "10s"], _env(nsqd))
     assert r.returncode == 0, r.stderr
     assert max(int(a) for a in r.stdout.split()) <= 3, r.stdout
+
+
+def test_body_escaped_of_a_body_in_utf8_text_beyond_ascii(nsqd, topic):
+    # {body_escaped} keeps printable UTF-8 as it is, then decoded it as ASCII: any body with an 'é'
+    # broke the handler ("nsqcli: warning: source: 'ascii' codec can't decode..."), the connection
+    # was dropped and the message left in flight until nsqd's message timeout
+    http_post(nsqd.http_address, "/topic/create", topic=topic)
+    http_post(nsqd.http_address, "/channel/create", topic=topic, channel="billing")
+    http_post(nsqd.http_address, "/pub", "café\tключ\n\x1b]0;x\x07".encode() + b"\xff", topic=topic)
+    r = run(["tail", topic, "-c", "billing", "--peek", "-n", "1", "-f", "{size} {body_escaped}", "--timeout", "10s"],
+            _env(nsqd))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.decode() == "22 café\\tключ\\n\\x1b]0;x\\x07\\xff\n", r.stdout
+    assert b"warning" not in r.stderr, r.stderr
+    wait_for(lambda: channel_stats(nsqd, topic, "billing")["in_flight_count"] == 0, timeout=3, what="given back")
+    assert channel_stats(nsqd, topic, "billing")["depth"] == 1
