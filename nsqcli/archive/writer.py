@@ -67,9 +67,12 @@ class FileOptions(Record, frozen=True):
                              "or a separate --work-dir (so a new file never overwrites an old one)")
         if "<TOPIC>" not in self.filename_format:
             raise ValueError("--filename-format needs <TOPIC>")
-        if self.host_identifier and ("/" in self.host_identifier or "\0" in self.host_identifier):
+        if self.host_identifier and "/" in self.host_identifier:
             raise ValueError(f"--host-identifier {self.host_identifier!r} has a '/': it goes into file names "
                              "(put directories in --filename-format)")
+        if self.host_identifier and any(ord(c) < 32 or ord(c) == 127 for c in self.host_identifier):
+            raise ValueError(f"--host-identifier {self.host_identifier!r} has a control character: it goes into "
+                             "file names")
         if leaves_dir(self.filename_format):
             raise ValueError(f"--filename-format {self.filename_format!r} leaves --output-dir: give a path "
                              "inside it (no leading '/', no '..')")

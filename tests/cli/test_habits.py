@@ -52,3 +52,9 @@ def test_a_host_identifier_with_a_slash_is_refused(tmp_path):
     one_error_line(run_nsqcli(["to-file", "-t", "t", "--host-identifier", "../../etc", "--output-dir", str(tmp_path),
                                "--nsqd-tcp-address", "127.0.0.1:1"]), 2,
                    r"--host-identifier '\.\./\.\./etc' has a '/': it goes into file names")
+
+
+def test_a_host_identifier_with_a_newline_is_refused(tmp_path):
+    one_error_line(run_nsqcli(["to-file", "-t", "t", "--host-identifier", "a\nb", "--output-dir", str(tmp_path),
+                               "--nsqd-tcp-address", "127.0.0.1:1"]), 2,
+                   r"--host-identifier 'a\\nb' has a control character: it goes into file names")
