@@ -507,6 +507,10 @@ class Tail(Job):
                 app.warn(f"peek stopped after looking at {sink.looked} of the {sink.backlog} messages waiting: "
                          "part of the backlog is on nsqd's disk (beyond its --mem-queue-size), which nsqd sends "
                          "mixed at random with the messages given back, so as many came round again as were new")
+            elif sink.backlog and sink.looked < sink.backlog and not (sink.count and sink.shown >= sink.count):
+                app.warn(f"peek looked at {sink.looked} of the {sink.backlog} messages waiting when it started: "
+                         "over several nsqd its pacing is shared, not per node (a known limit); the channel is "
+                         "as it was")
         elif sink.accept is not None and sink.unmatched:
             app.info(f"{sink.unmatched} message(s) did not match and were FINed")
         if sink.peek and sink.wrapped:
