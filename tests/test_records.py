@@ -43,7 +43,7 @@ def test_every_documented_field_and_format_specs_still_work():
     fmt = " ".join("{%s}" % f for f in FIELDS) + " [{attempts:03d}] [{body:>7}] {body!r}"
     out = Formatter(fmt)(message())
     assert out == (b"t c 127.0.0.1:4150 0123456789abcdef 3 1700000000123456789 "
-                   b"2023-11-14T22:13:20.123456789Z hello [003] [  hello] 'hello'")
+                   b"2023-11-14T22:13:20.123456789Z 5 hello 68656c6c6f hello [003] [  hello] 'hello'")
 
 
 @pytest.mark.parametrize("fmt,field", [("{body.__class__}", "body.__class__"), ("{id[0]}", "id[0]")])
@@ -56,7 +56,7 @@ def test_tail_refuses_the_template_before_consuming(nsqd, topic, fmt, field):
     lines = r.stderr.decode().splitlines()
     assert (r.returncode, r.stdout, len(lines)) == (2, b"", 1), r.stderr
     assert "Invalid value for '--format'" in lines[0] and f"unknown field {field!r}" in lines[0]
-    assert "fields: topic, channel, nsqd, id, attempts, timestamp, time, body" in lines[0]
+    assert "fields: topic, channel, nsqd, id, attempts, timestamp, time, size, body, body_hex, body_escaped" in lines[0]
     assert channel_stats(nsqd, topic, "probe") is None and topic_stats(nsqd, topic)["depth"] == 1
 
 

@@ -252,21 +252,6 @@ def test_peek_touches_what_it_holds_past_the_message_timeout(nsqd_factory, topic
     assert ch["depth"] == 1 and ch["in_flight_count"] == 0 and ch["requeue_count"] == 1 and ch["timeout_count"] == 0
 
 
-def test_peek_over_two_nsqd_with_uneven_backlogs(cluster, topic):
-    """8 messages on one node, 2 on the other: -n 10 (ten in flight at most) shows all ten and
-    leaves both channels as they were."""
-    a, b = cluster.nsqds[:2]
-    for node, n in ((a, 8), (b, 2)):
-        _backlog(node, topic, "billing", [b"%s-%d" % (node.tcp_address.encode(), i) for i in range(n)])
-    env = {"NSQCLI_NSQD_TCP_ADDRESS": f"{a.tcp_address} {b.tcp_address}",
-           "NSQCLI_NSQD_HTTP_ADDRESS": f"{a.http_address} {b.http_address}"}
-    r = run(["tail", topic, "-c", "billing", "--peek", "-n", "10", "--timeout", "20s"], env)
-    assert r.returncode == 0, r.stderr
-    assert len(r.stdout.splitlines()) == 10 and len(set(r.stdout.splitlines())) == 10
-    assert _waiting(channel_stats(a, topic, "billing")) == 8 and _waiting(channel_stats(b, topic, "billing")) == 2
-    assert channel_stats(a, topic, "billing")["requeue_count"] == 8
-
-
 def test_peek_of_a_backlog_partly_on_disk_leaves_it_whole_and_says_how_far_it_got(nsqd_factory, topic):
     """Beyond --mem-queue-size nsqd sends from disk and memory at random, and what peek gives
     back goes to memory: it comes round again before the rest. Whatever peek shows, the channel

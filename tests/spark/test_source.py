@@ -34,7 +34,10 @@ IN_BATCHES = spark_version() >= (4, 2)
 def committed(spark, out: Path) -> int:
     """Rows in the Parquet sink's committed files (0 before its first commit)."""
     meta = out / "_spark_metadata"
-    return spark.read.parquet(str(out)).count() if meta.exists() and any(meta.iterdir()) else 0
+    # a batch's log entry is a file named by its number (".0.<uuid>.tmp" while it is written:
+    # reading then finds no committed file yet and cannot infer a schema)
+    entries = meta.exists() and any(p.name.isdigit() for p in meta.iterdir())
+    return spark.read.parquet(str(out)).count() if entries else 0
 
 
 def offset_json(text: str) -> dict:
