@@ -438,13 +438,6 @@ def run(app, job: Job, settings: Settings) -> int:
     return Harness(app, job, settings).run()
 
 
-def stop_budget(end: float | None):
-    """``left(cap)``: seconds a stop step may take - ``cap``, or what is left until ``end``."""
-    if end is None:
-        return lambda cap: cap
-    return lambda cap: max(0.01, min(cap, end - time.monotonic()))
-
-
 def write_json(doc: dict) -> None:
     import json
 

@@ -120,38 +120,36 @@ def _comma_list(text: str, param, ctx) -> str:
 
 
 class HostPort(click.ParamType):
+    """HOST:PORT of a TCP address (nsqd), checked like nsqd's: ``parse`` raises ValueError."""
+
     name = "HOST:PORT"
 
-    def convert(self, value, param, ctx):
+    @staticmethod
+    def parse(value: str) -> None:
         from ..client.transport import split_address
 
+        split_address(value)
+
+    def convert(self, value, param, ctx):
         problem = _address_footgun(value, param, ctx, http=False)
         if problem:
             self.fail(problem, param, ctx)
         try:
-            split_address(value)
+            self.parse(value)
         except ValueError as e:
             self.fail(str(e), param, ctx)
         return value
 
 
-class ListenAddress(click.ParamType):
+class ListenAddress(HostPort):
     """HOST:PORT to listen on (--metrics-address): also ``[V6]:PORT``, ``:PORT`` (every
     interface) and port 0 (any free port; the command says which it got)."""
 
-    name = "HOST:PORT"
-
-    def convert(self, value, param, ctx):
+    @staticmethod
+    def parse(value: str) -> None:
         from ..daemon.metrics import parse_address
 
-        problem = _address_footgun(value, param, ctx, http=False)
-        if problem:
-            self.fail(problem, param, ctx)
-        try:
-            parse_address(value)
-        except ValueError as e:
-            self.fail(str(e), param, ctx)
-        return value
+        parse_address(value)
 
 
 class HttpAddress(click.ParamType):
