@@ -6,6 +6,8 @@ import json
 import os
 import subprocess
 
+import pytest
+
 from helpers import NSQCLI, channel_stats, clean_env, http_get_json, http_post, one_error_line, topic_stats, wait_for
 from helpers import run_nsqcli as run
 from hung import cluster  # noqa: F401 - the fixture
@@ -278,3 +280,41 @@ def test_peek_with_n_above_max_in_flight(nsqd, topic):
     assert r.stdout.splitlines() == [b"%02d" % i for i in range(30)]
     wait_for(lambda: channel_stats(nsqd, topic, "billing")["in_flight_count"] == 0, what="nothing in flight")
     assert _waiting(channel_stats(nsqd, topic, "billing")) == 50
+
+
+def test_peek_over_two_nsqd_with_backlogs_above_half_the_max_in_flight_shows_all(cluster, topic):
+    """250 and 50 waiting, RDY 100 per node: each node is paced by its own backlog and RDY (the
+    first node full while the second had nothing left to send stalled a pacing shared by both)."""
+    a, b = cluster.nsqds[:2]
+    for node, n in ((a, 250), (b, 50)):
+        _backlog(node, topic, "billing", [b"%d" % i for i in range(n)])
+    env = {"NSQCLI_NSQD_TCP_ADDRESS": f"{a.tcp_address} {b.tcp_address}",
+           "NSQCLI_NSQD_HTTP_ADDRESS": f"{a.http_address} {b.http_address}"}
+    r = run(["tail", topic, "-c", "billing", "--peek", "--timeout", "10s"], env)
+    assert r.returncode == 0, (r.returncode, r.stderr)  # exit 3 at the --timeout: stalled
+    assert len(r.stdout.splitlines()) == 300, (len(r.stdout.splitlines()), r.stderr)
+    for node, n in ((a, 250), (b, 50)):
+        ch = channel_stats(node, topic, "billing")
+        assert ch["depth"] + ch["in_flight_count"] + ch["deferred_count"] == n
+
+
+@pytest.mark.parametrize("found_by", ["addresses", "nsqlookupd"])
+def test_peek_over_two_nsqd_with_uneven_backlogs(cluster, topic, found_by):
+    """8 messages on one node, 2 on the other: -n 10 (ten in flight at most, RDY 5 each) shows all
+    ten and leaves both channels as they were, whether the nodes are given (their TCP address
+    matched to /stats by /info) or found through nsqlookupd."""
+    a, b = cluster.nsqds[:2]
+    for node, n in ((a, 8), (b, 2)):
+        _backlog(node, topic, "billing", [b"%s-%d" % (node.tcp_address.encode(), i) for i in range(n)])
+    if found_by == "addresses":
+        env = {"NSQCLI_NSQD_TCP_ADDRESS": f"{a.tcp_address} {b.tcp_address}",
+               "NSQCLI_NSQD_HTTP_ADDRESS": f"{a.http_address} {b.http_address}"}
+    else:
+        env = {"NSQCLI_LOOKUPD_HTTP_ADDRESS": cluster.lookupd.http_address}
+        wait_for(lambda: len(http_get_json(cluster.lookupd.http_address, "/lookup", topic=topic)["producers"]) == 2,
+                 what="both nodes registered")
+    r = run(["tail", topic, "-c", "billing", "--peek", "-n", "10", "--timeout", "20s"], env)
+    assert r.returncode == 0, r.stderr
+    assert len(r.stdout.splitlines()) == 10 and len(set(r.stdout.splitlines())) == 10
+    assert _waiting(channel_stats(a, topic, "billing")) == 8 and _waiting(channel_stats(b, topic, "billing")) == 2
+    assert channel_stats(a, topic, "billing")["requeue_count"] == 8

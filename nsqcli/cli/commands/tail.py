@@ -26,19 +26,11 @@ class Sink:
     ``accept`` (--grep/--where): a message it refuses is not shown and not counted toward -n;
     it is FINed (counted in ``unmatched``), or with ``peek`` given back.
 
-    ``peek``: nothing is FINed, every message goes back with REQ and no delay. The ones shown
-    under -n are held until the end (so nsqd sends no more than -n); the others are given back
-    in bulk, only as many as messages not looked at yet can follow them, and the rest at the end
-    (given back one by one, the first ones would come round again while the last are still
-    being looked at). The peek
-    ends when as many messages were looked at as the channel had waiting when it started, or
-    when one comes round again after that (held too: no loop of redeliveries). A backlog larger
-    than nsqd's --mem-queue-size comes from memory and disk at random, so some messages given
-    back come round again before the end: given back again (their attempts rise by two), and
-    once as many came round again as were new, the peek stops (``partial``), said."""
+    ``peek`` (a :class:`~nsqcli.cli.peek.Peek`): nothing is FINed, every message goes back with
+    REQ and no delay, paced per node; the peek ends when every node's backlog was looked at."""
 
     def __init__(self, formatter, separator: bytes, count: int, done: threading.Event,
-                 accept=None, peek: bool = False, terminal: bool = False, max_in_flight: int = 1):
+                 accept=None, peek=None, terminal: bool = False):
         self.out = sys.stdout.buffer
         self.format = formatter
         if terminal:
@@ -51,18 +43,7 @@ class Sink:
         self.done = done
         self.accept = accept
         self.peek = peek
-        self.max_in_flight = max_in_flight
         self.unmatched = 0
-        self.seen: set = set()          # peek: (nsqd, topic, id) looked at (ids repeat across topics and
-        #                                 nodes: each topic of each nsqd numbers its own, by --node-id)
-        self.looked = 0                 # peek: distinct messages received
-        self.again = 0                  # peek: deliveries of a message already looked at
-        self.held: list = []            # peek: given back at the end (shown under -n, came round again)
-        self.pending: list = []         # peek: given back in bulk
-        self.given_back = 0
-        self.wrapped = False            # peek: every message waiting was looked at (or partial)
-        self.partial = False            # peek: stopped before that, messages coming round again
-        self.backlog = 0                # peek: messages waiting in the channel(s) when it started
         self.lock = threading.Lock()
         self.last_message = time.monotonic()
         self.error: BaseException | None = None
@@ -70,11 +51,12 @@ class Sink:
     def __call__(self, msgs: list) -> None:
         with self.lock:
             self.last_message = time.monotonic()
-            if self.peek:
+            peek = self.peek
+            if peek is not None:
                 for m in msgs:
                     m.auto_response = False  # never FINed: every one is given back
-                msgs = self._peek_first_seen(msgs)
-            give_back = self.pending.append if self.peek else (lambda m: m.requeue(delay=0, backoff=False))
+                msgs = peek.first_seen(msgs)
+            give_back = peek.not_shown if peek is not None else (lambda m: m.requeue(delay=0, backoff=False))
             if self.done.is_set():
                 keep, extra = [], msgs
             elif self.accept is not None:
@@ -87,7 +69,7 @@ class Sink:
                         keep.append(m)
                     else:
                         self.unmatched += 1
-                        if self.peek:
+                        if peek is not None:
                             give_back(m)
                         # else: FINed by the auto-response, as tail does with what it shows
             elif self.count:
@@ -109,76 +91,31 @@ class Sink:
                     self.done.set()
                     keep = []
                 self.shown += len(keep)
-                if self.peek:  # held to the end only where that keeps nsqd from sending more than -n
-                    (self.held.extend if self.count and self.count <= self.max_in_flight
-                     else self.pending.extend)(keep)
-            if (self.count and self.shown >= self.count) or self.wrapped:
+                if peek is not None:
+                    peek.shown(keep)
+            if (self.count and self.shown >= self.count) or (peek is not None and peek.wrapped):
                 self.done.set()
-            if self.peek and not self.done.is_set():
-                self._give_back_some()
-
-    def _give_back_some(self) -> None:
-        """(peek) REQ some of ``pending`` in bulk: as many as nsqd can replace by messages not
-        looked at yet (it sends what is given back only after those: REQ 0 puts a message at the
-        back of the queue), and always enough that nsqd is never left without room to send."""
-        pending, mif = self.pending, self.max_in_flight
-        free = mif - len(self.held) - len(pending)  # room nsqd has (messages on their way take some)
-        unseen = self.backlog - self.looked         # of the backlog, not looked at yet (some on their way)
-        if unseen > 0:
-            k = min(len(pending), unseen - free)     # <= the unseen ones still in the queue
-        else:  # past the backlog: new messages, not known in advance
-            k = len(pending)
-        if k > 0 and (len(pending) >= max(1, mif // 2) or free <= 0):
-            self._requeue(pending[:k])
-            del pending[:k]
-
-    def _peek_first_seen(self, msgs: list) -> list:
-        """(peek) The messages not looked at before; the others are held and end the peek."""
-        first = []
-        for m in msgs:
-            key = (m.nsqd, m.topic, m.id)
-            if key in self.seen:
-                # back before the rest of the backlog was looked at: nsqd sends a backlog that is
-                # partly on disk from memory and disk at random, and a REQ 0 goes to memory
-                self.again += 1
-                if not self.backlog or self.looked >= self.backlog:
-                    self.held.append(m)
-                    self.wrapped = True
-                elif self.again >= max(self.looked, self.max_in_flight):  # as many again as new: stop
-                    self.held.append(m)
-                    self.wrapped = self.partial = True
-                else:
-                    self.pending.append(m)
-            else:
-                self.seen.add(key)
-                self.looked += 1
-                first.append(m)
-        if self.backlog and self.looked >= self.backlog:
-            self.wrapped = True  # (the last of them are still shown: done is set after them)
-        return first
-
-    def _requeue(self, msgs: list) -> None:
-        for m in msgs:
-            if not m.responded:
-                try:
-                    m.requeue(delay=0, backoff=False)
-                    self.given_back += 1
-                except Exception:  # its connection is gone: nsqd gives it back itself
-                    pass
+            if peek is not None and not self.done.is_set():
+                peek.give_back_some()
 
     def give_back(self) -> None:
         """(peek) REQ, with no delay, what is still held."""
         with self.lock:
-            msgs, self.held, self.pending = self.held + self.pending, [], []
-            self._requeue(msgs)
+            self.peek.give_back()
 
-    def add_backlog(self, n: int) -> None:
+    def add_backlog(self, topic: str, depths: dict) -> None:
         with self.lock:
-            self.backlog += n
+            self.peek.add_backlog(topic, depths)
+
+    def holds(self) -> bool:
+        if self.peek is None:
+            return False
+        with self.lock:
+            return bool(self.peek.held_and_pending())
 
     def touch_held(self) -> None:
         with self.lock:
-            held = self.held + self.pending
+            held = self.peek.held_and_pending()
         for m in held:
             try:
                 m.touch()
@@ -300,11 +237,10 @@ def tail(app, topics, channel, max_in_flight, count, fmt, print_topic, null, dra
     if pattern is not None:
         topics = _matching_topics(conn, pattern, check_by)
     if pattern is not None and peek:
-        depths = {t: _channel_depth(t, channel, conn, list(nsqd_http), check_by)[1] for t in topics}
-        topics = tuple(t for t in topics if depths[t] is not None)  # a topic without the channel: not peeked
-        backlog = sum(depths[t] for t in topics)
+        backlogs = {t: _channel_depth(t, channel, conn, list(nsqd_http), check_by)[1] for t in topics}
+        topics = tuple(t for t in topics if backlogs[t] is not None)  # a topic without the channel: not peeked
     elif peek:
-        backlog = sum(_require_channel(topic, channel, conn, list(nsqd_http), check_by) for topic in topics)
+        backlogs = {topic: _require_channel(topic, channel, conn, list(nsqd_http), check_by) for topic in topics}
     elif not channel.endswith("#ephemeral"):
         for topic in topics:
             _warn_shared_channel(app, topic, channel, conn, list(nsqd_http), check_by)
@@ -318,10 +254,14 @@ def tail(app, topics, channel, max_in_flight, count, fmt, print_topic, null, dra
         raise DeadlineExceeded("--timeout passed while asking nsqd/nsqlookupd about the topics, before subscribing "
                                f"({'; '.join(p for ps in unchecked.values() for p in ps) or 'no answer in time'})")
     terminal = not raw_terminal and sys.stdout.isatty()
-    sink = Sink(formatter, b"\0" if null else b"\n", count, None, accept=accept, peek=peek, terminal=terminal,
-                max_in_flight=max_in_flight)
+    book = None
     if peek:
-        sink.backlog = backlog
+        from ..peek import Peek
+
+        book = Peek(count, max_in_flight)
+        for topic in topics:
+            book.add_backlog(topic, backlogs[topic])
+    sink = Sink(formatter, b"\0" if null else b"\n", count, None, accept=accept, peek=book, terminal=terminal)
     job = Tail(app, topics, channel, conn, cfg, sink, unchecked)
     if pattern is not None:
         job.discovery = (pattern, topic_refresh, checks)
@@ -397,11 +337,11 @@ class Tail(Job):
 
         by = time.monotonic() + 3.0
         if checks["peek"]:
-            problems, depth = _channel_depth(topic, self.channel, self.conn, checks["nsqd_http"], by)
-            if depth is None:
+            problems, depths = _channel_depth(topic, self.channel, self.conn, checks["nsqd_http"], by)
+            if depths is None:
                 self.app.debug(f"topic {topic}: no channel {self.channel} to peek at ({'; '.join(problems)})")
                 return False
-            self.sink.add_backlog(depth)
+            self.sink.add_backlog(topic, depths)
         elif self.channel.endswith("#ephemeral") and not checks["drain_backlog"]:
             try:
                 self.unchecked[topic] = _refuse_backlog(topic, self.conn, checks["nsqd_http"], by)
@@ -432,7 +372,7 @@ class Tail(Job):
             self._finder.start()
 
     def tick(self, now: float) -> None:
-        if (self.sink.held or self.sink.pending) and now >= self._next_touch:  # peek: TOUCH what it holds
+        if self.sink.holds() and now >= self._next_touch:  # peek: TOUCH what it holds
             timeouts = [t for c in self.consumers() for t in c.msg_timeouts()]
             self._next_touch = now + max(0.5, min([20.0] + [t / 3 for t in timeouts]))
             self.sink.touch_held()
@@ -459,7 +399,7 @@ class Tail(Job):
         if self._finder is not None:  # no new topic from here on (done is set)
             self._finder.join(grace())
         consumers = self.consumers()
-        if self.sink.peek:  # CLS first (nsqd sends no more), then what is held goes back
+        if self.sink.peek is not None:  # CLS first (nsqd sends no more), then what is held goes back
             for c in consumers:
                 c.drain(timeout=grace())
             self.sink.give_back()
@@ -491,29 +431,30 @@ class Tail(Job):
                 app.warn(f"topic {c.topic}: {t['timed_out']} answers came after nsqd's message timeout, "
                          f"{t['lost_responses']} could not be sent (connection gone), {t['late_messages']} "
                          "messages arrived after close - nsqd redelivers those")
-        if sink.peek:
-            again = (f"; {sink.again} deliveries were of messages already looked at, given back again (each "
-                     "raised its attempts once more)" if sink.again else "")
-            lost = sink.looked + sink.again - sink.given_back
+        peek = sink.peek
+        if peek is not None:
+            looked, again_n, backlog = peek.looked, peek.again, peek.backlog
+            again = (f"; {again_n} deliveries were of messages already looked at, given back again (each "
+                     "raised its attempts once more)" if again_n else "")
+            lost = looked + again_n - peek.given_back
             if lost > 0:
                 again += (f"; {lost} could not be given back (connection gone): nsqd gives them back after "
                           "its message timeout")
-            app.info(f"peek: the {sink.looked} message(s) looked at were given back (REQ, no delay), not FINed: "
+            app.info(f"peek: the {looked} message(s) looked at were given back (REQ, no delay), not FINed: "
                      f"their attempts rose by one{again}"
                      + (f"; {sink.unmatched} did not match" if sink.accept is not None else "")
-                     + (" (every message waiting was looked at)" if sink.wrapped and not sink.partial
+                     + (" (every message waiting was looked at)" if peek.wrapped and not peek.partial
                         and sink.count and sink.shown < sink.count else ""))
-            if sink.partial:
-                app.warn(f"peek stopped after looking at {sink.looked} of the {sink.backlog} messages waiting: "
+            if peek.partial:
+                app.warn(f"peek stopped after looking at {looked} of the {backlog} messages waiting: "
                          "part of the backlog is on nsqd's disk (beyond its --mem-queue-size), which nsqd sends "
                          "mixed at random with the messages given back, so as many came round again as were new")
-            elif sink.backlog and sink.looked < sink.backlog and not (sink.count and sink.shown >= sink.count):
-                app.warn(f"peek looked at {sink.looked} of the {sink.backlog} messages waiting when it started: "
-                         "over several nsqd its pacing is shared, not per node (a known limit); the channel is "
-                         "as it was")
+            elif backlog and looked < backlog and not (sink.count and sink.shown >= sink.count):
+                app.warn(f"peek looked at {looked} of the {backlog} messages waiting when it started (it was "
+                         "stopped before the rest came); the channel is as it was")
         elif sink.accept is not None and sink.unmatched:
             app.info(f"{sink.unmatched} message(s) did not match and were FINed")
-        if sink.peek and sink.wrapped:
+        if peek is not None and peek.wrapped:
             return
         if expired and sink.count and sink.shown < sink.count:
             raise DeadlineExceeded(f"--timeout passed after {sink.shown} of {sink.count} messages")
@@ -534,12 +475,19 @@ def _left(by: float) -> float:
 
 
 def _http_addresses(topic: str, conn: dict, nsqd_http: list[str], by: float) -> tuple[list[str], list[str]]:
-    """nsqd HTTP addresses to check for ``topic``: given ones; lookupd's producers; else the TCP
-    port + 1 convention, used only where that port's /info names the TCP port given (another
-    nsqd there, or a port forward, would answer for the wrong node). Every node's /info and the
-    lookups are asked at once, by ``by``. Returns (addresses, problems)."""
+    """nsqd HTTP addresses to check for ``topic`` and the problems met (see :func:`_http_nodes`)."""
+    nodes, problems = _http_nodes(topic, conn, nsqd_http, by)
+    return list(nodes), problems
+
+
+def _http_nodes(topic: str, conn: dict, nsqd_http: list[str], by: float) -> tuple[dict, list[str]]:
+    """nsqd HTTP addresses to check for ``topic``, each with its TCP address as the consumer
+    names it (None: not known): given ones (their TCP address is asked later, by /info); lookupd's
+    producers; else the TCP port + 1 convention, used only where that port's /info names the TCP
+    port given (another nsqd there, or a port forward, would answer for the wrong node). Every
+    node's /info and the lookups are asked at once, by ``by``. Returns ({http: tcp}, problems)."""
     if nsqd_http:
-        return nsqd_http, []
+        return dict.fromkeys(nsqd_http), []
     from ...client import limits
     from ...client.fanout import ask_all
     from ...client.http import lookup_all
@@ -556,17 +504,18 @@ def _http_addresses(topic: str, conn: dict, nsqd_http: list[str], by: float) -> 
             return lookup_all(lookupds, topic, _left(by))
         return limits.http_address_of(tcp, by)
 
-    out, problems = [], []
+    out, problems = {}, []
     # slack: lookup_all's own round (its hung nsqlookupd named) ends before this one does
     answers = ask_all(jobs, ask, _left(by), slack=0.6,
                       name=lambda job: f"nsqd {job[1]}" if job[1] else ", ".join(lookupds))
     for (kind, tcp), a in zip(jobs, answers):
         if kind == "lookup":
             producers, errors = a.value if a.ok else ([], [a.error])
-            out += [p.http_address for p in producers]
+            for p in producers:
+                out.setdefault(p.http_address, p.tcp_address)
             problems += [str(e) for e in errors]
         elif a.ok and a.value:
-            out.append(a.value)
+            out.setdefault(a.value, tcp)
         else:
             try:
                 host, port = split_address(tcp)
@@ -575,7 +524,7 @@ def _http_addresses(topic: str, conn: dict, nsqd_http: list[str], by: float) -> 
                                 f"did not answer /info as the nsqd of TCP port {port})")
             except ValueError:
                 problems.append(f"nsqd {tcp}: its HTTP address is not known")
-    return list(dict.fromkeys(out)), problems
+    return out, problems
 
 
 def _refuse_backlog(topic: str, conn: dict, nsqd_http: list[str], by: float) -> list[str]:
@@ -603,33 +552,69 @@ def _refuse_backlog(topic: str, conn: dict, nsqd_http: list[str], by: float) -> 
 
 
 def _channel_depth(topic: str, channel: str, conn: dict, nsqd_http: list[str], by: float):
-    """(problems, depth) of the channel over every node carrying the topic; depth None when no
-    node that answered has the channel. Depth: what can be delivered now (deferred are not)."""
-    addresses, problems = _http_addresses(topic, conn, nsqd_http, by)
-    depth = None
-    for address, a in zip(addresses, _stats_of(addresses, {"topic": topic, "channel": channel}, _left(by))):
-        if a.error is not None or not isinstance(a.value, dict):
+    """(problems, depths) of the channel on every node carrying the topic: {nsqd TCP address (None
+    when not known): depth}, or None when no node that answered has the channel. Depth: what can
+    be delivered now (deferred are not)."""
+    nodes, problems = _http_nodes(topic, conn, nsqd_http, by)
+    tcps = nsqd_addresses(conn) if conn.get("nsqd_tcp_addresses") else []
+
+    def ask(address):
+        from ...client.http import http_json
+
+        stats = http_json(address, "/stats", {"format": "json", "topic": topic, "channel": channel},
+                          timeout=_left(by))
+        tcp = nodes[address]
+        if tcp is None:  # a given HTTP address: its TCP port, matched to an address the consumer uses
+            info = http_json(address, "/info", timeout=_left(by))
+            tcp = _tcp_of(address, info.get("tcp_port") if isinstance(info, dict) else None, tcps)
+        return stats, tcp
+
+    from ...client.http import ask_http
+
+    depths = None
+    for address, a in zip(nodes, ask_http(list(nodes), ask, _left(by))):
+        stats, tcp = a.value if a.error is None else (None, None)
+        if a.error is not None or not isinstance(stats, dict):
             problems.append(str(a.error) if a.error is not None else f"{address}: /stats is not a JSON object")
             continue
-        for t in a.value.get("topics") or []:
+        for t in stats.get("topics") or []:
             for c in t.get("channels") or []:
                 if t.get("topic_name") == topic and c.get("channel_name") == channel:
-                    depth = (depth or 0) + int(c.get("depth", 0))
-    if depth is None and not problems:
-        problems.append(f"no nsqd ({', '.join(addresses) or 'none found'}) has it")
-    return problems, depth
+                    depths = depths if depths is not None else {}
+                    depths[tcp] = depths.get(tcp, 0) + int(c.get("depth", 0))
+    if depths is None and not problems:
+        problems.append(f"no nsqd ({', '.join(nodes) or 'none found'}) has it")
+    return problems, depths
 
 
-def _require_channel(topic: str, channel: str, conn: dict, nsqd_http: list[str], by: float) -> int:
+def _tcp_of(http: str, tcp_port, tcps: list[str]) -> str | None:
+    """The TCP address, among the consumer's ``tcps``, of the nsqd at ``http`` whose /info said
+    ``tcp_port``: the same host and port, else the only one with that port; None when unsure."""
+    from ...client.transport import split_address
+
+    if not isinstance(tcp_port, int):
+        return None
+    try:
+        host, _ = split_address(http)
+        same = (f"[{host}]" if ":" in host else host) + f":{tcp_port}"
+        ports = [t for t in tcps if split_address(t)[1] == tcp_port]
+    except ValueError:
+        return None
+    if same in tcps or not tcps:
+        return same
+    return ports[0] if len(ports) == 1 else None
+
+
+def _require_channel(topic: str, channel: str, conn: dict, nsqd_http: list[str], by: float) -> dict:
     """--peek: the channel must exist on some node (subscribing would create it, and a new channel
-    keeps a copy of everything published from then on). Returns its depth there."""
+    keeps a copy of everything published from then on). Returns its depth on each node."""
     from ...errors import NSQError
 
-    problems, depth = _channel_depth(topic, channel, conn, nsqd_http, by)
-    if depth is None:
+    problems, depths = _channel_depth(topic, channel, conn, nsqd_http, by)
+    if depths is None:
         raise NSQError(f"--peek: channel {topic}/{channel} does not exist ({'; '.join(problems)}): there is nothing "
                        "to peek at, and subscribing would create it")
-    return depth
+    return depths
 
 
 def _matching_topics(conn: dict, pattern, by: float) -> tuple:
