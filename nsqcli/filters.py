@@ -1,7 +1,14 @@
-"""Message filters of tail and to-file: ``--grep REGEX`` (a Python regular expression searched in
-the body's bytes) and ``--where EXPR``, a small expression language on the JSON body's fields and
-on the message's own fields. Pure: no sockets, threads or clocks; compiled once at start-up (a
-mistake is a usage error naming where it is), evaluated per message.
+"""Message filters of tail and to-file: ``--grep REGEX`` (searched in the body's bytes) and
+``--where EXPR``, a small expression language on the JSON body's fields and on the message's own
+fields. Pure: no sockets, threads or clocks; compiled once at start-up (a mistake is a usage
+error naming where it is), evaluated per message.
+
+Why RE2 (google-re2) and not Python's ``re`` for --grep and ``=~``: RE2 matches in time linear in
+the body, so no pattern can hang a consumer. With ``re``, ``(a+)+$`` on a body of 30 "a" and a
+"!" backtracks for minutes while holding the GIL, where neither SIGTERM nor --timeout can stop it.
+RE2 is also the syntax of Go's regexp, which NSQ's own tools use; it has no lookaround and no
+backreferences (refused at start-up, named). --grep matches bytes (the pattern's UTF-8 bytes, each
+byte one character, as Python's ``re`` does on bytes); ``=~`` matches text.
 
 Why a language of our own and not Python's ``eval``: the expression comes from a command line
 or a unit file and must not be able to run code; and its paths are jq's (``.user.id``,
@@ -35,7 +42,7 @@ WHERE_HELP = ("Only messages for which EXPR is true, e.g. '.user.id == 42 and at
               "'size < 1000', '.type in [\"a\",\"b\"]', '.name =~ \"^ab\"'. Paths into the JSON body are "
               "jq's (.a.b, .items[0], .[\"odd key\"]; null when missing or not JSON); message fields: "
               + ", ".join(MESSAGE_FIELDS) + " (timestamp: ns since 1970; time: RFC 3339 text); operators: "
-              "== != < <= > >= in, not in, =~ (regex), and, or, not, ( ). A small language of its own, "
+              "== != < <= > >= in, not in, =~ (RE2 regex), and, or, not, ( ). A small language of its own, "
               "not Python: nothing in it can run code.")
 
 
@@ -56,6 +63,7 @@ _TOKEN = re.compile(r"""
 """, re.VERBOSE)
 
 _MISSING = object()
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _tokens(text: str) -> list[tuple[str, object, int]]:
@@ -180,10 +188,10 @@ class _Parser:
             if not isinstance(pattern, str):
                 raise _err(self.text, rpos, "=~ takes a regular expression in quotes")
             try:
-                rx = re.compile(pattern)
-            except re.error as e:
+                search = compile_regex(pattern)
+            except ValueError as e:
                 raise _err(self.text, rpos, f"bad regular expression: {e}") from None
-            return lambda ctx: isinstance(s := left(ctx), str) and rx.search(s) is not None
+            return lambda ctx: isinstance(s := left(ctx), str) and search(s)
         test = _OPS[op]
         return lambda ctx: test(left(ctx), right(ctx))
 
@@ -332,13 +340,40 @@ def compile_where(text: str):
     return lambda m: _truth(expr(_Context(m)))
 
 
+def compile_regex(pattern: str | bytes):
+    """RE2's search: a predicate on text (``pattern`` a str) or on bytes (``pattern`` bytes, each
+    byte one character). ValueError naming what RE2 refuses."""
+    import re2
+
+    options = re2.Options()
+    options.log_errors = False  # else RE2 writes its own lines to stderr
+    if isinstance(pattern, bytes):
+        options.encoding = re2.Options.Encoding.LATIN1
+    try:
+        rx = re2.compile(pattern, options)
+    except re2.error as e:
+        why = e.args[0].decode("utf-8", "replace") if e.args and isinstance(e.args[0], bytes) else str(e)
+        if "perl operator" in why or "escape sequence" in why:
+            why += " (RE2 syntax, as Go's regexp: no lookaround, no backreferences)"
+        raise ValueError(why) from None
+    if isinstance(pattern, bytes):
+        return lambda body: rx.search(body) is not None
+
+    def search(text: str) -> bool:
+        try:
+            return rx.search(text) is not None
+        except UnicodeEncodeError:  # a lone surrogate (JSON "\udc80"): not text RE2 can read
+            return rx.search(_LONE_SURROGATE.sub("\ufffd", text)) is not None
+    return search
+
+
 def compile_grep(pattern: str):
     """A predicate message -> bool: the regex (on the body's bytes) is found in the body."""
     try:
-        rx = re.compile(pattern.encode("utf-8", "surrogateescape"))
-    except re.error as e:
+        search = compile_regex(pattern.encode("utf-8", "surrogateescape"))
+    except ValueError as e:
         raise FilterError(f"invalid --grep {pattern!r}: {e}", "--grep") from None
-    return lambda m: rx.search(m.body) is not None
+    return lambda m: search(m.body)
 
 
 class Filter:

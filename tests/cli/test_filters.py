@@ -76,8 +76,36 @@ def test_where_mistakes_say_where(expr, says):
 
 def test_grep_searches_the_bytes():
     assert compile_grep(r"x\d")(M(b"\xff\xfex1")) and not compile_grep("^x")(M(b"ax"))
+    assert compile_grep("café")(M("un café".encode())) and compile_grep(r"\xff")(M(b"a\xffb"))
+    assert compile_grep("(?i)ERROR|warn")(M(b"an Error")) and not compile_grep("a.b")(M(b"a\nb"))
     with pytest.raises(FilterError, match="invalid --grep"):
         compile_grep("[")
+
+
+def test_a_pattern_that_backtracks_for_ever_in_python_re_matches_at_once():
+    """(a+)+$ on 5,000 "a" and a "!": Python's re would backtrack for ages, holding the GIL so that
+    neither SIGTERM nor --timeout could stop the consumer; RE2 is linear in the body."""
+    import time
+
+    t = time.monotonic()
+    assert not compile_grep("(a+)+$")(M(b"a" * 5000 + b"!"))
+    assert not compile_where('.s =~ "(a|aa)+$"')(M(json.dumps({"s": "a" * 5000 + "!"}).encode()))
+    assert time.monotonic() - t < 1.0
+
+
+@pytest.mark.parametrize("pattern, says", [("(?=a)b", "no lookaround"), (r"(a)\1", "no backreferences")])
+def test_what_re2_does_not_have_is_refused_naming_the_syntax(pattern, says, capfd):
+    with pytest.raises(FilterError, match="invalid --grep") as e:
+        compile_grep(pattern)
+    assert says in str(e.value) and "RE2" in str(e.value)
+    with pytest.raises(FilterError, match=says):
+        compile_where(f'.a =~ "{pattern}"'.replace("\\", "\\\\"))
+    assert capfd.readouterr().err == ""  # RE2's own log lines are off
+
+
+def test_where_regex_on_text_with_a_lone_surrogate_does_not_raise():
+    body = b'{"s": "ab\\udc80cd"}'  # JSON that decodes to a lone surrogate
+    assert compile_where('.s =~ "^ab.cd$"')(M(body))
 
 
 def test_to_file_writes_only_what_matches_and_fins_the_rest(nsqd, topic, tmp_path):

@@ -318,3 +318,14 @@ def test_peek_over_two_nsqd_with_uneven_backlogs(cluster, topic, found_by):
     assert len(r.stdout.splitlines()) == 10 and len(set(r.stdout.splitlines())) == 10
     assert _waiting(channel_stats(a, topic, "billing")) == 8 and _waiting(channel_stats(b, topic, "billing")) == 2
     assert channel_stats(a, topic, "billing")["requeue_count"] == 8
+
+
+def test_grep_with_a_pattern_that_backtracks_for_ever_in_python_re_looks_at_every_message(nsqd, topic):
+    """With Python's re this pattern on these bodies backtracked for minutes holding the GIL
+    (--timeout and SIGTERM could not stop tail); RE2 matches in linear time."""
+    _backlog(nsqd, topic, "billing", [b"a" * 40 + b"!"] * 3)
+    r = run(["tail", topic, "-c", "billing", "--peek", "--grep", "(a+)+$", "-n", "1", "--timeout", "5s"], _env(nsqd))
+    assert r.returncode == 0 and r.stdout == b"", r.stderr
+    assert b"3 did not match (every message waiting was looked at)" in r.stderr
+    wait_for(lambda: channel_stats(nsqd, topic, "billing")["in_flight_count"] == 0, what="nothing in flight")
+    assert _waiting(channel_stats(nsqd, topic, "billing")) == 3

@@ -147,8 +147,8 @@ nsqcli tail --topic-pattern '^orders\\.' --lookupd-http-address 127.0.0.1:4161
 @option("--peek", is_flag=True, help="Look without taking: show messages of an existing --channel and give "
         "every message received back at once (REQ with no delay, to the back of the queue; never FIN). "
         "Their attempts rise by one. Ends at -n shown or when messages come round again (all looked at).")
-@option("--grep", "grep", metavar="REGEX", help="Only messages whose body matches REGEX (Python re, searched in "
-        "the body's bytes). Others are FINed and counted (with --peek: given back); -n counts matches.")
+@option("--grep", "grep", metavar="REGEX", help="Only messages whose body matches REGEX (RE2 syntax, as Go's "
+        "regexp; searched in the body's bytes, in linear time). Others are FINed and counted (with --peek: given back); -n counts matches.")
 @option("--where", "where", metavar="EXPR", help=WHERE_HELP)
 @option("--raw-terminal", is_flag=True, help="Write bodies to a terminal as they are (default there: control "
         "characters such as ESC and BEL are shown as \\xNN escapes, so a body cannot retitle or reprogram it).")

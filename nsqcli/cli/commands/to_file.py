@@ -43,8 +43,8 @@ kill -HUP $(pgrep -f 'nsqcli to-file')      # close and move the current files n
               "(nsqcli never creates empty files: files open on the first message).")
 @option("-f", "--format", "fmt", type=click.Choice(["raw", "json"]), default="raw", show_default=True,
               help="raw: body + newline (like nsq_to_file); json: the NDJSON envelope of tail --format json.")
-@option("--grep", "grep", metavar="REGEX", help="Archive only messages whose body matches REGEX (Python re on the "
-        "body's bytes); the others are FINed without being written, and counted.")
+@option("--grep", "grep", metavar="REGEX", help="Archive only messages whose body matches REGEX (RE2 syntax, as Go's "
+        "regexp, on the body's bytes); the others are FINed without being written, and counted.")
 @option("--where", "where", metavar="EXPR", help="Archive only messages for which EXPR is true (the others are "
         "FINed and counted); the syntax of 'nsqcli tail --where', e.g. '.level == \"error\" and size < 65536'.")
 @daemon_options(timeout=False, log_format="text", live_help="Live status table of the topics and connections "

@@ -45,8 +45,8 @@ nsqcli to-http -t events --post https://api.example/v1 --header 'Authorization: 
 @option("--max-attempts", type=click.IntRange(0), default=0, show_default=True,
         help="After this many failed attempts: dead-letter the message (--dead-letter-topic) or else FIN it "
              "undelivered, said (0 = retry for ever).")
-@option("--grep", "grep", metavar="REGEX", help="Deliver only messages whose body matches REGEX (Python re on the "
-        "body's bytes); the others are FINed undelivered, and counted.")
+@option("--grep", "grep", metavar="REGEX", help="Deliver only messages whose body matches REGEX (RE2 syntax, as Go's "
+        "regexp, on the body's bytes); the others are FINed undelivered, and counted.")
 @option("--where", "where", metavar="EXPR", help="Deliver only messages for which EXPR is true (the others are FINed "
         "undelivered, and counted); the syntax of 'nsqcli tail --where', e.g. '.type == \"order\"'.")
 @dead_letter_options

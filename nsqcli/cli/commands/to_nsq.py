@@ -110,8 +110,8 @@ nsqcli to-nsq -t events --destination-nsqd-tcp-address 10.1.0.7:4150 --destinati
 @option("--concurrency", type=click.IntRange(1, 64), default=4, show_default=True,
         help="Batches being published at once.")
 @option("--rate", type=RATE, help="At most N messages per second.")
-@option("--grep", "grep", metavar="REGEX", help="Copy only messages whose body matches REGEX (Python re on the body's "
-        "bytes); the others are FINed, counted as left out by filters.")
+@option("--grep", "grep", metavar="REGEX", help="Copy only messages whose body matches REGEX (RE2 syntax, as Go's "
+        "regexp, on the body's bytes); the others are FINed, counted as left out by filters.")
 @option("--where", "where", metavar="EXPR", help="Copy only messages for which EXPR is true (the syntax of 'nsqcli "
         "tail --where'); the others are FINed, counted as left out by filters.")
 @option("--require-json-field", help="Copy only JSON messages that have this top-level field.")
