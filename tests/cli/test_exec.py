@@ -110,6 +110,41 @@ def test_command_timeout_kills_the_process_group(nsqd, topic, tmp_path):
     assert (c["depth"], c["in_flight_count"], c["requeue_count"]) == (0, 0, 0)
 
 
+def test_a_run_ends_when_the_command_exits_not_when_its_background_child_does(nsqd, topic, tmp_path):
+    """sh -c 'sleep 30 & echo queued': the sleep keeps the output pipes open; the run is over (and
+    the message FINed) when sh exits, and the sleep, which is the command's, goes on running."""
+    for i in range(2):
+        http_post(nsqd.http_address, "/pub", b"m%d" % i, topic=topic)
+    pids = tmp_path / "pids"
+    started = time.monotonic()
+    r = run_nsqcli(["exec", topic, "-c", "w", "-n", "2", "--timeout", "20s", "--nsqd-tcp-address", nsqd.tcp_address,
+                    "--", "sh", "-c", f"sleep 30 & echo $! >> {pids}; echo queued; cat >/dev/null"], timeout=40)
+    took = time.monotonic() - started
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == b"queued\nqueued\n"
+    assert took < 10, took  # not 2 x 30 s
+    c = channel_stats(nsqd, topic, "w")
+    assert (c["depth"], c["in_flight_count"], c["requeue_count"], c["message_count"]) == (0, 0, 0, 2)
+    for pid in map(int, pids.read_text().split()):
+        assert _alive(pid)
+        os.kill(pid, signal.SIGKILL)
+
+
+def test_a_body_larger_than_a_pipe_reaches_the_command_whole_or_not_at_all(nsqd, topic):
+    """500 KB (a pipe holds 64 KB): wc -c reads it all; `true` reads none and exits (EPIPE on our
+    side, not an error of the run)."""
+    body = bytes(range(256)) * 2000
+    for _ in range(2):
+        http_post(nsqd.http_address, "/pub", body, topic=topic)
+    base = ["exec", topic, "-c", "w", "-n", "1", "--timeout", "20s", "--nsqd-tcp-address", nsqd.tcp_address, "--"]
+    r = run_nsqcli(base + ["wc", "-c"], timeout=40)
+    assert r.returncode == 0 and r.stdout.strip() == str(len(body)).encode(), r.stderr
+    r = run_nsqcli(base + ["true"], timeout=40)
+    assert r.returncode == 0 and r.stdout == b"", r.stderr
+    c = channel_stats(nsqd, topic, "w")
+    assert (c["depth"], c["in_flight_count"], c["requeue_count"]) == (0, 0, 0)
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -6,8 +6,6 @@ with backoff otherwise; TOUCH while it runs; dead letters after --max-attempts. 
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
 import threading
 import time
@@ -67,7 +65,8 @@ def exec_command(app, topic, channel, rest, concurrency, command_timeout, give_u
     from expiring while the command runs (TOUCH every half of it). COMMAND's stdout goes to
     nsqcli's stdout, each run's output in one piece (never interleaved with another run's);
     its stderr to stderr, also in one piece when the run ends. Each run is its own process
-    group. --max-attempts N: after the Nth failed attempt the message is dead-lettered
+    group. A run ends when COMMAND exits: a background process it leaves (worker &) is not
+    waited for, and what it writes more than 1 s after COMMAND's exit is not collected. --max-attempts N: after the Nth failed attempt the message is dead-lettered
     (--dead-letter-topic; FINed after that topic's nsqd said OK; the envelope's error carries
     the last line COMMAND wrote to stderr) or else FINed, said. At least once: killed at any moment (even kill -9),
     what was not FINed is redelivered. SIGTERM/SIGINT/SIGHUP: no new runs, the running ones
@@ -351,62 +350,28 @@ class Exec(Job):
                 pass
 
     def _run(self, m, msg_id: str) -> tuple[int | None, str, bytes, bytes]:
-        """(exit code or None, what happened, its stdout, its stderr)."""
+        """(exit code or None, what happened, its stdout, its stderr): see nsqcli/cli/child.py."""
+        from ..child import run_child
+
         env = dict(os.environ, NSQ_TOPIC=self.topic, NSQ_CHANNEL=self.channel, NSQ_MESSAGE_ID=msg_id,
                    NSQ_ATTEMPTS=str(m.attempts), NSQ_TIMESTAMP=str(m.timestamp))
-        try:
-            p = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 env=env,
-                                 start_new_session=True)
-        except OSError as e:
-            return 127, f"cannot run {self.argv[0]}: {e.strerror or e}", b"", b""
         timeouts = self.consumer.msg_timeouts()
         touch_every = (min(timeouts) if timeouts else (self.consumer.config.msg_timeout or 60.0)) / 2
         started = time.monotonic()
         next_touch = started + touch_every
-        given = m.body
-        out = err = b""
-        why = None
-        while True:
-            try:
-                out, err = p.communicate(input=given, timeout=SLICE)
-                break
-            except subprocess.TimeoutExpired:
-                given = None  # (written on by communicate itself)
-            now = time.monotonic()
+
+        def tick(now: float) -> str | None:
+            nonlocal next_touch
             if self.kill.is_set():
-                why = "stopped"
-            elif self.command_timeout is not None and now - started >= self.command_timeout:
-                why = f"killed after --command-timeout {self.command_timeout:g}s"
-            if why is not None:
-                self._kill(p)
-                try:
-                    out, err = p.communicate(timeout=2.0)
-                except (subprocess.TimeoutExpired, ValueError, OSError):  # a grandchild of its own keeps the pipe
-                    out = err = b""
-                    p.wait(2.0)
-                return None, why, out, err
+                return "stopped"
+            if self.command_timeout is not None and now - started >= self.command_timeout:
+                return f"killed after --command-timeout {self.command_timeout:g}s"
             if now >= next_touch:
                 next_touch = now + touch_every
                 try:
                     m.touch()
                 except Exception:  # the connection is gone: nsqd redelivers the message anyway
                     pass
-        code = p.returncode
-        if code < 0:
-            try:
-                name = signal.Signals(-code).name
-            except ValueError:
-                name = str(-code)
-            return code, f"killed by {name}", out, err
-        return code, f"exit code {code}", out, err
+            return None
 
-    @staticmethod
-    def _kill(p) -> None:
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            try:
-                p.kill()
-            except OSError:
-                pass
+        return run_child(self.argv, env, m.body, tick, slice=SLICE)
