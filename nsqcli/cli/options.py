@@ -178,6 +178,9 @@ def build_config(conn: dict, **extra):
         raise click.UsageError("--snappy and --deflate cannot be used together")
     check_tls_files(conn)
     secret = conn.get("auth_secret")
+    if secret is not None and not secret.strip():  # `--auth-secret "$UNSET"`: no AUTH at all, silently
+        raise click.BadParameter("is empty: give the secret nsqd's auth server takes, or leave the option out",
+                                 param_hint=f"'--{conn.get('option_prefix', '')}auth-secret'")
     if conn.get("auth_secret_file"):
         with open(conn["auth_secret_file"], encoding="utf-8") as f:
             secret = f.read().strip()
@@ -445,7 +448,9 @@ def _many_topics(ctx, words: list, topic_opt, rest: str | None):
 
 
 def _rest(ctx, words: list, name: str, metavar: str, kind, lo: int, hi: int | None):
-    label = metavar.strip("[].") or name.upper()
+    import re
+
+    label = (re.findall(r"[A-Z][A-Z_]+", metavar) or [name.upper()])[0]  # "-- COMMAND [ARG]...": COMMAND
     if len(words) < lo:
         raise click.UsageError(f"missing {label} ({ctx.command_path} [TOPIC] {metavar})", ctx)
     if hi is not None and len(words) > hi:
@@ -540,9 +545,11 @@ def pop_run(kwargs: dict):
 from ..clock import deadline_of  # noqa: E402,F401 - --timeout counted from process start
 
 
-def check_timeout(timeout: float | None) -> None:
+def check_timeout(timeout: float | None, endless: bool = True) -> None:
+    """``endless``: leaving --timeout out means no deadline (else the command has a default one)."""
     if timeout is not None and timeout <= 0:
-        raise click.BadParameter("must be more than 0 (leave it out for no deadline)", param_hint="'--timeout'")
+        hint = "leave it out for no deadline" if endless else "there is no endless wait: give a longer one, e.g. 10m"
+        raise click.BadParameter(f"must be more than 0 ({hint})", param_hint="'--timeout'")
 
 
 class _Expired(BaseException):

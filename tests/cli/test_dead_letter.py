@@ -157,3 +157,35 @@ def test_to_http_max_attempts_alone_gives_up_said(nsqd, topic):
         assert channel_stats(nsqd, topic, "h")["requeue_count"] == 0 and len(ep.requests) == 1
     finally:
         ep.close()
+
+
+def test_nsqd_hanging_during_the_dead_letter_publish_loses_nothing(nsqd, topic, tmp_path):
+    """The command stops nsqd (SIGSTOP) and fails: the dead letter's PUB goes to a hung nsqd.
+    When nsqd comes back 2 s later the publish completes and only then is the message FINed:
+    one dead letter, nothing left in the source, exit 0."""
+    import os
+    import time
+
+    http_post(nsqd.http_address, "/pub", b"poison", topic=topic)
+    dead = topic + "_dead"
+    once = tmp_path / "stopped"
+    p = subprocess.Popen(NSQCLI + ["exec", topic, "-c", "w", "--max-attempts", "1", "--dead-letter-topic", dead,
+                                   "-n", "1", "--timeout", "30s", "--nsqd-tcp-address", nsqd.tcp_address, "--", "sh",
+                                   "-c", f"[ -e {once} ] || {{ touch {once}; kill -STOP {nsqd.pid}; }}; exit 1"],
+                         env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: once.exists(), timeout=20, what="the command ran and stopped nsqd")
+        time.sleep(2.0)  # the dead letter's PUB is waiting on the hung nsqd now
+        assert p.poll() is None
+        os.kill(nsqd.pid, signal.SIGCONT)
+        out, err = p.communicate(timeout=30)
+    finally:
+        os.kill(nsqd.pid, signal.SIGCONT)
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    assert p.returncode == 0, err
+    assert b"dead-lettered to topic " + dead.encode() in err
+    assert topic_stats(nsqd, dead)["message_count"] == 1
+    wait_for(lambda: _settled(nsqd, topic, "w", received=1), timeout=10, what="the source FINed")
+    assert channel_stats(nsqd, topic, "w")["requeue_count"] == 0

@@ -29,6 +29,9 @@ COMMANDS = {
     "stat": lambda a, b, tmp: ["stat", "--nsqd-http-address", a],
     "lookup": lambda a, b, tmp: ["lookup", "--lookupd-http-address", a],
     "doctor": lambda a, b, tmp: ["doctor", "--nsqd-tcp-address", a, "--nsqd-http-address", a],
+    "wait": lambda a, b, tmp: ["wait", "--ready", "--nsqd-http-address", a],
+    "check": lambda a, b, tmp: ["check", "--nsqd-http-address", a],
+    "exec": lambda a, b, tmp: ["exec", "-t", "x", "-c", "c", "--nsqd-tcp-address", a, "--", "true"],
 }
 
 

@@ -72,7 +72,7 @@ def wait(app, topic, channel, ready, exists, drained, depth_below, fail_on_reque
         raise click.BadParameter("must be more than 0", param_hint="'--interval'")
     if request_timeout <= 0:
         raise click.BadParameter("must be more than 0", param_hint="'--http-client-request-timeout'")
-    check_timeout(timeout)
+    check_timeout(timeout, endless=False)
     if not (ready or exists or drained or depth_below):
         raise click.UsageError("nothing to wait for: give --ready, --exists, --drained or --depth-below")
     for flag, on in (("--exists", exists), ("--drained", drained), ("--depth-below", depth_below),
