@@ -40,8 +40,16 @@ def run_child(argv: list[str], env: dict, body: bytes, tick, *, slice: float = 0
     exited = None
     why = None
     try:
-        while sel.get_map():
-            for key, _ in sel.select(slice):
+        while sel.get_map() or exited is None:
+            if sel.get_map():
+                events = sel.select(slice)
+            else:  # it closed its pipes and runs on: still TOUCHed, stopped, timed out
+                events = []
+                try:
+                    p.wait(slice)
+                except subprocess.TimeoutExpired:
+                    pass
+            for key, _ in events:
                 if key.fileobj is p.stdin:
                     try:
                         sent += os.write(p.stdin.fileno(), view[sent:sent + CHUNK])
@@ -62,7 +70,7 @@ def run_child(argv: list[str], env: dict, body: bytes, tick, *, slice: float = 0
             if exited is None and p.poll() is not None:
                 exited = now
             if exited is not None:
-                if now - exited >= linger:
+                if not sel.get_map() or now - exited >= linger:
                     break  # its leftovers hold the pipes: not waited for
                 continue
             why = tick(now)

@@ -7,6 +7,7 @@ import threading
 
 from helpers import channel_stats, http_post, wait_for
 from helpers import run_nsqcli as run
+from hung import cluster  # noqa: F401 - the fixture
 
 
 def _env(nsqd) -> dict:
@@ -80,3 +81,45 @@ def test_body_escaped_of_a_body_in_utf8_text_beyond_ascii(nsqd, topic):
     assert b"warning" not in r.stderr, r.stderr
     wait_for(lambda: channel_stats(nsqd, topic, "billing")["in_flight_count"] == 0, timeout=3, what="given back")
     assert channel_stats(nsqd, topic, "billing")["depth"] == 1
+
+
+def test_peek_with_max_in_flight_below_the_number_of_nsqd_looks_at_every_node(cluster, topic):
+    # --max-in-flight 1 over three nsqd: the one RDY went to one node; once its backlog was looked
+    # at, the message that came round again was held there, in flight, so that node never ran dry
+    # and kept the RDY: the other nodes' backlogs were never sent (7 of 21 shown, then a stall
+    # until --timeout, exit 0)
+    cluster.add_nsqd()
+    nodes = cluster.nsqds[:3]
+    for node, n in zip(nodes, (7, 3, 11)):
+        http_post(node.http_address, "/topic/create", topic=topic)
+        http_post(node.http_address, "/channel/create", topic=topic, channel="billing")
+        http_post(node.http_address, "/mpub", b"\n".join(b"%s-%d" % (node.tcp_address.encode(), i) for i in range(n)),
+                  topic=topic)
+    env = {"NSQCLI_NSQD_TCP_ADDRESS": " ".join(n.tcp_address for n in nodes),
+           "NSQCLI_NSQD_HTTP_ADDRESS": " ".join(n.http_address for n in nodes)}
+    for extra in (["--max-in-flight", "1"], ["-n", "2", "--grep", "nothing matches this"]):
+        r = run(["tail", topic, "-c", "billing", "--peek", "--timeout", "12s", *extra], env)
+        assert r.returncode == 0, r.stderr
+        assert b"looked at 21 of" not in r.stderr and b"the 21 message(s) looked at" in r.stderr, (extra, r.stderr)
+        assert len(set(r.stdout.splitlines())) == len(r.stdout.splitlines()) == (21 if extra[0] != "-n" else 0)
+        for node, n in zip(nodes, (7, 3, 11)):
+            wait_for(lambda: channel_stats(node, topic, "billing")["in_flight_count"] == 0, what="given back")
+            ch = channel_stats(node, topic, "billing")
+            assert ch["depth"] + ch["deferred_count"] == n and ch["message_count"] == n
+
+
+def test_exec_command_timeout_and_touch_still_apply_after_the_command_closes_its_output(nsqd, topic):
+    # COMMAND closed its stdout and stderr and went on running: with no pipe left to watch the run
+    # waited for its exit with no TOUCH and no --command-timeout (sleep 8 ran its 8 s; with a
+    # shorter --msg-timeout nsqd timed the message out and redelivered it, E_REQ_FAILED after)
+    import time
+
+    http_post(nsqd.http_address, "/pub", b"m", topic=topic)
+    started = time.monotonic()
+    r = run(["exec", topic, "-c", "w", "--command-timeout", "500ms", "--max-attempts", "1", "-n", "1",
+             "--timeout", "20s", "--", "sh", "-c", "exec >&- 2>&-; sleep 8"], _env(nsqd))
+    assert r.returncode == 0, r.stderr
+    assert time.monotonic() - started < 6, r.stderr
+    assert b"killed after --command-timeout 0.5s (attempt 1 of --max-attempts 1); FINed" in r.stderr, r.stderr
+    c = channel_stats(nsqd, topic, "w")
+    assert (c["depth"], c["in_flight_count"], c["requeue_count"], c["timeout_count"]) == (0, 0, 0, 0), (c, r.stderr)

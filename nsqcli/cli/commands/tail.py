@@ -244,7 +244,13 @@ def tail(app, topics, channel, max_in_flight, count, fmt, print_topic, null, dra
     elif not channel.endswith("#ephemeral"):
         for topic in topics:
             _warn_shared_channel(app, topic, channel, conn, list(nsqd_http), check_by)
-    cfg = build_config(conn, max_in_flight=max_in_flight, max_attempts=0)
+    rdy_total = max_in_flight
+    if peek and topics:
+        # a node whose backlog was looked at holds what comes round again there (in flight, so
+        # it never runs dry): with fewer RDY than nodes it would keep its RDY and the other
+        # nodes' backlogs would never be sent. One RDY per node at least.
+        rdy_total = max(max_in_flight, max(len(backlogs[t]) for t in topics))
+    cfg = build_config(conn, max_in_flight=rdy_total, max_attempts=0)
     unchecked = {}  # topic -> why its backlog could not be checked (said once it is connected)
     if channel.endswith("#ephemeral") and not drain_backlog:
         for topic in topics:
