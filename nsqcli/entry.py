@@ -1,16 +1,17 @@
 """The ``nsqcli`` console script and ``python -m nsqcli``: early signals, the `pub` fast path,
 else the click app (nsqcli.cli).
 
-Why this module is outside cli/: importing anything in nsqcli.cli imports click, and click
-alone (inspect, typing, uuid, datetime, gettext ...) costs ~35 ms on a slow machine, most of
-the 40 ms `nsqcli pub` may take from exec to exit in a shell loop. So a plain publish, `nsqcli
-pub [-t] TOPIC [MESSAGE]` with the few options scripts use, is parsed here without click and
-published with the same client core; anything this parser does not fully understand - another
-option, --help, a bad value, a context that may apply, another NSQCLI_* variable, `-` options
-before `pub` - goes to click untouched, before anything was read or sent. What the fast path
-prints and its exit codes are those of the click command (nsqcli.cli.commands.pub and the one
-exit path nsqcli.cli.app.run); tests/cli/test_pub_fast_path.py runs one argv matrix through both
-and compares stdout, stderr and exit code. NSQCLI_NO_FAST_PATH=1 turns the fast path off.
+Why this module is outside cli/: the click commands import click, and click alone (inspect,
+typing, uuid, datetime, gettext ...) costs ~35 ms on a slow machine, most of the 40 ms `nsqcli
+pub` may take from exec to exit in a shell loop. So a plain publish, `nsqcli pub [-t] TOPIC
+[MESSAGE]` with the few options scripts use, is parsed here without click; anything this parser
+does not fully understand - another option, --help, a bad value, a context that may apply,
+another NSQCLI_* variable, `-` options before `pub` - goes to click untouched, before anything
+was read or sent. Only the argv scanner is the fast path's own: the publish (nsqcli.publish),
+the exit path (nsqcli.exits), the defaults (nsqcli.defaults) and the NSQCLI_* variables
+(nsqcli.cli.envvars) are the click command's, all click-free. tests/cli/test_pub_fast_path.py
+runs one argv matrix through both paths and compares stdout, stderr and exit code, and checks
+that the scanner accepts nothing click parses differently. NSQCLI_NO_FAST_PATH=1 turns it off.
 """
 
 from __future__ import annotations
@@ -22,26 +23,12 @@ import sys
 from .clock import STARTED  # noqa: F401 - first: `--timeout` counts from process start (nsqcli.clock)
 
 
-#: what an early exit adds to its line (`pub`: whether its message may be published already)
-_interrupt_note = ""
-
-
 def _early_exit(signum, frame):
     name = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM"}.get(signum, str(signum))
     try:
-        os.write(2, f"nsqcli: interrupted ({name}){_interrupt_note}\n".encode())
+        os.write(2, f"nsqcli: interrupted ({name})\n".encode())
     finally:
         os._exit(128 + signum)
-
-
-def _pub_progress(address: str, state: str) -> None:
-    """Producer.on_publish for the fast path (the click command does the same: nsqcli.cli.
-    commands.pub): a signal after the PUB was written says the message may be published, not
-    just "interrupted" (which reads as: nothing happened)."""
-    global _interrupt_note
-    from .client.producer import interrupt_note
-
-    _interrupt_note = interrupt_note(address, state)
 
 
 def install_early_signals() -> None:
@@ -67,7 +54,9 @@ def main() -> None:
     if os.environ.get("NSQCLI_NO_FAST_PATH", "") in ("", "0"):
         plan = fast_pub_plan(sys.argv[1:])
         if plan is not None:
-            _exit_now(_guarded(plan))
+            from .exits import exit_now, outcome
+
+            exit_now(outcome(lambda: _publish(plan)))  # the click command's exit path, without teardown
     from .cli import handoff
     from .cli import main as cli_main
 
@@ -77,11 +66,6 @@ def main() -> None:
 
 # -- the `pub` fast path --------------------------------------------------------------------
 
-#: NSQCLI_* variables the fast path honours, or that no option of pub reads (set by `nsqcli
-#: sandbox` or for other commands); any other one set sends the run to click, which knows them all
-_ENV_KNOWN = {"NSQCLI_NSQD_TCP_ADDRESS", "NSQCLI_DEBUG", "NSQCLI_CONFIG_DIR", "NSQCLI_NO_FAST_PATH", "NSQCLI_NO_HANDOFF",
-              "NSQCLI_NSQD_HTTP_ADDRESS", "NSQCLI_SANDBOX_PID", "NSQCLI_NSQ_BIN", "NSQCLI_SPARK_MASTER",
-              "NSQCLI_SPARK_REMOTE", "NSQCLI_DESTINATION_AUTH_SECRET"}
 _VALUED = {"-t": "topic", "--topic": "topic", "--nsqd-tcp-address": "nsqd", "--timeout": "timeout",
            "--defer": "defer"}
 _FLAGS = {"--json": "as_json", "--fanout": "fanout", "-q": "quiet", "--quiet": "quiet"}
@@ -91,10 +75,13 @@ def fast_pub_plan(argv: list[str]) -> dict | None:
     """The parsed `pub` invocation, or None when click must handle it (nothing consumed yet)."""
     if not argv or argv[0] != "pub" or _context_may_apply():
         return None
-    if "_NSQCLI_COMPLETE" in os.environ or any(k.startswith("NSQCLI_") and k not in _ENV_KNOWN
+    from .envvars import PUB_FAST_PATH
+    from .defaults import PUB_TIMEOUT
+
+    if "_NSQCLI_COMPLETE" in os.environ or any(k.startswith("NSQCLI_") and k not in PUB_FAST_PATH
                                                 for k in os.environ):
         return None
-    plan = {"topic": None, "nsqd": [], "timeout": "10s", "defer": None, "as_json": False, "fanout": False,
+    plan = {"topic": None, "nsqd": [], "timeout": PUB_TIMEOUT, "defer": None, "as_json": False, "fanout": False,
             "quiet": False}
     args: list[str] = []
     given: set[str] = set()
@@ -126,6 +113,7 @@ def fast_pub_plan(argv: list[str]) -> dict | None:
 def _checked(plan: dict, args: list[str]) -> dict | None:
     """Values checked as click's types would; None (to click) for any that click would refuse."""
     from .client.transport import split_address
+    from .defaults import NSQD_TCP_ADDRESS
     from .errors import LocalProtocolError
     from .protocol.names import validate_topic
 
@@ -149,7 +137,7 @@ def _checked(plan: dict, args: list[str]) -> dict | None:
             split_address(address)
     except (LocalProtocolError, ValueError):
         return None
-    plan["nsqd"] = plan["nsqd"] or ["127.0.0.1:4150"]
+    plan["nsqd"] = plan["nsqd"] or [NSQD_TCP_ADDRESS]
     for key in ("timeout", "defer"):
         if plan[key] is not None:
             plan[key] = _duration(plan[key])
@@ -183,122 +171,14 @@ def _context_may_apply() -> bool:
         return True
 
 
-def _say(line: str) -> None:
-    try:
-        sys.stderr.write(line + "\n")
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        pass
-
-
-class _Deadline(Exception):
-    pass
-
-
-def _guarded(plan: dict) -> int:
-    """nsqcli.cli.app.run's mapping of outcomes to messages and exit codes, for what pub raises."""
-    from .errors import NSQError
-
-    try:
-        return _publish(plan)
-    except _Deadline as e:
-        return _fail(str(e), 3)
-    except NSQError as e:
-        return _fail(str(e), 1)
-    except BrokenPipeError:
-        _silence_stdout()
-        return 0
-    except KeyboardInterrupt:
-        _say("nsqcli: interrupted")
-        return 130
-    except OSError as e:
-        _silence_stdout()
-        return _fail(f"{e.strerror or e}{': ' + str(e.filename) if e.filename else ''}", 1)
-    except Exception as e:
-        return _fail(f"internal error: {type(e).__name__}: {e} (NSQCLI_DEBUG=1 shows where)", 1)
-
-
-def _exit_now(code: int) -> None:
-    """Flush and leave without the interpreter's teardown: it restores the default signal
-    dispositions first, so a Ctrl-C in those milliseconds killed a pub whose message nsqd had
-    taken without a line (and teardown is time a shell loop pays for every message)."""
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except BrokenPipeError:
-            _silence_stdout()
-        except (OSError, ValueError, AttributeError):
-            pass
-    os._exit(code)
-
-
-def _fail(message: str, code: int) -> int:
-    if os.environ.get("NSQCLI_DEBUG", "") not in ("", "0"):
-        import traceback
-
-        traceback.print_exc()
-    _say(f"nsqcli: error: {message}")
-    return code
-
-
-def _silence_stdout() -> None:
-    try:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    except (OSError, ValueError):
-        pass
-
-
 def _publish(plan: dict) -> int:
-    """The body of nsqcli.cli.commands.pub.pub for the plan's options."""
-    import time
-
+    """The click command's publish (nsqcli.publish.publish_one) with the plan's options and the
+    Config that nsqcli.cli.options.build_config makes when no connection option is given."""
     from .client.config import Config
-    from .client.producer import Producer
-    from .errors import PublishError
+    from .exits import Voice
+    from .publish import publish_one
 
-    cfg = Config()  # what cli.options.build_config makes when no connection option but nsqd is given
-    message = plan["message"]
-    if message is None or message == "-":
-        if sys.stdin.isatty() and message is None and not plan["quiet"]:
-            _say("nsqcli: reading the message from stdin (Ctrl-D to end)")
-        from .stdio import ReadTimeout, read_all
-
-        try:  # a --timeout given bounds the read too; the default one starts at the end of input
-            body = read_all(sys.stdin.buffer, STARTED + plan["timeout"] if plan["timeout_given"] else None)
-        except ReadTimeout as e:
-            raise _Deadline(e.line) from None
-        start = STARTED if plan["timeout_given"] else time.monotonic()
-    else:
-        body = message.encode("utf-8", "surrogateescape")
-        start = STARTED
-    if not body:
-        _say("nsqcli: error: the message is empty (nsqd rejects empty messages) (see 'nsqcli pub --help')")
-        return 2
-    deadline = start + plan["timeout"]  # cli.options.deadline_of: from process start
-    producer = Producer(plan["nsqd"], cfg, fanout=plan["fanout"], deadline=deadline)
-    producer.on_publish = _pub_progress
-    try:
-        acked = producer.publish(plan["topic"], body, defer=plan["defer"], timeout=plan["timeout"])
-    except PublishError as e:
-        from .client.producer import size_note
-
-        # exit 3 only when the deadline did pass (a handshake's own Timeout - its share of the
-        # deadline, with several nsqd - is a failure, 1); a wait that ended at it may wake a hair early
-        if time.monotonic() >= deadline - 0.01:
-            raise _Deadline(f"--timeout passed: {e}{size_note(len(body), e)}") from e
-        if size_note(len(body), e):
-            raise PublishError(f"{e}{size_note(len(body), e)}", e.published, e.failed, e.cause) from e
-        raise
-    finally:
-        producer.close(timeout=max(0.1, deadline - time.monotonic()))
-    if producer.maybe_held and not plan["quiet"]:
-        from .client.producer import resend_note
-
-        _say(f"nsqcli: warning: {resend_note(producer.maybe_held, acked)}")
-    if plan["as_json"]:
-        import json
-
-        sys.stdout.write(json.dumps({"topic": plan["topic"], "bytes": len(body), "acknowledged_by": list(acked),
-                                     "published": 1}) + "\n")
-        sys.stdout.flush()
-    return 0
+    return publish_one(Voice(-1 if plan["quiet"] else 0), plan["topic"], plan["message"], cfg=Config(),
+                       resolve=lambda deadline: plan["nsqd"], timeout=plan["timeout"],
+                       timeout_given=plan["timeout_given"], defer=plan["defer"], fanout=plan["fanout"],
+                       as_json=plan["as_json"])

@@ -25,11 +25,18 @@ ALLOWED = {
     "sandbox": {"errors", "nsq_install"},
     "daemon": {"client", "protocol", "errors", "version", "clock"},  # run harness's helpers: no click/rich
     "cli": {"client", "archive", "relay", "records", "filters", "loadgen", "protocol", "errors", "sandbox", "spark",
-            "spark_features", "contexts", "nsq_install", "version", "stdio", "clock", "daemon", "__init__"},
+            "spark_features", "contexts", "nsq_install", "version", "stdio", "clock", "daemon", "__init__",
+            "exits", "publish", "defaults", "envvars"},
     "__init__": {"client", "protocol", "version"},
     "stdio": set(),                   # closed standard streams repaired: stdlib only
     "clock": set(),                   # process start, --timeout's origin: stdlib only
-    "entry": {"cli", "client", "protocol", "errors", "stdio", "clock"},  # console script: signals, pub fast path
+    "exits": {"errors"},              # the one exit path (outcome -> line, exit code): no click
+    "defaults": set(),                # defaults click's options and pub's fast path share: stdlib only
+    "envvars": set(),                 # the NSQCLI_* variables nsqcli reads: stdlib only
+    "publish": {"client", "errors", "clock", "stdio", "exits"},  # pub's work, for click and the fast path
+    # console script: early signals, pub's fast path (its argv scanner; the rest it shares with cli)
+    "entry": {"cli", "client", "protocol", "errors", "stdio", "clock", "exits", "publish", "defaults",
+              "envvars"},
     "__main__": {"entry"},
 }
 PURE_FORBIDDEN = {"socket", "threading", "time", "logging", "select", "selectors", "ssl",

@@ -1,4 +1,6 @@
-"""The app object (consoles, verbosity) and the one exit path of every command.
+"""The app object (consoles, verbosity) and the exit path of every command: click's own
+outcomes (:func:`run`), then the ones every run shares (:func:`run_guarded`, which is
+nsqcli.exits.outcome: click-free, shared with `pub`'s fast path).
 
 Exit codes: 0 ok, 1 runtime error, 2 usage error, 3 deadline passed before the work was done.
 Errors become one line on stderr: ``nsqcli: error: <what>``. Tracebacks only with NSQCLI_DEBUG=1
@@ -12,59 +14,19 @@ import sys
 import threading
 
 from ..daemon.outages import STABLE_AFTER, Outages, source_error, sources_recovered  # noqa: F401 - re-exported
-from ..errors import NSQError
 
-EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, EXIT_DEADLINE = 0, 1, 2, 3
-
-
-class DeadlineExceeded(Exception):
-    """A --timeout passed before the asked-for work was done (exit 3)."""
-
-
-class Interrupted(BaseException):
-    """SIGINT/SIGTERM during work that must say what it finished (raised in the main thread by
-    :func:`interrupt_on_signals`); exit 128 + signal number."""
-
-    def __init__(self, signum: int, message: str = ""):
-        super().__init__(message)
-        self.signum = signum
-        self.message = message
+# the exit path itself is click-free in nsqcli.exits (pub's fast path shares it); its names are
+# re-exported here, where the commands have always found them
+from ..exits import (EXIT_DEADLINE, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, DeadlineExceeded,  # noqa: F401
+                     Interrupted, StdoutClosed, UsageProblem, Voice, _stderr_lock, exit_line, outcome,
+                     silence_stdout, write_stderr, write_stdout)
 
 
-class StdoutClosed(Exception):
-    """stdout's reader went away (`| head`): a normal end, exit 0. (Not an OSError: click turns
-    an EPIPE OSError into a silent exit 1.)"""
-
-
-_stderr_lock = threading.RLock()  # re-entrant: a signal handler may say a line mid-write
-
-
-def write_stderr(line: str) -> None:
-    """One whole line on stderr, written in one call under one lock: lines from several threads
-    never glue together (``print`` writes the text and the newline separately)."""
-    data = line if line.endswith("\n") else line + "\n"
-    with _stderr_lock:
-        try:
-            sys.stderr.write(data)
-            sys.stderr.flush()
-        except (OSError, ValueError):  # stderr closed: nowhere left to say it
-            pass
-
-
-def write_stdout(text: str) -> None:
-    """Data on stdout, flushed; a closed pipe ends the command quietly with exit 0."""
-    try:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        raise StdoutClosed() from None
-
-
-class App:
+class App(Voice):
     """Shared state of one nsqcli run: verbosity and the stderr console for people."""
 
     def __init__(self, verbosity: int = 0):
-        self.verbosity = verbosity
+        super().__init__(verbosity)
         # a logging.Logger (nsqcli.daemon.logs.setup): when set (the run harness sets it for the
         # daemons), info/warn/debug are log records (timestamp, pid, --log-format json) instead
         # of "nsqcli: ..." lines
@@ -86,27 +48,22 @@ class App:
         return sys.stderr.isatty()
 
     def info(self, text: str, event: str | None = None, fields: dict | None = None) -> None:
-        if self.verbosity >= 0:
-            if self.logger is not None:
-                self.logger.info(text, extra=_extra(event, fields))
-            else:
-                write_stderr(f"nsqcli: {text}")
+        if self.logger is None:
+            super().info(text)
+        elif self.verbosity >= 0:
+            self.logger.info(text, extra=_extra(event, fields))
 
     def warn(self, text: str, event: str | None = None, fields: dict | None = None) -> None:
-        if self.verbosity >= 0:
-            if self.logger is not None:
-                self.logger.warning(text, extra=_extra(event, fields))
-            else:
-                write_stderr(f"nsqcli: warning: {text}")
+        if self.logger is None:
+            super().warn(text)
+        elif self.verbosity >= 0:
+            self.logger.warning(text, extra=_extra(event, fields))
 
     def debug(self, text: str, event: str | None = None, fields: dict | None = None) -> None:
-        if self.logger is not None:  # the log level decides (--log-level debug)
+        if self.logger is None:
+            super().debug(text)
+        else:  # the log level decides (--log-level debug)
             self.logger.debug(text, extra=_extra(event, fields))
-        elif self.verbosity >= 1:
-            write_stderr(f"nsqcli: {text}")
-
-    def error(self, text: str) -> None:
-        write_stderr(f"nsqcli: error: {text}")
 
 
 def _extra(event: str | None, fields: dict | None) -> dict:
@@ -164,10 +121,6 @@ def interrupt_on_signals(signals=None) -> None:
             signal.signal(sig, handler)
 
 
-def _debug_wanted() -> bool:
-    return os.environ.get("NSQCLI_DEBUG", "") not in ("", "0") or "-vv" in sys.argv[1:3]
-
-
 #: the daemons' logger with --log-format json (set by the run harness): the line that goes with
 #: the exit code is then a JSON record too ({"level": "error", "event": "exit", "exit_code": N})
 json_exit_log = None
@@ -178,30 +131,12 @@ def _exit_line(text: str, code: int, level: str = "error") -> None:
     if log is not None:
         getattr(log, level)(text, extra={"event": "exit", "fields": {"exit_code": code}})
     else:
-        write_stderr(f"nsqcli: error: {text}" if level == "error" else f"nsqcli: {text}")
-
-
-def _fail(message: str, code: int) -> None:
-    if _debug_wanted():
-        import traceback
-
-        traceback.print_exc()
-    _exit_line(message, code)
-    sys.exit(code)
-
-
-def _silence_stdout() -> None:
-    """Point stdout at /dev/null so that the flush at exit cannot fail ("Exception ignored")."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):
-        pass
+        exit_line(text, code, level)
 
 
 def _quiet_broken_pipe() -> None:
     # stdout's reader went away (`| head`): exit 0 without "Exception ignored" noise.
-    _silence_stdout()
+    silence_stdout()
     sys.exit(EXIT_OK)
 
 
@@ -245,32 +180,7 @@ def run(command, args: list[str] | None = None) -> None:
 
 def run_guarded(main) -> None:
     """Call ``main()`` and exit with its code; the outcomes every run shares (click's own are
-    mapped by :func:`run`) become one line and their exit code. Click-free: a handed-off
-    process (nsqcli.cli.handoff) exits through here too."""
-    try:
-        rc = main()
-    except Interrupted as e:
-        import signal
-
-        name = signal.Signals(e.signum).name if e.signum else "signal"
-        _exit_line(f"interrupted ({name}){': ' + e.message if e.message else ''}", 128 + (e.signum or 2), "warning")
-        sys.exit(128 + (e.signum or 2))
-    except DeadlineExceeded as e:
-        _fail(str(e), EXIT_DEADLINE)
-    except NSQError as e:
-        _fail(str(e), EXIT_RUNTIME)
-    except (BrokenPipeError, StdoutClosed):
-        _quiet_broken_pipe()
-    except KeyboardInterrupt:
-        write_stderr("nsqcli: interrupted")
-        sys.exit(130)
-    except OSError as e:
-        _silence_stdout()  # a failing stdout (ENOSPC) must not fail again at exit
-        _fail(f"{e.strerror or e}{': ' + str(e.filename) if e.filename else ''}", EXIT_RUNTIME)
-    except Exception as e:  # a bug or an unforeseen input: still one line (traceback with -vv)
-        _fail(f"internal error: {type(e).__name__}: {e} (NSQCLI_DEBUG=1 shows where)", EXIT_RUNTIME)
-    try:  # output a command wrote but could not deliver (its reader went away) must not fail at exit
-        sys.stdout.flush()
-    except (BrokenPipeError, ValueError):
-        _quiet_broken_pipe()
-    sys.exit(rc if isinstance(rc, int) else EXIT_OK)
+    mapped by :func:`run`) become one line and their exit code (nsqcli.exits.outcome, which
+    `pub`'s fast path shares). Click-free: a handed-off process (nsqcli.cli.handoff) exits
+    through here too."""
+    sys.exit(outcome(main, _exit_line))

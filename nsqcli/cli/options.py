@@ -6,9 +6,8 @@ from __future__ import annotations
 import click
 
 from .command import option
+from ..defaults import NSQD_TCP_ADDRESS as DEFAULT_NSQD
 from .types import CHANNEL, DURATION, HOST_PORT, HTTP_ADDRESS, LISTEN_ADDRESS, TOPIC
-
-DEFAULT_NSQD = "127.0.0.1:4150"
 
 
 def _opt(*decls, group: str = "Connection", **kw):
