@@ -15,7 +15,7 @@ was looked at, what is held and what waits to be given back.
   comes round again after that (held: no loop of redeliveries). A backlog larger than nsqd's
   --mem-queue-size comes from memory and disk at random, so messages given back may come round
   again before the end: given back again, and once as many came round again as were new on that
-  node, it stops (``partial``).
+  node, it stops (``partial``; the other nodes go on).
 - A node whose backlog is not known (its address did not match the one /stats was asked at)
   is done when one of its messages comes round again; the peek then also ends once as many
   messages were looked at as were waiting over all nodes.
@@ -75,10 +75,9 @@ class Peek:
 
     @property
     def wrapped(self) -> bool:
-        """Every node's backlog was looked at (or a node stopped, partial)."""
+        """Every node's backlog was looked at (a node that stopped early, partial, is done: the
+        others go on)."""
         nodes = self.nodes.values()
-        if self.partial:
-            return True
         if any(n.backlog is None for n in nodes):  # an address that did not match: over all nodes
             return any(n.done for n in nodes if n.backlog is None) or self.looked >= self.backlog > 0
         waiting = [n for n in nodes if n.backlog]

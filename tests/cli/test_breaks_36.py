@@ -123,3 +123,30 @@ def test_exec_command_timeout_and_touch_still_apply_after_the_command_closes_its
     assert b"killed after --command-timeout 0.5s (attempt 1 of --max-attempts 1); FINed" in r.stderr, r.stderr
     c = channel_stats(nsqd, topic, "w")
     assert (c["depth"], c["in_flight_count"], c["requeue_count"], c["timeout_count"]) == (0, 0, 0, 0), (c, r.stderr)
+
+
+def test_peek_stopping_early_on_one_node_with_a_backlog_on_disk_still_looks_at_the_other_nodes(cluster, topic):
+    # one nsqd's backlog is partly on disk (beyond --mem-queue-size): there the peek stops early
+    # (what it gives back comes round again mixed with the rest), but that ended the whole peek,
+    # and the other node, all in memory, was cut short too (a few of its 40 shown)
+    from nsqcli.sandbox import NsqdOptions
+
+    disk, memory = cluster.add_nsqd(NsqdOptions(mem_queue_size=5)), cluster.nsqds[0]
+    for node, n in ((disk, 60), (memory, 40)):
+        http_post(node.http_address, "/topic/create", topic=topic)
+        http_post(node.http_address, "/channel/create", topic=topic, channel="billing")
+        http_post(node.http_address, "/mpub", b"\n".join(b"%s-%d" % (node.tcp_address.encode(), i) for i in range(n)),
+                  topic=topic)
+    wait_for(lambda: channel_stats(disk, topic, "billing")["depth"] == 60, what="backlog")
+    env = {"NSQCLI_NSQD_TCP_ADDRESS": f"{disk.tcp_address} {memory.tcp_address}",
+           "NSQCLI_NSQD_HTTP_ADDRESS": f"{disk.http_address} {memory.http_address}"}
+    r = run(["tail", topic, "-c", "billing", "--peek", "--max-in-flight", "4", "--timeout", "12s"], env)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == len(set(lines))
+    from_memory = [x for x in lines if x.startswith(memory.tcp_address.encode() + b"-")]
+    assert len(from_memory) == 40, (len(from_memory), r.stderr)
+    for node, n in ((disk, 60), (memory, 40)):
+        wait_for(lambda: channel_stats(node, topic, "billing")["in_flight_count"] == 0, what="given back")
+        ch = channel_stats(node, topic, "billing")
+        assert ch["depth"] + ch["deferred_count"] == n and ch["message_count"] == n
