@@ -150,3 +150,25 @@ def test_peek_stopping_early_on_one_node_with_a_backlog_on_disk_still_looks_at_t
         wait_for(lambda: channel_stats(node, topic, "billing")["in_flight_count"] == 0, what="given back")
         ch = channel_stats(node, topic, "billing")
         assert ch["depth"] + ch["deferred_count"] == n and ch["message_count"] == n
+
+
+def test_peek_says_so_when_a_node_did_not_answer_before_it_started(cluster, topic):
+    # an nsqd hung while the peek asked every node its backlog: the peek went on with the other
+    # node, showed its 5 messages and ended, exit 0, saying nothing of the 7 on the hung node
+    from hung import stopped
+
+    a, b = cluster.nsqds[:2]
+    for node, n in ((a, 5), (b, 7)):
+        http_post(node.http_address, "/topic/create", topic=topic)
+        http_post(node.http_address, "/channel/create", topic=topic, channel="billing")
+        http_post(node.http_address, "/mpub", b"\n".join(b"m%d" % i for i in range(n)), topic=topic)
+    env = {"NSQCLI_NSQD_TCP_ADDRESS": f"{a.tcp_address} {b.tcp_address}",
+           "NSQCLI_NSQD_HTTP_ADDRESS": f"{a.http_address} {b.http_address}"}
+    with stopped(b):
+        r = run(["tail", topic, "-c", "billing", "--peek", "--timeout", "10s"], env)
+    assert r.returncode == 0 and len(r.stdout.splitlines()) == 5, r.stderr
+    warned = [x for x in r.stderr.decode().splitlines() if "a backlog there is not counted" in x]
+    assert len(warned) == 1 and b.http_address in warned[0], r.stderr
+    for node, n in ((a, 5), (b, 7)):
+        wait_for(lambda: channel_stats(node, topic, "billing")["in_flight_count"] == 0, what="given back")
+        assert channel_stats(node, topic, "billing")["depth"] == n

@@ -237,10 +237,16 @@ def tail(app, topics, channel, max_in_flight, count, fmt, print_topic, null, dra
     if pattern is not None:
         topics = _matching_topics(conn, pattern, check_by)
     if pattern is not None and peek:
-        backlogs = {t: _channel_depth(t, channel, conn, list(nsqd_http), check_by)[1] for t in topics}
+        asked = {t: _channel_depth(t, channel, conn, list(nsqd_http), check_by) for t in topics}
+        backlogs = {t: depths for t, (_, depths) in asked.items()}
         topics = tuple(t for t in topics if backlogs[t] is not None)  # a topic without the channel: not peeked
+        for t in topics:
+            _warn_not_counted(app, t, asked[t][0])
     elif peek:
-        backlogs = {topic: _require_channel(topic, channel, conn, list(nsqd_http), check_by) for topic in topics}
+        backlogs = {}
+        for topic in topics:
+            backlogs[topic], problems = _require_channel(topic, channel, conn, list(nsqd_http), check_by)
+            _warn_not_counted(app, topic, problems)
     elif not channel.endswith("#ephemeral"):
         for topic in topics:
             _warn_shared_channel(app, topic, channel, conn, list(nsqd_http), check_by)
@@ -611,16 +617,25 @@ def _tcp_of(http: str, tcp_port, tcps: list[str]) -> str | None:
     return ports[0] if len(ports) == 1 else None
 
 
-def _require_channel(topic: str, channel: str, conn: dict, nsqd_http: list[str], by: float) -> dict:
+def _warn_not_counted(app, topic: str, problems: list[str]) -> None:
+    """--peek: a node (or nsqlookupd) that did not answer: its backlog is not counted, so the peek
+    can end, or say every message was looked at, without its messages (said, not silent)."""
+    for p in problems:
+        app.warn(f"--peek: topic {topic}: {p}: a backlog there is not counted (the peek may end before "
+                 "its messages are looked at)")
+
+
+def _require_channel(topic: str, channel: str, conn: dict, nsqd_http: list[str], by: float) -> tuple[dict, list]:
     """--peek: the channel must exist on some node (subscribing would create it, and a new channel
-    keeps a copy of everything published from then on). Returns its depth on each node."""
+    keeps a copy of everything published from then on). Returns (its depth on each node, the
+    problems of the nodes that did not answer)."""
     from ...errors import NSQError
 
     problems, depths = _channel_depth(topic, channel, conn, nsqd_http, by)
     if depths is None:
         raise NSQError(f"--peek: channel {topic}/{channel} does not exist ({'; '.join(problems)}): there is nothing "
                        "to peek at, and subscribing would create it")
-    return depths
+    return depths, problems
 
 
 def _matching_topics(conn: dict, pattern, by: float) -> tuple:
