@@ -80,7 +80,8 @@ def _tokens(text: str) -> list[tuple[str, object, int]]:
             s = m.group()
             value = _unquote(s)
             if value is None:
-                raise _err(text, pos, f"bad escape in string {s}")
+                raise _err(text, pos, f"bad escape in string {s} (strings take JSON's escapes: a regular "
+                           "expression's \\d is written \\\\d)")
             out.append(("value", value, pos))
         elif kind != "ws":
             out.append((kind, m.group(), pos))

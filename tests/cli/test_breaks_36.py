@@ -172,3 +172,20 @@ def test_peek_says_so_when_a_node_did_not_answer_before_it_started(cluster, topi
     for node, n in ((a, 5), (b, 7)):
         wait_for(lambda: channel_stats(node, topic, "billing")["in_flight_count"] == 0, what="given back")
         assert channel_stats(node, topic, "billing")["depth"] == n
+
+
+def test_where_regex_escapes_a_python_user_types(nsqd, topic):
+    # '.name =~ "^\d+$"' (as in Python or grep) was refused with only "bad escape in string": the
+    # error now says how to write it, and the doubled escape matches with RE2
+    from helpers import one_error_line
+
+    r = run(["tail", topic, "--where", r'.n =~ "^\d+$"'], _env(nsqd))
+    one_error_line(r, 2, r"bad escape in string .*a regular expression's \\d is written \\\\d")
+    http_post(nsqd.http_address, "/topic/create", topic=topic)
+    http_post(nsqd.http_address, "/channel/create", topic=topic, channel="billing")
+    http_post(nsqd.http_address, "/mpub", b'{"n": "12a"}\n{"n": "123"}\n{"n": "\\u03b1\\u03b2"}\n{"n": "AbC"}',
+              topic=topic)
+    for where, want in ((r'.n =~ "^\\d+$"', b'{"n": "123"}'), (r'.n =~ "^\\p{Greek}+$"', b'{"n": "\\u03b1\\u03b2"}'),
+                        ('.n =~ "(?i)^abc$"', b'{"n": "AbC"}')):
+        r = run(["tail", topic, "-c", "billing", "--peek", "--where", where, "-n", "4", "--timeout", "10s"], _env(nsqd))
+        assert r.returncode == 0 and r.stdout == want + b"\n", (where, r.stdout, r.stderr)
