@@ -275,6 +275,9 @@ def tail(app, topics, channel, max_in_flight, count, fmt, print_topic, null, dra
             book.add_backlog(topic, backlogs[topic])
     sink = Sink(formatter, b"\0" if null else b"\n", count, None, accept=accept, peek=book, terminal=terminal)
     job = Tail(app, topics, channel, conn, cfg, sink, unchecked)
+    if peek:
+        for topic in topics:
+            job.peek_at(topic, backlogs[topic])
     if pattern is not None:
         job.discovery = (pattern, topic_refresh, checks)
     from ..harness import run
@@ -300,15 +303,24 @@ class Tail(Job):
         self._lock = threading.Lock()
         self._finder: threading.Thread | None = None
         self._refused: set[str] = set()
+        self._peek_nodes: dict = {}  # --peek: topic -> the nsqd TCP addresses that have the channel
+
+    def peek_at(self, topic: str, depths: dict) -> None:
+        """--peek connects only to the nodes that have the channel: subscribing elsewhere would
+        create it there (a durable channel that keeps a copy of every message from then on, and
+        takes the topic's backlog there). Not when a node's address is not known (None)."""
+        if depths and None not in depths:
+            self._peek_nodes[topic] = list(depths)
 
     def _subscribe(self, topic: str, deadline) -> None:
         from ...client.consumer import Consumer
         from ..app import source_error
 
+        peek_nodes = self._peek_nodes.get(topic)
         c = Consumer(topic, self.channel, batch_handler=self.sink, config=self.cfg,
                      on_error=lambda err: source_error(self.outages, err),
-                     nsqd_tcp_addresses=nsqd_addresses(self.conn),
-                     lookupd_http_addresses=list(self.conn.get("lookupd_http_addresses") or ()))
+                     nsqd_tcp_addresses=peek_nodes or nsqd_addresses(self.conn),
+                     lookupd_http_addresses=[] if peek_nodes else list(self.conn.get("lookupd_http_addresses") or ()))
         c.start(deadline=deadline)
         with self._lock:
             self._consumers.append(c)
@@ -354,6 +366,7 @@ class Tail(Job):
                 self.app.debug(f"topic {topic}: no channel {self.channel} to peek at ({'; '.join(problems)})")
                 return False
             self.sink.add_backlog(topic, depths)
+            self.peek_at(topic, depths)
         elif self.channel.endswith("#ephemeral") and not checks["drain_backlog"]:
             try:
                 self.unchecked[topic] = _refuse_backlog(topic, self.conn, checks["nsqd_http"], by)
