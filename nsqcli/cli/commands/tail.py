@@ -634,8 +634,8 @@ def _warn_not_counted(app, topic: str, problems: list[str]) -> None:
     """--peek: a node (or nsqlookupd) that did not answer: its backlog is not counted, so the peek
     can end, or say every message was looked at, without its messages (said, not silent)."""
     for p in problems:
-        app.warn(f"--peek: topic {topic}: {p}: a backlog there is not counted (the peek may end before "
-                 "its messages are looked at)")
+        app.warn(f"--peek: topic {topic}: {p}: a backlog there is not counted, and may not be looked at (the "
+                 "peek connects to the nodes that said they have the channel)")
 
 
 def _require_channel(topic: str, channel: str, conn: dict, nsqd_http: list[str], by: float) -> tuple[dict, list]:
