@@ -8,8 +8,8 @@ pub` may take from exec to exit in a shell loop. So a plain publish, `nsqcli pub
 does not fully understand - another option, --help, a bad value, a context that may apply,
 another NSQCLI_* variable, `-` options before `pub` - goes to click untouched, before anything
 was read or sent. Only the argv scanner is the fast path's own: the publish (nsqcli.publish),
-the exit path (nsqcli.exits), the defaults (nsqcli.defaults) and the NSQCLI_* variables
-(nsqcli.cli.envvars) are the click command's, all click-free. tests/cli/test_pub_fast_path.py
+the exit path (nsqcli.exits), the defaults and the NSQCLI_* variables (nsqcli.defaults)
+are the click command's, all click-free. tests/cli/test_pub_fast_path.py
 runs one argv matrix through both paths and compares stdout, stderr and exit code, and checks
 that the scanner accepts nothing click parses differently. NSQCLI_NO_FAST_PATH=1 turns it off.
 """
@@ -75,8 +75,7 @@ def fast_pub_plan(argv: list[str]) -> dict | None:
     """The parsed `pub` invocation, or None when click must handle it (nothing consumed yet)."""
     if not argv or argv[0] != "pub" or _context_may_apply():
         return None
-    from .envvars import PUB_FAST_PATH
-    from .defaults import PUB_TIMEOUT
+    from .defaults import PUB_FAST_PATH, PUB_TIMEOUT
 
     if "_NSQCLI_COMPLETE" in os.environ or any(k.startswith("NSQCLI_") and k not in PUB_FAST_PATH
                                                 for k in os.environ):

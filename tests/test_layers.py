@@ -26,17 +26,15 @@ ALLOWED = {
     "daemon": {"client", "protocol", "errors", "version", "clock"},  # run harness's helpers: no click/rich
     "cli": {"client", "archive", "relay", "records", "filters", "loadgen", "protocol", "errors", "sandbox", "spark",
             "spark_features", "contexts", "nsq_install", "version", "stdio", "clock", "daemon", "__init__",
-            "exits", "publish", "defaults", "envvars"},
+            "exits", "publish", "defaults"},
     "__init__": {"client", "protocol", "version"},
     "stdio": set(),                   # closed standard streams repaired: stdlib only
     "clock": set(),                   # process start, --timeout's origin: stdlib only
     "exits": {"errors"},              # the one exit path (outcome -> line, exit code): no click
-    "defaults": set(),                # defaults click's options and pub's fast path share: stdlib only
-    "envvars": set(),                 # the NSQCLI_* variables nsqcli reads: stdlib only
+    "defaults": set(),                # defaults, NSQCLI_* variables (click and pub's fast path): stdlib only
     "publish": {"client", "errors", "clock", "stdio", "exits"},  # pub's work, for click and the fast path
     # console script: early signals, pub's fast path (its argv scanner; the rest it shares with cli)
-    "entry": {"cli", "client", "protocol", "errors", "stdio", "clock", "exits", "publish", "defaults",
-              "envvars"},
+    "entry": {"cli", "client", "protocol", "errors", "stdio", "clock", "exits", "publish", "defaults"},
     "__main__": {"entry"},
 }
 PURE_FORBIDDEN = {"socket", "threading", "time", "logging", "select", "selectors", "ssl",

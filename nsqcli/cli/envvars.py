@@ -1,14 +1,14 @@
 """Every NSQCLI_* environment variable nsqcli reads. One set is said to be a typo (a variable
 that is not here is ignored by every command): ``NSQCLI_NSQD_TCP_ADRESS`` gets a warning with
 the name it resembles, instead of silently connecting to the default nsqd.
-The sets are in nsqcli/envvars.py (stdlib only: `pub`'s fast path reads them without nsqcli.cli);
+The sets are in nsqcli/defaults.py (stdlib only: `pub`'s fast path reads them without nsqcli.cli);
 tests/cli/test_envvars.py checks them against the options' envvars and the source."""
 
 from __future__ import annotations
 
 import os
 
-from ..envvars import KNOWN, PUB_FAST_PATH  # noqa: F401 - the sets themselves are click-free, for the fast path
+from ..defaults import KNOWN, PUB_FAST_PATH  # noqa: F401 - the sets themselves are click-free, for the fast path
 
 
 def unknown(environ=None) -> list[tuple[str, str | None]]:

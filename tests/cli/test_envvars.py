@@ -7,7 +7,7 @@ from pathlib import Path
 
 from helpers import run_nsqcli
 
-from nsqcli.envvars import KNOWN
+from nsqcli.defaults import KNOWN
 
 PKG = Path(__file__).resolve().parents[2] / "nsqcli"
 

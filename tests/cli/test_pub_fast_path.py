@@ -136,7 +136,7 @@ def _no_nsqcli_variables(monkeypatch):
 def test_the_defaults_and_the_variables_are_the_click_commands_own_objects(monkeypatch):
     """The fast path takes --timeout's default, the default nsqd, the NSQCLI_* variables and
     the exit path from where the click command takes them (a copy drifted twice: 44c7444, cc61d16)."""
-    from nsqcli import defaults, entry, envvars, exits, publish
+    from nsqcli import defaults, entry, exits, publish
     from nsqcli.cli import app, options
     from nsqcli.cli import envvars as cli_envvars
     from nsqcli.cli.commands.pub import pub
@@ -144,7 +144,7 @@ def test_the_defaults_and_the_variables_are_the_click_commands_own_objects(monke
     timeout = next(p for p in pub.params if p.name == "timeout")
     assert timeout.default is defaults.PUB_TIMEOUT
     assert options.DEFAULT_NSQD is defaults.NSQD_TCP_ADDRESS
-    assert cli_envvars.KNOWN is envvars.KNOWN and cli_envvars.PUB_FAST_PATH is envvars.PUB_FAST_PATH
+    assert cli_envvars.KNOWN is defaults.KNOWN and cli_envvars.PUB_FAST_PATH is defaults.PUB_FAST_PATH
     _no_nsqcli_variables(monkeypatch)
     plan = entry.fast_pub_plan(["pub", "t", "m"])
     assert plan["nsqd"] == [defaults.NSQD_TCP_ADDRESS] and plan["timeout"] == 10.0 and not plan["timeout_given"]
@@ -166,7 +166,7 @@ def test_every_variable_of_pubs_options_but_the_parsed_one_sends_the_run_to_clic
     from nsqcli.cli.commands.pub import pub
     from nsqcli.cli.root import cli
     from nsqcli.entry import fast_pub_plan
-    from nsqcli.envvars import KNOWN, PUB_FAST_PATH
+    from nsqcli.defaults import KNOWN, PUB_FAST_PATH
 
     read_by_pub = {p.envvar for p in [*pub.params, *cli.params] if isinstance(p.envvar, str)}
     assert "NSQCLI_TLS" in read_by_pub and "NSQCLI_CONTEXT" in read_by_pub  # the introspection works
