@@ -16,6 +16,7 @@ import os
 import re
 from pathlib import Path
 
+from .defaults import contexts_dir
 from .errors import NSQError
 
 #: key -> kind: "list" of strings, "bool", "int", or "str"
@@ -50,11 +51,10 @@ class ContextError(NSQError):
 def config_dir() -> Path:
     """Where contexts live; a path that exists but is not a directory is an error (it used to
     mean "no contexts", silently, and a failing `context add`)."""
+    path = Path(contexts_dir())  # (pub's fast path looks there too, without pathlib)
     if os.environ.get("NSQCLI_CONFIG_DIR"):
-        path, what = Path(os.environ["NSQCLI_CONFIG_DIR"]), f"NSQCLI_CONFIG_DIR={os.environ['NSQCLI_CONFIG_DIR']}"
+        what = f"NSQCLI_CONFIG_DIR={os.environ['NSQCLI_CONFIG_DIR']}"
     else:
-        base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-        path = Path(base) / "nsqcli"
         what = f"the config directory {path}"
     if path.exists() and not path.is_dir():
         raise ContextError(f"{what} is not a directory (nsqcli keeps its contexts in a directory there)")

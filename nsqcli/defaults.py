@@ -13,6 +13,16 @@ NSQD_TCP_ADDRESS = "127.0.0.1:4150"
 #: `nsqcli pub --timeout`'s default
 PUB_TIMEOUT = "10s"
 
+
+def contexts_dir() -> str:
+    """Where the contexts live (nsqcli.contexts): $NSQCLI_CONFIG_DIR, else $XDG_CONFIG_HOME/nsqcli,
+    else ~/.config/nsqcli."""
+    import os
+
+    return os.environ.get("NSQCLI_CONFIG_DIR") or os.path.join(
+        os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config"), "nsqcli")
+
+
 #: every NSQCLI_* variable nsqcli reads (a set one that is not here is said to be a typo)
 KNOWN = frozenset({
     # options (envvar=...)

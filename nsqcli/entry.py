@@ -159,10 +159,10 @@ def _duration(text: str) -> float | None:
 
 def _context_may_apply() -> bool:
     """A selected context (config.toml not empty) may change pub's defaults: click's path."""
-    base = os.environ.get("NSQCLI_CONFIG_DIR") or os.path.join(
-        os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config"), "nsqcli")
+    from .defaults import contexts_dir
+
     try:
-        with open(os.path.join(base, "config.toml"), "rb") as f:
+        with open(os.path.join(contexts_dir(), "config.toml"), "rb") as f:
             return bool(f.read().strip())
     except FileNotFoundError:
         return False

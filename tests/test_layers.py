@@ -21,7 +21,7 @@ ALLOWED = {
               "spark_features"},
     "spark_features": set(),          # what the installed pyspark supports, from its version: stdlib only
     "nsq_install": set(),             # builds NSQ with Go: stdlib only (scripts/install-nsq runs it bare)
-    "contexts": {"errors"},           # named connection settings (TOML files)
+    "contexts": {"errors", "defaults"},  # named connection settings (TOML files)
     "sandbox": {"errors", "nsq_install"},
     "daemon": {"client", "protocol", "errors", "version", "clock"},  # run harness's helpers: no click/rich
     "cli": {"client", "archive", "relay", "records", "filters", "loadgen", "protocol", "errors", "sandbox", "spark",

@@ -17,7 +17,7 @@ import pytest
 from helpers import NSQCLI, clean_env, topic_stats
 
 # which path ran, said at exit: through atexit (click's sys.exit) or os._exit (the fast path
-# leaves without the interpreter's teardown, nsqcli.entry._exit_now)
+# leaves without the interpreter's teardown, nsqcli.exits.exit_now)
 IMPORTED = """
 import atexit, os, sys
 mark = lambda: sys.stderr.write('click' in sys.modules and 'CLICK\\n' or 'FAST\\n')
@@ -123,6 +123,23 @@ def test_a_selected_context_goes_to_click(tmp_path, monkeypatch):
     (tmp_path / "config.toml").write_text('context = "dev"\n')
     assert fast_pub_plan(["pub", "t", "m"]) is None
     (tmp_path / "config.toml").write_text("")  # `nsqcli context use` of none
+    assert fast_pub_plan(["pub", "t", "m"]) is not None
+
+
+def test_the_fast_path_looks_for_a_context_where_the_contexts_are(tmp_path, monkeypatch):
+    """Where a selected context would be is asked of the place nsqcli.contexts asks
+    (nsqcli.defaults.contexts_dir), not worked out a second time."""
+    from nsqcli import contexts, defaults
+    from nsqcli.entry import fast_pub_plan
+
+    assert contexts.contexts_dir is defaults.contexts_dir
+    monkeypatch.delenv("NSQCLI_CONFIG_DIR")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    assert contexts.config_dir() == tmp_path / "nsqcli"
+    (tmp_path / "nsqcli").mkdir()
+    (tmp_path / "nsqcli" / "config.toml").write_text('context = "dev"\n')
+    assert fast_pub_plan(["pub", "t", "m"]) is None
+    monkeypatch.setattr(defaults, "contexts_dir", lambda: str(tmp_path / "elsewhere"))
     assert fast_pub_plan(["pub", "t", "m"]) is not None
 
 
