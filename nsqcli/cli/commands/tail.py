@@ -475,6 +475,9 @@ class Tail(Job):
                          "part of the backlog is on nsqd's disk (beyond its --mem-queue-size), which nsqd sends "
                          "mixed at random with the messages given back, so as many came round again as were new")
             elif backlog and looked < backlog and not (sink.count and sink.shown >= sink.count):
+                if expired:  # the work (the whole backlog) was not done: exit 3
+                    raise DeadlineExceeded(f"--timeout passed after looking at {looked} of the {backlog} messages "
+                                           "waiting when the peek started; the channel is as it was")
                 app.warn(f"peek looked at {looked} of the {backlog} messages waiting when it started (it was "
                          "stopped before the rest came); the channel is as it was")
         elif sink.accept is not None and sink.unmatched:
