@@ -1,5 +1,17 @@
-"""Import direction rules from DESIGN.md, checked on the real import graph (relative imports
-resolved, imports inside functions included)."""
+"""The package's layering, checked on the real import graph (relative imports resolved, imports
+inside functions included). The rules:
+
+- Each top-level module or package of nsqcli is a layer; ALLOWED below lists, for each layer,
+  the other layers it may import. Lower layers never import higher ones: protocol knows nothing
+  of the client core, the client core nothing of the CLI, nothing below cli/ imports cli/.
+- protocol/ (and client/flow.py, the RDY/backoff policy) is pure: no sockets, threads, clocks,
+  logging, subprocesses, os, click or rich (PURE_FORBIDDEN), so it can be tested byte by byte.
+- Only cli/ imports click and rich; only spark/ imports pyspark.
+- No import cycles between modules (a package and its own modules aside).
+- No command module in cli/commands/ imports another: what two commands share lives in cli/
+  or a lower layer.
+
+Each rule has a test that shows the checker can fail."""
 
 import ast
 from pathlib import Path

@@ -5,7 +5,6 @@ from __future__ import annotations
 import gzip
 
 
-# 13 -----------------------------------------------------------------------------------------------
 def test_gzip_recovery_trims_torn_member_among_many(tmp_path):
     from nsqcli.archive.recovery import recover, valid_gzip_prefix
 

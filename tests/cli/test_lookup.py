@@ -18,7 +18,6 @@ def test_lookup_of_an_unknown_topic_fails(lookupd, topic):
     one_error_line(r, 1, rf"topic '{topic}' is unknown to nsqlookupd {lookupd.http_address}")
 
 
-# 3 ------------------------------------------------------------------------------------------------
 def test_lookup_respects_a_trickling_lookupd():
     with FakeLookupd(lookupd_trickle) as fake:
         t0 = time.monotonic()

@@ -228,7 +228,6 @@ def test_mpub_progress_bar_ends_at_100_percent(tmp_path):
     assert "100%" in App.console.export_text()
 
 
-# 15 -----------------------------------------------------------------------------------------------
 def test_mpub_rate_holds_within_every_second(nsqd, topic):
     records = b"\n".join(b"r%d" % i for i in range(300))
     r = run(["mpub", "-t", topic, "--nsqd-tcp-address", nsqd.tcp_address, "--rate", "100"], input=records)

@@ -97,7 +97,6 @@ def test_positional_topic_and_json_results(nsqd, topic):
     assert r.stdout == b"hello\na\nb\nc\nd\ne\n"
 
 
-# 6 ------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("reply", [b"CLOSE_WAIT", b"E_WHATEVER?"])
 def test_pub_fails_unless_nsqd_said_ok(reply):
     def script(peer):

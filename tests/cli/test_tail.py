@@ -321,7 +321,6 @@ def test_lookupd_poll_interval_option():
     assert r.returncode == 2 and r.stderr.count(b"\n") == 1 and b"is not a duration" in r.stderr
 
 
-# 14 -----------------------------------------------------------------------------------------------
 def test_tail_to_a_full_disk_exits_1_with_one_line(nsqd, topic):
     with Producer(nsqd.tcp_address) as p:
         p.multi_publish(topic, [b"x" * 100] * 50)

@@ -29,7 +29,6 @@ def ready_counts(servers, topic, channel="c"):
     return out
 
 
-# 1 -------------------------------------------------------------------------------------------
 def test_non_fatal_error_frames_keep_the_connection_and_are_counted(nsqd_factory, topic):
     """A handler slower than --msg-timeout: nsqd answers the FIN with E_FIN_FAILED. The
     connection stays, the error is counted as timed out and reported to on_error (1 argument).
@@ -83,7 +82,6 @@ def test_messages_in_the_same_read_as_subs_ok_are_delivered_at_once():
         c.stop(timeout=2)
 
 
-# 9 ------------------------------------------------------------------------------------------------
 def test_stop_during_a_reconnect_leaks_nothing():
     """The first connection is dropped; the reconnect's handshake is stalled by the server when
     stop() is called: stop returns promptly, and no connection or I/O thread is left behind."""
@@ -124,7 +122,6 @@ def test_stop_during_a_reconnect_leaks_nothing():
         wait_for(closed.is_set, timeout=5, what="the server sees the connection closed")
 
 
-# 12 -----------------------------------------------------------------------------------------------
 def test_backoff_timer_runs_while_lookupd_hangs(nsqd, topic):
     """A handler failure starts a short backoff; a lookupd that never answers (the discovery
     thread is stuck in it) must not stretch the backoff: the retry arrives on time."""
@@ -156,7 +153,6 @@ def test_backoff_timer_runs_while_lookupd_hangs(nsqd, topic):
             c.stop(timeout=10)
 
 
-# 16 -----------------------------------------------------------------------------------------------
 def test_fin_on_a_dead_connection_is_counted_lost_not_finished(nsqd_factory, topic):
     server = nsqd_factory()
     with Producer(server.tcp_address) as p:

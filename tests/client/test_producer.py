@@ -14,7 +14,6 @@ from nsqcli.errors import BadTopicError, PublishError, ServerError, TransportErr
 BODIES = [b"plain", b"with\nnewline", bytes(range(256)), b"\x00" * 10, "é✓".encode(), b"x" * 100_000]
 
 
-# 8 ------------------------------------------------------------------------------------------------
 def test_producer_close_resolves_every_future(nsqd, topic):
     p = Producer(nsqd.tcp_address)
     futures = [f for i in range(2000) for f in p.publish_async(topic, b"m%d" % i)]
