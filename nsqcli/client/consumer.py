@@ -39,7 +39,7 @@ from . import loop as loop_pool
 from .discovery import Discovery
 from .loop import SWEEP
 from .workers import HandlerPool
-from ..protocol import encode_rdy, encode_req, encode_touch, validate_channel, validate_topic
+from ..protocol import encode_fins, encode_rdy, encode_req, encode_touch, validate_channel, validate_topic
 
 log = logging.getLogger("nsqcli.client.consumer")
 
@@ -47,12 +47,6 @@ log = logging.getLogger("nsqcli.client.consumer")
 RDY_SETTLE = 0.05
 #: seconds start() waits for the other attempts once one connection is up
 START_GRACE = 0.5
-
-
-def _fins(ids: list[bytes]) -> bytes:
-    """Many FIN commands in one buffer (hot path: ids come from nsqd, always 16 bytes; one
-    join, no concatenation per id: 99 -> 12 ns a message)."""
-    return b"FIN " + b"\nFIN ".join(ids) + b"\n" if ids else b""
 
 
 class _Handle:
@@ -71,7 +65,7 @@ class _Handle:
         consumer = self.consumer
         if consumer.pull:
             consumer._held.pop(id(msg), None)
-        consumer._respond(self, b"FIN " + msg.id + b"\n", 1, "fin")
+        consumer._respond(self, encode_fins([msg.id]), 1, "fin")
 
     def requeue(self, msg, delay: float | None, backoff: bool) -> None:
         cfg = self.consumer.config
@@ -612,7 +606,7 @@ class Consumer(ConnectionDelegate):
         deliver them again)."""
         lost = []
         for handle, ms in self._by_handle(msgs).items():
-            if not self._respond(handle, _fins([m.id for m in ms]), len(ms), "fin"):
+            if not self._respond(handle, encode_fins([m.id for m in ms]), len(ms), "fin"):
                 lost += ms
         return lost
 
@@ -736,7 +730,7 @@ class Consumer(ConnectionDelegate):
                 m.responded = True
                 fins.append(m.id)
         if fins:
-            self._respond(handle, _fins(fins), len(fins), "fin")
+            self._respond(handle, encode_fins(fins), len(fins), "fin")
 
     def _run_batch(self, handle: _Handle, msgs: list) -> None:
         max_attempts = self.config.max_attempts
@@ -766,7 +760,7 @@ class Consumer(ConnectionDelegate):
                 m.responded = True
                 ids.append(m.id)
         if ids:
-            self._respond(handle, _fins(ids), len(ids), "fin")
+            self._respond(handle, encode_fins(ids), len(ids), "fin")
 
     # -- the control thread: timers only (RDY, backoff, TOUCH of held messages) --------------
     def _wake(self) -> None:

@@ -1,7 +1,7 @@
 """The pure NSQ TCP protocol: bytes in, bytes out. No sockets, threads, clocks or logging here."""
 
 from .commands import (
-    encode_auth, encode_cls, encode_dpub, encode_fin, encode_identify, encode_mpub, encode_mpub_framed, encode_nop,
+    encode_auth, encode_cls, encode_dpub, encode_fin, encode_fins, encode_identify, encode_mpub, encode_mpub_framed, encode_nop,
     encode_pub, encode_rdy, encode_req, encode_sub, encode_touch, split_framed,
 )
 from .constants import FRAME_ERROR, FRAME_MESSAGE, FRAME_RESPONSE, HEARTBEAT, MAGIC_V2
@@ -14,6 +14,6 @@ __all__ = [
     "Frame", "FrameDecoder", "NEED_DATA", "Message", "MessageData", "decode_message",
     "validate_topic", "validate_channel",
     "encode_identify", "encode_auth", "encode_sub", "encode_pub", "encode_mpub", "encode_dpub",
-    "encode_rdy", "encode_fin", "encode_req", "encode_touch", "encode_cls", "encode_nop",
+    "encode_rdy", "encode_fin", "encode_fins", "encode_req", "encode_touch", "encode_cls", "encode_nop",
     "encode_mpub_framed", "split_framed",
 ]

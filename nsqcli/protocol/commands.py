@@ -182,6 +182,13 @@ def encode_fin(msg_id: bytes) -> bytes:
     return b"FIN " + _msg_id(msg_id) + b"\n"
 
 
+def encode_fins(msg_ids: list[bytes]) -> bytes:
+    """Many ``FIN <id>\n`` in one buffer (b"" for none). The consumer's hot path: the ids are the
+    ones nsqd sent (the frame decoder read exactly 16 bytes each), so they are not checked again,
+    and the buffer is one join, not a concatenation per id."""
+    return b"FIN " + b"\nFIN ".join(msg_ids) + b"\n" if msg_ids else b""
+
+
 def encode_req(msg_id: bytes, timeout_ms: int = 0) -> bytes:
     """``REQ <16-byte id> <timeout_ms>\\n``."""
     return b"REQ %s %d\n" % (_msg_id(msg_id), _non_negative_int(timeout_ms, "requeue delay (ms)"))

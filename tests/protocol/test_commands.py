@@ -7,7 +7,7 @@ import pytest
 
 from nsqcli.errors import LocalProtocolError
 from nsqcli.protocol import (
-    MAGIC_V2, encode_auth, encode_cls, encode_dpub, encode_fin, encode_identify, encode_mpub,
+    MAGIC_V2, encode_auth, encode_cls, encode_dpub, encode_fin, encode_fins, encode_identify, encode_mpub,
     encode_nop, encode_pub, encode_rdy, encode_req, encode_sub, encode_touch,
 )
 
@@ -52,6 +52,8 @@ def test_simple_commands_golden():
     assert encode_rdy(0) == b"RDY 0\n"
     assert encode_rdy(2500) == b"RDY 2500\n"
     assert encode_fin(MID) == b"FIN 0123456789abcdef\n"
+    assert encode_fins([MID]) == encode_fin(MID) and encode_fins([]) == b""
+    assert encode_fins([MID, b"fedcba9876543210"]) == b"FIN 0123456789abcdef\nFIN fedcba9876543210\n"
     assert encode_req(MID, 0) == b"REQ 0123456789abcdef 0\n"
     assert encode_req(MID, 90000) == b"REQ 0123456789abcdef 90000\n"
     assert encode_touch(MID) == b"TOUCH 0123456789abcdef\n"
