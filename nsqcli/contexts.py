@@ -49,8 +49,8 @@ class ContextError(NSQError):
 
 
 def config_dir() -> Path:
-    """Where contexts live; a path that exists but is not a directory is an error (it used to
-    mean "no contexts", silently, and a failing `context add`)."""
+    """Where contexts live; a path that exists but is not a directory is an error (read as "no
+    contexts" it would hide every context and make `context add` fail)."""
     path = Path(contexts_dir())  # (pub's fast path looks there too, without pathlib)
     if os.environ.get("NSQCLI_CONFIG_DIR"):
         what = f"NSQCLI_CONFIG_DIR={os.environ['NSQCLI_CONFIG_DIR']}"

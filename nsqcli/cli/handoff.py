@@ -1,8 +1,8 @@
 """A long-running command continues in a fresh process image without click.
 
 ``nsqcli to-file`` runs for months. Click and what it imports (inspect, ast, typing, datetime,
-difflib, uuid ...) stay in its memory for ever after parsing the command line: measured, ~4 of
-its ~21 MB peak RSS (``python -m bench.rss_floor``). So when started as nsqcli (the console
+difflib, uuid ...) would stay in its memory for ever after parsing the command line, a
+sizeable part of its resident size (``python -m bench.rss_floor``). So when started as nsqcli (the console
 script or ``python -m nsqcli``), the command parses and checks its options as always, puts what
 it will run (a JSON spec) into a pipe, and exec()s the very same command line again
 (``sys.orig_argv``), with ``NSQCLI_HANDOFF=<the pipe's fd>:<its inode>`` in its environment.

@@ -5,11 +5,11 @@ A message is one *job*: ``Deliverer.submit(body, on_done)``; ``on_done(None)`` a
 answer to a POST (200 to a GET) from every endpoint the mode asks for, ``on_done(Failed)``
 otherwise (with the Retry-After the endpoint sent, if any). The caller FINs or REQs.
 
-Why one thread and a selector: with a thread per request in flight (100 threads, one blocking
-HTTPConnection each) a delivery cost ~205 us of CPU, 120 of them in the kernel (GIL hand-offs,
-socket timeouts' polls); multiplexed it costs ~22 us (measured side by side against nsqd's
-/pub, 100 in flight: 5.2k vs 25.6k requests/s). Requests and answers are the project's one
-HTTP client's (client/http.py: build_request, ResponseParser).
+Why one thread and a selector: a thread per request in flight (a blocking HTTPConnection each)
+spends most of each delivery's CPU in the kernel, on GIL hand-offs among the threads and
+socket timeouts' polls; one thread multiplexing every connection spends a fraction of it per
+delivery (the figures: bench/figures.md). Requests and answers are the project's one HTTP
+client's (client/http.py: build_request, ResponseParser).
 """
 
 from __future__ import annotations

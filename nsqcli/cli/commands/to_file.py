@@ -156,8 +156,8 @@ def _check_names_stay_inside(opts, topics) -> None:
 
 
 def _check_writable(output_dir: str, work_dir: str | None) -> None:
-    """Refused before subscribing (it used to fail at the first message): a directory that
-    cannot be created or written is a bad --output-dir / --work-dir, like one that is a file."""
+    """Refused before subscribing, not at the first message: a directory that cannot be created
+    or written is a bad --output-dir / --work-dir, like one that is a file."""
     from ...archive.files import check_writable_dir
 
     for flag, path in (("--output-dir", output_dir), ("--work-dir", work_dir)):

@@ -106,7 +106,8 @@ nsqcli to-nsq -t events --destination-nsqd-tcp-address 10.1.0.7:4150 --destinati
         help="hostpool: one destination, the next when it fails; round-robin: batches alternate; "
              "fanout: every destination (FIN after all acknowledged).")
 @option("--max-in-flight", type=click.IntRange(1, 100000), default=2500, show_default=True,
-        help="Messages in flight per topic (nsq_to_nsq: 200; 2500 measured 1.15x faster than 1000).")
+        help="Messages in flight per topic (nsq_to_nsq: 200). A message stays in flight until the "
+             "destination acknowledged it, so this bounds how many are being copied at once.")
 @option("--concurrency", type=click.IntRange(1, 64), default=4, show_default=True,
         help="Batches being published at once.")
 @option("--rate", type=RATE, help="At most N messages per second.")
