@@ -111,7 +111,9 @@ def sink_options(conn: dict) -> dict:
     if conn.get("lookupd_http_addresses"):
         out["lookupdHTTPAddresses"] = ",".join(conn["lookupd_http_addresses"])
     if not out:
-        out["nsqdTCPAddresses"] = "127.0.0.1:4150"
+        from ..defaults import NSQD_TCP_ADDRESS
+
+        out["nsqdTCPAddresses"] = NSQD_TCP_ADDRESS
     pairs = {"tls": "tls", "tls_ca_file": "tlsCAFile", "tls_cert": "tlsCert", "tls_key": "tlsKey",
              "tls_min_version": "tlsMinVersion", "tls_insecure_skip_verify": "tlsInsecureSkipVerify",
              "snappy": "snappy", "deflate": "deflate", "deflate_level": "deflateLevel",

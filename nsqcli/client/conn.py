@@ -713,18 +713,13 @@ class Connection:
             pass
 
     # -- API for any thread ------------------------------------------------------------------
-    def write(self, data: bytes) -> None:
-        """Send a command that gets no answer (FIN, RDY, REQ, TOUCH, CLS...): on plain TCP from
-        this thread, at once (with whatever else is queued); on TLS or a compressed stream
-        through the loop.
-        Raises TransportError when the connection is closed or the send failed."""
-        self.send(data)
-
     def send(self, command: bytes, token=None) -> None:
         """Queue ``command``; a publish needs a ``token`` (set_result/set_exception), resolved
-        by this connection alone. Raises TransportError (nothing queued) when the connection
-        is closed or closing after a fatal error. Before the handshake is done, commands wait
-        for it."""
+        by this connection alone; a command that gets no answer (FIN, RDY, REQ, TOUCH, CLS) has
+        none and goes out at once on plain TCP from this thread (with whatever else is queued),
+        through the loop on TLS or a compressed stream. Raises TransportError (nothing queued)
+        when the connection is closed or closing after a fatal error. Before the handshake is
+        done, commands wait for it."""
         with self._wlock:
             if self.state == CLOSED:
                 raise TransportError("connection is closed", self.address)
@@ -812,7 +807,7 @@ class Connection:
     def send_cls(self) -> None:
         """Ask nsqd to stop sending messages (it answers CLOSE_WAIT)."""
         if self.state == CONNECTED:
-            self.write(CLS)
+            self.send(CLS)
 
     def close(self, timeout: float = 5.0, wait: bool = True) -> None:
         """Send what is queued, half-close, read nsqd's last words, close - all within

@@ -453,7 +453,7 @@ class Consumer(ConnectionDelegate):
     def _write_rdy(self, conn: Connection, n: int) -> None:
         conn.rdy = conn.rdy_sent = n
         try:
-            conn.write(encode_rdy(min(n, conn.max_rdy_count)))
+            conn.send(encode_rdy(min(n, conn.max_rdy_count)))
         except TransportError:
             pass
 
@@ -558,7 +558,7 @@ class Consumer(ConnectionDelegate):
         if conn.state == CLOSED:
             return False
         try:
-            conn.write(command)
+            conn.send(command)
         except TransportError:
             return False
         return True

@@ -5,8 +5,8 @@ nsqd answers the commands of one connection in order; the connection's session
 future: OK, nsqd's error, or a TransportError when the connection closed first. Publishing many
 batches (``publish_iter``, ``publish_framed``, ``multi_publish``) is counted in one
 :class:`~nsqcli.client.ledger.Ledger`. ``publish``/``multi_publish`` block until nsqd said OK (or raise
-a typed error); ``publish_async``/``multi_publish_async`` return futures and keep many commands in
-flight on one connection.
+a typed error); ``publish_async`` returns futures and keeps many commands in flight on one
+connection.
 
 With several nsqd addresses the producer publishes to one and fails over to the next when a
 connection cannot be made or is lost; ``fanout=True`` publishes every message to all of them

@@ -32,6 +32,3 @@ def validate_channel(name: str) -> str:
     """Return ``name`` if it is a legal channel name, else raise LocalProtocolError."""
     return _validate("channel", name)
 
-
-def is_ephemeral(name: str) -> bool:
-    return name.endswith("#ephemeral")

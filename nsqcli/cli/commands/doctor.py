@@ -131,9 +131,10 @@ class _Said:
         required)" from an nsqd with --tls-required: IDENTIFY is the one command it takes
         without TLS) and return what nsqd said within ``wait`` seconds."""
         from ...errors import NSQError
+        from ...protocol import encode_nop
 
         try:
-            conn.write(b"NOP\n")
+            conn.send(encode_nop())
         except NSQError as e:
             return str(e)
         self.event.wait(wait)

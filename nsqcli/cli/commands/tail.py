@@ -520,9 +520,10 @@ def _http_nodes(topic: str, conn: dict, nsqd_http: list[str], by: float) -> tupl
     from ...client.fanout import ask_all
     from ...client.http import lookup_all
     from ...client.transport import split_address
+    from ...defaults import NSQD_TCP_ADDRESS
 
     tcps = list(dict.fromkeys(conn.get("nsqd_tcp_addresses")
-                              or (() if conn.get("lookupd_http_addresses") else ("127.0.0.1:4150",))))
+                              or (() if conn.get("lookupd_http_addresses") else (NSQD_TCP_ADDRESS,))))
     lookupds = list(conn.get("lookupd_http_addresses") or ())
     jobs = [("tcp", a) for a in tcps] + ([("lookup", None)] if lookupds else [])
 
