@@ -61,11 +61,7 @@ def run_child(argv: list[str], env: dict, body: bytes, tick, *, slice: float = 0
                         sel.unregister(p.stdin)
                         p.stdin.close()
                     continue
-                data = os.read(key.fileobj.fileno(), CHUNK)
-                if data:
-                    key.data.append(data)
-                else:
-                    sel.unregister(key.fileobj)
+                _read(sel, key)
             now = time.monotonic()
             if exited is None and p.poll() is not None:
                 exited = now
@@ -109,11 +105,16 @@ def _drain(sel, most: float) -> None:
             if key.data is None:  # stdin
                 sel.unregister(key.fileobj)
                 continue
-            data = os.read(key.fileobj.fileno(), CHUNK)
-            if data:
-                key.data.append(data)
-            else:
-                sel.unregister(key.fileobj)
+            _read(sel, key)
+
+
+def _read(sel, key) -> None:
+    """One read of stdout or stderr into its list; at its end, no longer watched."""
+    data = os.read(key.fileobj.fileno(), CHUNK)
+    if data:
+        key.data.append(data)
+    else:
+        sel.unregister(key.fileobj)
 
 
 def _reap(p) -> int | None:

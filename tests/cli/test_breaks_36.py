@@ -10,6 +10,7 @@ import pytest
 from helpers import channel_stats, http_post, wait_for
 from helpers import run_nsqcli as run
 from hung import cluster  # noqa: F401 - the fixture
+from test_tail_peek import two_nodes_env
 
 
 def _env(nsqd) -> dict:
@@ -198,7 +199,7 @@ def test_peek_does_not_create_the_channel_on_a_node_that_lacks_it(cluster, topic
     # the channel on node a only; b carries the topic (2 messages, no channel): the peek subscribed
     # to b too, which created a durable 'billing' there - it took b's topic backlog and keeps a
     # copy of every message published to b from then on
-    from helpers import http_get_json, topic_stats
+    from helpers import topic_stats
 
     a, b = cluster.nsqds[:2]
     for node in (a, b):
@@ -206,13 +207,7 @@ def test_peek_does_not_create_the_channel_on_a_node_that_lacks_it(cluster, topic
     http_post(a.http_address, "/channel/create", topic=topic, channel="billing")
     http_post(a.http_address, "/mpub", b"1\n2\n3", topic=topic)
     http_post(b.http_address, "/mpub", b"x\ny", topic=topic)
-    if found_by == "addresses":
-        env = {"NSQCLI_NSQD_TCP_ADDRESS": f"{a.tcp_address} {b.tcp_address}",
-               "NSQCLI_NSQD_HTTP_ADDRESS": f"{a.http_address} {b.http_address}"}
-    else:
-        env = {"NSQCLI_LOOKUPD_HTTP_ADDRESS": cluster.lookupd.http_address}
-        wait_for(lambda: len(http_get_json(cluster.lookupd.http_address, "/lookup", topic=topic)["producers"]) == 2,
-                 what="both nodes registered")
+    env = two_nodes_env(cluster, topic, found_by)
     r = run(["tail", topic, "-c", "billing", "--peek", "--timeout", "10s"], env)
     assert r.returncode == 0 and sorted(r.stdout.splitlines()) == [b"1", b"2", b"3"], (r.stdout, r.stderr)
     assert topic_stats(b, topic)["channels"] == [] and topic_stats(b, topic)["depth"] == 2

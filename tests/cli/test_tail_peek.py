@@ -24,6 +24,18 @@ def _backlog(nsqd, topic: str, channel: str, bodies: list[bytes]) -> None:
     wait_for(lambda: channel_stats(nsqd, topic, channel)["depth"] == len(bodies), what="backlog in the channel")
 
 
+def two_nodes_env(cluster, topic: str, found_by: str) -> dict:
+    """The environment to reach the cluster's first two nsqd: given by address ("addresses"), or
+    found through its nsqlookupd ("nsqlookupd", once both carry ``topic``)."""
+    a, b = cluster.nsqds[:2]
+    if found_by == "addresses":
+        return {"NSQCLI_NSQD_TCP_ADDRESS": f"{a.tcp_address} {b.tcp_address}",
+                "NSQCLI_NSQD_HTTP_ADDRESS": f"{a.http_address} {b.http_address}"}
+    wait_for(lambda: len(http_get_json(cluster.lookupd.http_address, "/lookup", topic=topic)["producers"]) == 2,
+             what="both nodes registered")
+    return {"NSQCLI_LOOKUPD_HTTP_ADDRESS": cluster.lookupd.http_address}
+
+
 def _waiting(ch: dict) -> int:
     return ch["depth"] + ch["in_flight_count"] + ch["deferred_count"]
 
@@ -306,13 +318,7 @@ def test_peek_over_two_nsqd_with_uneven_backlogs(cluster, topic, found_by):
     a, b = cluster.nsqds[:2]
     for node, n in ((a, 8), (b, 2)):
         _backlog(node, topic, "billing", [b"%s-%d" % (node.tcp_address.encode(), i) for i in range(n)])
-    if found_by == "addresses":
-        env = {"NSQCLI_NSQD_TCP_ADDRESS": f"{a.tcp_address} {b.tcp_address}",
-               "NSQCLI_NSQD_HTTP_ADDRESS": f"{a.http_address} {b.http_address}"}
-    else:
-        env = {"NSQCLI_LOOKUPD_HTTP_ADDRESS": cluster.lookupd.http_address}
-        wait_for(lambda: len(http_get_json(cluster.lookupd.http_address, "/lookup", topic=topic)["producers"]) == 2,
-                 what="both nodes registered")
+    env = two_nodes_env(cluster, topic, found_by)
     r = run(["tail", topic, "-c", "billing", "--peek", "-n", "10", "--timeout", "20s"], env)
     assert r.returncode == 0, r.stderr
     assert len(r.stdout.splitlines()) == 10 and len(set(r.stdout.splitlines())) == 10
