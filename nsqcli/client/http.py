@@ -411,8 +411,9 @@ def _error_message(status: int, raw: bytes, url: str = "") -> str:
     return text
 
 
-class Producer(Record, frozen=True):
-    """An nsqd as nsqlookupd reports it."""
+class NsqdNode(Record, frozen=True):
+    """An nsqd as nsqlookupd reports it (one of the "producers" of its /lookup and /nodes; not a
+    publisher: that is nsqcli.client.producer.Producer)."""
 
     broadcast_address: str
     tcp_port: int
@@ -431,14 +432,14 @@ class Producer(Record, frozen=True):
         return f"[{host}]:{self.http_port}" if ":" in host else f"{host}:{self.http_port}"
 
     @classmethod
-    def from_json(cls, p: dict) -> "Producer":
+    def from_json(cls, p: dict) -> "NsqdNode":
         if not isinstance(p.get("broadcast_address"), str):
             raise TypeError(f"broadcast_address is {p.get('broadcast_address')!r}")
         return cls(p["broadcast_address"], int(p["tcp_port"]), int(p["http_port"]),
                    str(p.get("hostname", "")), str(p.get("version", "")))
 
 
-def lookup_topic(address: str, topic: str, timeout: float = 5.0) -> list[Producer]:
+def lookup_topic(address: str, topic: str, timeout: float = 5.0) -> list[NsqdNode]:
     """nsqd nodes producing ``topic`` according to one nsqlookupd ([] if unknown topic)."""
     try:
         data = http_json(address, "/lookup", {"topic": topic}, timeout)
@@ -450,17 +451,17 @@ def lookup_topic(address: str, topic: str, timeout: float = 5.0) -> list[Produce
                                "(an nsqd HTTP port, or the wrong port?)", base_url(address)) from None
         raise
     try:
-        return [Producer.from_json(p) for p in (data or {}).get("producers") or []]
+        return [NsqdNode.from_json(p) for p in (data or {}).get("producers") or []]
     except (AttributeError, KeyError, TypeError, ValueError) as e:
         raise LookupdError(f"unexpected /lookup answer ({type(e).__name__}: {e}): {str(data)[:80]}",
                            base_url(address) + "/lookup") from None
 
 
 def lookup_all(addresses: list[str], topic: str, timeout: float = 5.0
-               ) -> tuple[list[Producer], list[LookupdError]]:
+               ) -> tuple[list[NsqdNode], list[LookupdError]]:
     """Ask EVERY lookupd at once (one ``timeout`` for them all); union the producers by tcp
     address, in the order of ``addresses``. Returns (producers, errors)."""
-    seen: dict[str, Producer] = {}
+    seen: dict[str, NsqdNode] = {}
     errors: list[LookupdError] = []
     for a in ask_http(addresses, lambda address: lookup_topic(address, topic, timeout), timeout):
         if a.error is not None:
@@ -499,11 +500,11 @@ class Node(Record):
 
     @property
     def tcp_address(self) -> str:
-        return Producer(self.broadcast_address, self.tcp_port, self.http_port).tcp_address
+        return NsqdNode(self.broadcast_address, self.tcp_port, self.http_port).tcp_address
 
     @property
     def http_address(self) -> str:
-        return Producer(self.broadcast_address, self.tcp_port, self.http_port).http_address
+        return NsqdNode(self.broadcast_address, self.tcp_port, self.http_port).http_address
 
     def to_json(self) -> dict:
         return {"broadcast_address": self.broadcast_address, "hostname": self.hostname,
@@ -526,7 +527,7 @@ class ClusterView(Record):
 
 
 def _lookupd_view(address: str, topic: str | None, timeout: float) -> tuple[list, dict[str, list[str]]]:
-    """One lookupd's nodes [(Producer, [(topic, tombstoned)])] and channels {topic: [channel]},
+    """One lookupd's nodes [(NsqdNode, [(topic, tombstoned)])] and channels {topic: [channel]},
     its requests all within ``timeout``. An answer of the wrong shape is a LookupdError, like
     an unreachable lookupd."""
     import time
@@ -547,7 +548,7 @@ def _lookupd_view(address: str, topic: str | None, timeout: float) -> tuple[list
         for p in get("/nodes").get("producers") or []:
             tombs = p.get("tombstones") or []
             topics = [(str(t), bool(i < len(tombs) and tombs[i])) for i, t in enumerate(p.get("topics") or [])]
-            nodes.append((Producer.from_json(p), topics))
+            nodes.append((NsqdNode.from_json(p), topics))
         topics = [topic] if topic else [str(t) for t in get("/topics").get("topics") or []]
         channels = {}
         for t in topics:
