@@ -29,7 +29,7 @@ GZIP_MAGIC = b"\x1f\x8b"
 CHUNK = 1 << 20
 
 
-class Record(NamedTuple):
+class ArchivedMessage(NamedTuple):
     """One archived message. Raw archives only know the body (and the file)."""
 
     body: bytes
@@ -116,7 +116,7 @@ def _is_envelope(line: bytes) -> bool:
 
 
 def read_archive(paths: Iterable[str | os.PathLike], fmt: str = "auto",
-                 on_error: Callable[[str], None] | None = None) -> Iterator[Record]:
+                 on_error: Callable[[str], None] | None = None) -> Iterator[ArchivedMessage]:
     """Every record of every archive file, in file order. ``fmt``: "auto", "raw" or "json".
     A JSON line that is not an envelope raises ValueError naming the file and line."""
     if fmt not in ("auto", "raw", "json"):
@@ -132,11 +132,11 @@ def read_archive(paths: Iterable[str | os.PathLike], fmt: str = "auto",
             if not line:  # nsqd has no empty messages: a blank line is no record
                 continue
             if kind == "raw":
-                yield Record(line, file=str(path))
+                yield ArchivedMessage(line, file=str(path))
                 continue
             try:
                 d = json.loads(line)
-                yield Record(envelope_body(line), d.get("topic"), d.get("channel"), d.get("nsqd"), d.get("id"),
+                yield ArchivedMessage(envelope_body(line), d.get("topic"), d.get("channel"), d.get("nsqd"), d.get("id"),
                              d.get("timestamp"), d.get("attempts"), str(path))
             except (ValueError, KeyError, TypeError, AttributeError) as e:
                 raise ValueError(f"{path}:{n}: not a JSON envelope ({e})") from None

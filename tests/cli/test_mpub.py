@@ -210,7 +210,7 @@ def test_mpub_json_reports_the_resume_point_on_failure(topic):
 def test_mpub_progress_bar_ends_at_100_percent(tmp_path):
     from rich.console import Console
 
-    from nsqcli.cli.commands.mpub import Stats, _Progress
+    from nsqcli.cli.commands.mpub import Tally, _Progress
 
     data = tmp_path / "in.txt"
     data.write_bytes(b"x\n" * 1000)
@@ -218,7 +218,7 @@ def test_mpub_progress_bar_ends_at_100_percent(tmp_path):
     class App:
         console = Console(record=True, width=100, force_terminal=True, color_system=None)
 
-    stats = Stats()
+    stats = Tally()
     with open(data, "rb") as f:
         p = _Progress(App, stats, [f])
         stats.bytes, stats.published = 1000, 1000  # bodies: the delimiters are not counted
@@ -308,11 +308,11 @@ class _Chunks:
 @settings(max_examples=150, deadline=None, derandomize=True, database=None)
 @given(data=st.data())
 def test_mpub_records_hand_over_exactly_what_one_by_one_would(data):
-    """Records hands the producer a list per chunk read when nothing in it needs a look, and
+    """BodyReader hands the producer a list per chunk read when nothing in it needs a look, and
     goes record by record otherwise: the bodies, their record numbers (what the resume hint
     is built from), the counts and the resume point must be those of the record-by-record model
     for any records, chunking, --skip, -n, --max-msg-size, and any acknowledged prefix."""
-    from nsqcli.cli.commands.mpub import Records, Stats
+    from nsqcli.cli.commands.mpub import BodyReader, Tally
     from nsqcli.client.producer import FLUSH
 
     recs = data.draw(st.lists(st.sampled_from([b"", b"a", b"bb", b"ccc", b"dddddd"]), max_size=30), label="records")
@@ -344,8 +344,8 @@ def test_mpub_records_hand_over_exactly_what_one_by_one_would(data):
         def warn(self, _msg):
             pass
 
-    stats = Stats()
-    records = Records(App(), [_Chunks(pieces)], b"\n", "raw", skip, True, max_size, stats)
+    stats = Tally()
+    records = BodyReader(App(), [_Chunks(pieces)], b"\n", "raw", skip, True, max_size, stats)
     records.limit = limit
     got = []
     for item in records:

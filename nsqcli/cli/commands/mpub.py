@@ -93,7 +93,7 @@ def _fileno(stream) -> int | None:
         return None
 
 
-class Stats:
+class Tally:
     def __init__(self):
         self.records = self.published = self.skipped_empty = self.skipped_invalid = self.bytes = 0
         self.handled = 0  # records from the start of the input that are published or skipped
@@ -172,12 +172,12 @@ def _nsqd_max_message(addresses: list[str], deadline: float | None) -> int | Non
     return min(sizes) if sizes else None
 
 
-class Records:
+class BodyReader:
     """The records to publish, with the bookkeeping that makes the resume hint exact: the
     record number of every body handed to the producer and not yet acknowledged."""
 
     def __init__(self, app, sources, delimiter: bytes, fmt: str, skip: int, skip_invalid: bool,
-                 max_msg_size: int | None, stats: Stats, ask_limit=None):
+                 max_msg_size: int | None, stats: Tally, ask_limit=None):
         self.app, self.sources, self.delimiter, self.fmt = app, sources, delimiter, fmt
         self.skip, self.skip_invalid, self.stats = skip, skip_invalid, stats
         # --max-msg-size, else nsqd's: its default until a record is larger, then asked of
@@ -423,7 +423,7 @@ def mpub(app, topic, rest, delimiter, null, count, as_json, fmt, batch_size, lin
 
     files = rest
     conn = pop_connection(kwargs)
-    # the producer checks no size of its own unless told one: Records applies the limit
+    # the producer checks no size of its own unless told one: BodyReader applies the limit
     cfg = build_config(conn, max_msg_size=max_msg_size or UNKNOWN_MAX_MSG_SIZE, max_body_size=max_body_size)
     if null:
         from click.core import ParameterSource
@@ -432,8 +432,8 @@ def mpub(app, topic, rest, delimiter, null, count, as_json, fmt, batch_size, lin
             raise click.UsageError("-0/--null and -d/--delimiter cannot be used together (-0 is -d '\\0')")
         delimiter = b"\0"
     sources = list(files) or [sys.stdin.buffer]
-    stats = Stats()
-    records = Records(app, sources, delimiter, fmt, skip, skip_invalid, max_msg_size, stats,
+    stats = Tally()
+    records = BodyReader(app, sources, delimiter, fmt, skip, skip_invalid, max_msg_size, stats,
                       ask_limit=lambda: _nsqd_max_message(addresses, deadline))
     records.limit = count or 0
     records.linger = linger
@@ -528,7 +528,7 @@ def _resent_line(resent: int) -> str:
             "the nsqd they were first sent to may hold them too (possible duplicates)")
 
 
-def _forced_lines(stats: Stats, records: Records, producer) -> list[str]:
+def _forced_lines(stats: Tally, records: BodyReader, producer) -> list[str]:
     """What a forced exit (a second signal) says: the summary and the resume line, from what
     is known at that instant (a signal handler: read only)."""
     publishing = producer.publishing
@@ -536,7 +536,7 @@ def _forced_lines(stats: Stats, records: Records, producer) -> list[str]:
     return [stats.summary(len(records.unacked), stopped=True), records.where(unanswered)]
 
 
-def _json_summary(topic, stats: Stats, failed: int, records: Records, error: str | None, unanswered: int,
+def _json_summary(topic, stats: Tally, failed: int, records: BodyReader, error: str | None, unanswered: int,
                   resent: int, unsent: int = 0) -> None:
     import json
 
@@ -555,7 +555,7 @@ def _json_summary(topic, stats: Stats, failed: int, records: Records, error: str
 class _Progress:
     """A rich progress bar on stderr (TTY only): records, bytes, rate, ETA for files."""
 
-    def __init__(self, app, stats: Stats, sources):
+    def __init__(self, app, stats: Tally, sources):
         import os
 
         from rich.progress import (BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn,
