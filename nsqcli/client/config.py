@@ -82,7 +82,7 @@ class Config(Record, frozen=True):
     lookupd_poll_jitter: float = 0.3
     lookupd_poll_timeout: float = 5.0       # go-nsq 60s; a down lookupd must not stall discovery
     reconnect_min_delay: float = 1.0        # go-nsq: fixed 60s; nsqcli: 1s, 2s, 4s ... + jitter
-    # nsqcli 4s (was 60s): a node back after an outage is read within seconds; a refused dial
+    # 4s: a node back after an outage is read within seconds; a refused dial
     # every ~4 s costs nothing. Also caps the quick lookupd re-polls after a lookupd-found loss.
     reconnect_max_delay: float = 4.0
     concurrency: int = 1                    # handler threads
