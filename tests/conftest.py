@@ -40,7 +40,12 @@ os.environ["NSQCLI_CONFIG_DIR"] = tempfile.mkdtemp(prefix="nsqcli-test-config-")
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
+import nsqcli.client.consumer  # noqa: E402
 from nsqcli.nsq_install import NSQ_VERSION, version_dir  # noqa: E402
+
+# every consumer the tests run in this process checks, at each RDY it writes, that the RDY of all
+# its connections adds up to no more than max_in_flight (a "never", checked on every event)
+nsqcli.client.consumer.CHECK_RDY_TOTAL = True
 from nsqcli.sandbox import NsqdOptions, Sandbox  # noqa: E402
 
 _counter = itertools.count()
@@ -127,6 +132,16 @@ def pytest_collection_modifyitems(config, items):
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+@pytest.fixture(autouse=True)
+def _rdy_never_above_max_in_flight():
+    """Fails a test during which any consumer of this process wrote RDY that made its total
+    above max_in_flight (nsqcli.client.consumer checks it at every RDY it writes)."""
+    breaches = nsqcli.client.consumer.RDY_BREACHES
+    breaches.clear()
+    yield
+    assert not breaches, breaches[:3]
 
 
 @pytest.fixture(scope="session")

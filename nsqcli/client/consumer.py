@@ -47,6 +47,11 @@ log = logging.getLogger("nsqcli.client.consumer")
 RDY_SETTLE = 0.05
 #: seconds start() waits for the other attempts once one connection is up
 START_GRACE = 0.5
+#: check, at every RDY written, that the RDY of all connections adds up to no more than
+#: max_in_flight; a breach is noted in RDY_BREACHES (the tests turn it on and fail a test that
+#: leaves one: tests/conftest.py)
+CHECK_RDY_TOTAL = False
+RDY_BREACHES: list[str] = []
 
 
 class _Handle:
@@ -452,6 +457,11 @@ class Consumer(ConnectionDelegate):
 
     def _write_rdy(self, conn: Connection, n: int) -> None:
         conn.rdy = conn.rdy_sent = n
+        if CHECK_RDY_TOTAL:
+            total = sum(h.conn.rdy_sent for h in self._handles.values() if h.conn is not conn) + n
+            if total > self.flow.max_in_flight:
+                RDY_BREACHES.append(f"RDY {n} to {conn.address} makes {total} in all, above max_in_flight "
+                                    f"{self.flow.max_in_flight}")
         try:
             conn.send(encode_rdy(min(n, conn.max_rdy_count)))
         except TransportError:
