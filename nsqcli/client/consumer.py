@@ -456,8 +456,9 @@ class Consumer(ConnectionDelegate):
             self._wake()
 
     def _write_rdy(self, conn: Connection, n: int) -> None:
+        raised = n > conn.rdy_sent
         conn.rdy = conn.rdy_sent = n
-        if CHECK_RDY_TOTAL:
+        if CHECK_RDY_TOTAL and raised:  # (a cut never breaches, even while the others' cuts are on their way)
             total = sum(h.conn.rdy_sent for h in self._handles.values() if h.conn is not conn) + n
             if total > self.flow.max_in_flight:
                 RDY_BREACHES.append(f"RDY {n} to {conn.address} makes {total} in all, above max_in_flight "
