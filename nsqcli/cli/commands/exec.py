@@ -255,21 +255,15 @@ class Exec(Job):
         """Claim a run for ``m``; while -n is taken by runs still going, hold it (TOUCHed): one of
         them may fail and leave room. Given back at once, it came straight back: a loop of
         redeliveries, its attempts up by hundreds a second. False when stopping."""
-        touch_every, next_touch = None, 0.0
+        touches = None
         while not self.done.is_set():
             if self._claim():
                 return True
             now = time.monotonic()
-            if touch_every is None:
-                timeouts = self.consumer.msg_timeouts()
-                touch_every = (min(timeouts) if timeouts else (self.consumer.config.msg_timeout or 60.0)) / 2
-                next_touch = now + touch_every
-            elif now >= next_touch:
-                next_touch = now + touch_every
-                try:
-                    m.touch()
-                except Exception:  # the connection is gone: nsqd redelivers the message anyway
-                    pass
+            if touches is None:  # (asked only when it has to wait)
+                touches = _Touches(self.consumer, m, now)
+            else:
+                touches.due(now)
             self.done.wait(0.05)
         return False
 
@@ -355,23 +349,33 @@ class Exec(Job):
 
         env = dict(os.environ, NSQ_TOPIC=self.topic, NSQ_CHANNEL=self.channel, NSQ_MESSAGE_ID=msg_id,
                    NSQ_ATTEMPTS=str(m.attempts), NSQ_TIMESTAMP=str(m.timestamp))
-        timeouts = self.consumer.msg_timeouts()
-        touch_every = (min(timeouts) if timeouts else (self.consumer.config.msg_timeout or 60.0)) / 2
         started = time.monotonic()
-        next_touch = started + touch_every
+        touches = _Touches(self.consumer, m, started)
 
         def tick(now: float) -> str | None:
-            nonlocal next_touch
             if self.kill.is_set():
                 return "stopped"
             if self.command_timeout is not None and now - started >= self.command_timeout:
                 return f"killed after --command-timeout {self.command_timeout:g}s"
-            if now >= next_touch:
-                next_touch = now + touch_every
-                try:
-                    m.touch()
-                except Exception:  # the connection is gone: nsqd redelivers the message anyway
-                    pass
+            touches.due(now)
             return None
 
         return run_child(self.argv, env, m.body, tick, slice=SLICE)
+
+
+class _Touches:
+    """TOUCH ``m`` every half of nsqd's message timeout (the smallest its connections were
+    granted in IDENTIFY) while it is held: waiting for a run, or while its command runs."""
+
+    def __init__(self, consumer, m, now: float):
+        timeouts = consumer.msg_timeouts()
+        self.every = (min(timeouts) if timeouts else (consumer.config.msg_timeout or 60.0)) / 2
+        self.m, self.next = m, now + self.every
+
+    def due(self, now: float) -> None:
+        if now >= self.next:
+            self.next = now + self.every
+            try:
+                self.m.touch()
+            except Exception:  # the connection is gone: nsqd redelivers the message anyway
+                pass
