@@ -163,7 +163,21 @@ STOP_POLL = 0.1
 RETRIABLE = ("E_PUB_FAILED", "E_MPUB_FAILED", "E_DPUB_FAILED")
 
 
-class Producer(ConnectionDelegate):
+class _ProducerConnDelegate(ConnectionDelegate):
+    """What a producer's connections tell it (go-nsq's producerConnDelegate), on their I/O
+    loop. Nothing needs the producer there: every publish is answered through its future,
+    which the connection itself resolves (OK, nsqd's error, or a TransportError when it closes
+    first); a producer subscribes to nothing, so no messages come; a stray error frame or
+    CLOSE_WAIT answers no publish, and a closed connection is found dead (``alive``) by the
+    next publish, which makes a new one. So the interface's defaults (do nothing) are all it
+    needs, and Producer keeps no connection callbacks in its public surface."""
+
+
+#: one for every producer connection: it holds no state
+_CONN_DELEGATE = _ProducerConnDelegate()
+
+
+class Producer:
     def __init__(self, addresses: str | list[str], config: Config | None = None,
                  fanout: bool = False, deadline: float | None = None, dial=None):
         """``deadline`` (time.monotonic()) bounds every connection attempt (a CLI's --timeout);
@@ -222,7 +236,7 @@ class Producer(ConnectionDelegate):
                 budget = max(0.05, turn - dial)
                 if share > 1 or budget > cfg.handshake_timeout:
                     cfg = cfg.replace(dial_timeout=dial, handshake_timeout=budget)
-            conn = Connection(address, cfg, self, name="producer", dial=self._dial)
+            conn = Connection(address, cfg, _CONN_DELEGATE, name="producer", dial=self._dial)
             if self.connecting is None:
                 conn.connect(deadline=self.deadline)
             else:
