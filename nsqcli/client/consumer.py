@@ -17,14 +17,14 @@ silently.
 
 Handlers: ``handler(message)`` per message (auto FIN on return, REQ with backoff on exception,
 unless the handler responded or called ``message.disable_auto_response()``), or
-``batch_handler(messages)`` for commands that write and sync a batch before FINing it.
+``batch_handler(messages)`` for commands that write and sync a batch before FINing it
+(nsqcli.client.handlers); or ``pull=True``: held batches taken with poll() (nsqcli.client.pull).
 """
 
 from __future__ import annotations
 
 import errno
 import logging
-import queue
 import random
 import threading
 import time
@@ -37,7 +37,9 @@ from .flow import Flow
 from . import fdlimit, limits, workers
 from . import loop as loop_pool
 from .discovery import Discovery
+from .handlers import Handlers
 from .loop import SWEEP
+from .pull import Pull
 from .workers import HandlerPool
 from ..protocol import encode_fins, encode_rdy, encode_req, encode_touch, validate_channel, validate_topic
 
@@ -69,7 +71,7 @@ class _Handle:
     def finish(self, msg) -> None:
         consumer = self.consumer
         if consumer.pull:
-            consumer._held.pop(id(msg), None)
+            consumer._pull.forget(msg)
         consumer._respond(self, encode_fins([msg.id]), 1, "fin")
 
     def requeue(self, msg, delay: float | None, backoff: bool) -> None:
@@ -78,7 +80,7 @@ class _Handle:
             delay = min(msg.attempts * cfg.default_requeue_delay, cfg.max_requeue_delay)
         kind = "req_backoff" if backoff else "req"
         if self.consumer.pull:
-            self.consumer._held.pop(id(msg), None)
+            self.consumer._pull.forget(msg)
         self.consumer._respond(self, encode_req(msg.id, _req_ms(self.address, delay)), 1, kind)
 
     def touch(self, msg) -> None:
@@ -119,7 +121,6 @@ class Consumer(ConnectionDelegate):
         self.config = cfg = config or Config()
         self.nsqd_addresses = list(dict.fromkeys(nsqd_tcp_addresses))
         self.lookupd_addresses = list(lookupd_http_addresses)
-        self.on_give_up = on_give_up
         # the user's error callback (one argument); NOT the connection delegate's on_server_error
         self._on_error = on_error or (lambda err: log.warning("%s", err))
         self.rng = rng or random.Random()
@@ -137,22 +138,25 @@ class Consumer(ConnectionDelegate):
         self._attempts: dict[Connection, tuple[bool, bool]] = {}  # -> (direct, report)
         self._settling = threading.Condition(self._lock)  # an attempt ended
         self._start_errors: list | None = None  # start() collects the attempts' errors
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()  # pull mode: batches for poll()
-        # handler modes: batches go to a pool of handler threads (this consumer's own, or one
-        # shared by many consumers); _outstanding counts the batches not handled yet
-        self._pool = handlers if handlers is not None else HandlerPool(cfg.concurrency)
-        self._pool_used = False
-        self._outstanding = 0
+        # pull mode holds batches for poll(); the handler modes run them on a pool of handler
+        # threads (this consumer's own, or one shared by many consumers). Callbacks are looked
+        # up at call time (tests replace _report)
+        self._pull: Pull | None = None
+        self._handlers: Handlers | None = None
+        if self.pull:
+            self._pull = Pull(cfg, lock=self._lock, touch=lambda msgs: self.touch_many(msgs),
+                              msg_timeouts=lambda: self.msg_timeouts())
+        else:
+            self._handlers = Handlers(handler, batch_handler, cfg, handlers, lock=self._lock,
+                                      respond=lambda *a: self._respond(*a), report=lambda e: self._report(e),
+                                      on_give_up=on_give_up)
+        self._mode = self._pull or self._handlers
         self._timer_on = False
         self._stopping = False     # no new connections (drain() or stop() began)
         self._stop_called = False
         self._stopped = threading.Event()
         self._pending_up: dict[Connection, tuple[int, float]] = {}  # delayed RDY raises
         self.discovery = Discovery(self)  # lookupd polls and (re)connects, on their own thread
-        self._pulled: list = []             # pull mode: the rest of a recv batch poll() split
-        self._held: dict[int, object] = {}  # pull mode: id(message) -> message not yet answered
-        self._next_touch = 0.0
-        self.given_up = 0
         self.lost_responses = 0   # FIN/REQ/TOUCH that could not be delivered: nsqd redelivers
         self._late_closed = 0     # late_messages / timed_out of connections already closed
         self._timed_out_closed = 0
@@ -205,9 +209,8 @@ class Consumer(ConnectionDelegate):
         for err in errors:
             if not fdlimit.out_of_descriptors(err):  # said once already
                 self._report(err)
-        if not self.pull:
-            self._pool.acquire()
-            self._pool_used = True
+        if self._handlers is not None:
+            self._handlers.start()
         workers.TIMERS.add(self, self._timer_step)
         self._timer_on = True
         self.discovery.start()
@@ -264,10 +267,8 @@ class Consumer(ConnectionDelegate):
         self._stopping = True  # no new connections from here on
         self._abort_connecting()
         self._close_wait(deadline)
-        if not self.pull:
-            with self._settling:
-                while self._outstanding and (left := deadline - time.monotonic()) > 0:
-                    self._settling.wait(left)
+        if self._handlers is not None:
+            self._handlers.wait_idle(deadline)
 
     def _abort_connecting(self) -> None:
         """Unblock handshakes in progress on other threads (they then fail at once)."""
@@ -296,15 +297,14 @@ class Consumer(ConnectionDelegate):
                 return
             with self._lock:
                 busy = sum(c.in_flight for c in self.flow.conns.values())
-            if busy == 0 and self._outstanding == 0:
+            if busy == 0 and self._handlers.outstanding == 0:
                 return
             time.sleep(0.01)
 
     def _shutdown_threads(self) -> None:
         self._stopping = True
-        if self._pool_used:
-            self._pool_used = False
-            self._pool.release()
+        if self._handlers is not None:
+            self._handlers.stop()
         if self._timer_on:
             self._timer_on = False
             workers.TIMERS.remove(self)
@@ -333,6 +333,15 @@ class Consumer(ConnectionDelegate):
         with self._lock:
             return [h.conn.negotiated.msg_timeout for h in self._handles.values()
                     if h.conn.negotiated is not None and h.conn.negotiated.msg_timeout]
+
+    @property
+    def on_give_up(self) -> Callable | None:
+        return None if self._handlers is None else self._handlers.on_give_up
+
+    @property
+    def given_up(self) -> int:
+        """Messages over max_attempts, FINed without being handled."""
+        return 0 if self._handlers is None else self._handlers.given_up
 
     @property
     def connections(self) -> list[str]:
@@ -484,32 +493,14 @@ class Consumer(ConnectionDelegate):
     def on_messages(self, conn: Connection, msgs: list, nbytes: int) -> None:
         """``msgs`` from one read, ``nbytes`` the bytes of their bodies."""
         handle = conn.responder  # already attached to each message by the decoder
-        chunks = None if self.pull else self._chunks(msgs)
+        mode = self._mode
+        work = mode.split(msgs)
         with self._lock:  # one lock a batch: flow, held messages, outstanding batches
             changes = self.flow.received(conn, len(msgs), time.monotonic(), nbytes)
             if changes:
                 self._send_rdy(changes)
-            if self.pull:  # held from arrival: TOUCHed even before poll() takes them
-                held = self._held
-                for m in msgs:
-                    held[id(m)] = m
-            else:
-                self._outstanding += len(chunks)
-        if self.pull:
-            self._queue.put((handle, msgs))
-            return
-        for chunk in chunks:
-            self._pool.put((self, handle, chunk))
-
-    def _chunks(self, msgs: list) -> list:
-        """Per-message handlers: one recv batch split into up to ``concurrency`` chunks, so the
-        handler threads share it (each chunk is FINed in one write). Batch handlers and poll()
-        keep whole batches."""
-        n = self.config.concurrency
-        if self.handler is None or n <= 1 or len(msgs) <= 1:
-            return [msgs]
-        size = -(-len(msgs) // n)
-        return [msgs[i:i + size] for i in range(0, len(msgs), size)]
+            mode.arrived(work)
+        mode.dispatch(handle, work)
 
     def on_response(self, conn: Connection, data: bytes) -> None:
         pass  # OK to SUB is read during connect; CLOSE_WAIT sets conn.close_wait_event
@@ -537,10 +528,8 @@ class Consumer(ConnectionDelegate):
                 closed[2] += conn.requeued
                 self._send_rdy(self.flow.remove(conn, time.monotonic()))
                 lookupd_found = conn.address not in self.nsqd_addresses
-                if self.pull and self._held:  # nsqd delivers them again: nothing to keep alive
-                    for key, m in list(self._held.items()):
-                        if m.responder.conn is conn:
-                            del self._held[key]
+                if self._pull is not None:
+                    self._pull.forget_conn(conn)
         if self._stopping:
             return
         if error is not None:
@@ -596,7 +585,7 @@ class Consumer(ConnectionDelegate):
     def _by_handle(self, msgs: list, claim: bool = True) -> dict:
         """Un-answered messages grouped by connection; ``claim`` marks them answered."""
         by_handle: dict[_Handle, list] = {}
-        held = self._held if claim and self._held else None  # poll()'s held messages, if any
+        held = self._pull.held if claim and self._pull is not None and self._pull.held else None
         last = group = None
         for m in msgs:  # hot path (to-file FINs every message here): runs of one connection
             if m.responded:
@@ -650,128 +639,14 @@ class Consumer(ConnectionDelegate):
         TOUCHed every ``touch_interval`` (at most half the negotiated msg_timeout) when the
         config sets one. Memory is bounded by max_in_flight: nsqd sends no more than that.
         Call poll() from one thread at a time; answers may come from any thread."""
-        if not self.pull:
+        if self._pull is None:
             raise RuntimeError("poll() needs Consumer(..., pull=True)")
-        out = self._pulled[:max_messages]
-        del self._pulled[:max_messages]
-        wait = timeout
-        while len(out) < max_messages:
-            try:
-                item = self._queue.get(timeout=wait) if wait != 0 else self._queue.get_nowait()
-            except queue.Empty:
-                break
-            wait = 0
-            if item is None or isinstance(item, threading.Event):
-                if isinstance(item, threading.Event):
-                    item.set()
-                continue
-            msgs = item[1]
-            room = max_messages - len(out)
-            out += msgs[:room]
-            self._pulled += msgs[room:]
-        return out
+        return self._pull.poll(max_messages, timeout)
 
     @property
     def held(self) -> int:
         """Messages received and not answered yet (taken by poll() or waiting for it)."""
-        return len(self._held)
-
-    def _touch_held(self, now: float) -> None:
-        interval = self.config.touch_interval
-        if not interval or now < self._next_touch:
-            return
-        with self._lock:
-            held = list(self._held.values())
-        # never slower than half the msg_timeout nsqd negotiated (it may be shorter than the
-        # configured interval assumed)
-        timeouts = self.msg_timeouts()
-        if timeouts:
-            interval = min(interval, min(timeouts) / 2)
-        self._next_touch = now + interval
-        if held:
-            self.touch_many(held)
-            limit = min((m.responder.conn.negotiated.max_msg_timeout or 0) for m in held)
-            oldest = min(m.timestamp for m in held)
-            if limit and time.time() - oldest / 1e9 > 0.8 * limit:
-                log.warning("held messages are nearing nsqd's max_msg_timeout (%.0fs): nsqd will "
-                            "redeliver them even though they are TOUCHed", limit)
-
-    # -- handler threads ---------------------------------------------------------------------
-    def _handle(self, handle: _Handle, msgs: list) -> None:
-        """(a handler thread) One batch, then one batch fewer outstanding."""
-        try:
-            if self.batch_handler is not None:
-                self._run_batch(handle, msgs)
-            else:
-                self._run_each(handle, msgs)
-        except BaseException as e:  # never let a handler thread die silently
-            self._report(e)
-        finally:
-            with self._lock:
-                self._outstanding -= 1
-                if not self._outstanding:
-                    self._settling.notify_all()
-
-    def _give_up(self, msg) -> None:
-        self.given_up += 1
-        if self.on_give_up is not None:
-            self.on_give_up(msg)
-        else:
-            log.warning("giving up on message %s after %d attempts", msg.id.decode(errors="replace"),
-                        msg.attempts)
-
-    def _run_each(self, handle: _Handle, msgs: list) -> None:
-        handler, max_attempts = self.handler, self.config.max_attempts
-        fins = []
-        for m in msgs:
-            if max_attempts and m.attempts > max_attempts:
-                self._give_up(m)
-                if not m.responded:
-                    m.responded = True
-                    fins.append(m.id)
-                continue
-            try:
-                handler(m)
-            except Exception as e:
-                self._report(e)
-                if not m.responded and m.auto_response:
-                    m.requeue()
-                continue
-            if not m.responded and m.auto_response:
-                m.responded = True
-                fins.append(m.id)
-        if fins:
-            self._respond(handle, encode_fins(fins), len(fins), "fin")
-
-    def _run_batch(self, handle: _Handle, msgs: list) -> None:
-        max_attempts = self.config.max_attempts
-        if max_attempts:
-            keep = []
-            for m in msgs:
-                if m.attempts > max_attempts:
-                    self._give_up(m)
-                    if not m.responded:
-                        m.finish()
-                else:
-                    keep.append(m)
-            msgs = keep
-        if not msgs:
-            return
-        try:
-            self.batch_handler(msgs)
-        except Exception as e:
-            self._report(e)
-            for m in msgs:
-                if not m.responded and m.auto_response:
-                    m.requeue()
-            return
-        ids = []
-        for m in msgs:  # one recv batch = one connection: FIN them in one write
-            if m.auto_response and not m.responded:
-                m.responded = True
-                ids.append(m.id)
-        if ids:
-            self._respond(handle, encode_fins(ids), len(ids), "fin")
+        return 0 if self._pull is None else len(self._pull.held)
 
     # -- the control thread: timers only (RDY, backoff, TOUCH of held messages) --------------
     def _wake(self) -> None:
@@ -785,8 +660,8 @@ class Consumer(ConnectionDelegate):
             with self._lock:
                 self._send_rdy(self.flow.tick(now))
                 self._flush_pending_rdy(now)
-            if self.pull:
-                self._touch_held(now)
+            if self._pull is not None:
+                self._pull.touch_due(now)
         except Exception as e:  # report, keep going
             self._report(e)
         return self._control_timeout()
@@ -795,6 +670,7 @@ class Consumer(ConnectionDelegate):
         now = time.monotonic()
         with self._lock:
             t = min(self.flow.next_wakeup(now), self._flush_pending_rdy(now))
-        if self.pull and self.config.touch_interval:
-            t = min(t, max(0.0, self._next_touch - now))
+        touch_in = None if self._pull is None else self._pull.next_touch_in(now)
+        if touch_in is not None:
+            t = min(t, touch_in)
         return max(0.005, min(t, 1.0))

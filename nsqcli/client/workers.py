@@ -157,8 +157,9 @@ class Blocking:
 
 
 class HandlerPool:
-    """Handler threads fed ``(consumer, handle, msgs)`` items; started by the first consumer
-    that uses the pool and stopped when the last one lets go."""
+    """Handler threads fed ``(owner, handle, msgs)`` items, each run as ``owner.handle(handle,
+    msgs)`` (a consumer's :class:`~nsqcli.client.handlers.Handlers`); started by the first
+    consumer that uses the pool and stopped when the last one lets go."""
 
     def __init__(self, threads: int = 1, name: str = "nsqcli-handler", ordered: bool = False):
         """``ordered``: one consumer's batches are handled one after another, in the order they
@@ -203,8 +204,8 @@ class HandlerPool:
             if item is None:
                 return
             if not self.ordered:
-                consumer, handle, msgs = item
-                consumer._handle(handle, msgs)
+                owner, handle, msgs = item
+                owner.handle(handle, msgs)
                 continue
             consumer = item[0]
             with self._lock:
@@ -213,7 +214,7 @@ class HandlerPool:
                     continue
                 self._waiting[consumer] = collections.deque()
             while item is not None:
-                item[0]._handle(item[1], item[2])
+                item[0].handle(item[1], item[2])
                 with self._lock:
                     later = self._waiting[consumer]
                     if later:

@@ -80,7 +80,7 @@ def test_a_handler_pool_runs_while_used_and_stops_with_its_last_user():
     handled = []
 
     class Owner:
-        def _handle(self, handle, msgs):
+        def handle(self, handle, msgs):
             handled.append((handle, msgs))
 
     pool.acquire()
@@ -112,7 +112,7 @@ def test_an_ordered_pool_handles_one_consumers_batches_in_order_and_others_besid
         def __init__(self, name):
             self.name = name
 
-        def _handle(self, handle, msgs):
+        def handle(self, handle, msgs):
             with lock:
                 active[self.name] += 1
                 overlap.append(active[self.name])
