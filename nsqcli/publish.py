@@ -48,8 +48,6 @@ def publish_one(voice, topic: str, message: str | None, *, cfg, resolve, timeout
     try:
         acked = producer.publish(topic, body, defer=defer, timeout=timeout)
     except PublishError as e:
-        from .client.producer import size_note
-
         if _passed(deadline):
             raise DeadlineExceeded(f"--timeout passed: {e}{size_note(len(body), e)}") from e
         if size_note(len(body), e):
@@ -58,8 +56,6 @@ def publish_one(voice, topic: str, message: str | None, *, cfg, resolve, timeout
     finally:
         producer.close(timeout=max(0.1, deadline - time.monotonic()))
     if producer.maybe_held:
-        from .client.producer import resend_note
-
         voice.warn(resend_note(producer.maybe_held, acked))
     voice.debug(f"published {len(body)} bytes to {', '.join(acked)}")
     if as_json:
@@ -83,8 +79,6 @@ def note_interrupts(address: str, state: str) -> None:
     import os
     import signal
 
-    from .client.producer import interrupt_note
-
     note = interrupt_note(address, state)
 
     def handler(signum, frame):
@@ -96,3 +90,27 @@ def note_interrupts(address: str, state: str) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         if signal.getsignal(sig) is not signal.SIG_IGN:
             signal.signal(sig, handler)
+
+
+def interrupt_note(address: str, state: str) -> str:
+    """What a command interrupted during a single publish adds to its "interrupted" line, for
+    Producer.on_publish's ``state``: after the PUB was written the message may be in nsqd."""
+    if state == "sent":
+        return f": the message was sent to {address} and may have been published (no answer from nsqd yet)"
+    return f": the message was published ({address} acknowledged it)"
+
+
+def resend_note(maybe_held: list[str], acked: list[str]) -> str:
+    """The warning after a publish was sent again (Producer.maybe_held): a possible duplicate."""
+    return (f"the message was sent again to {', '.join(acked)} after the connection to {', '.join(maybe_held)} "
+            "was lost before nsqd answered: it may be published there too (a possible duplicate)")
+
+
+def size_note(size: int, error: BaseException) -> str:
+    """What a failed single publish adds when its message is over nsqd's default --max-msg-size
+    and nsqd did not say why: nsqd refuses such a message and closes at once, and its error
+    frame can be lost to the reset while the message is still being written."""
+    if size <= 1024 * 1024 or "E_BAD" in str(error):
+        return ""
+    return (f"; the message is {size} bytes, over nsqd's default --max-msg-size (1048576): nsqd may have "
+            "refused it and closed the connection before its answer was read")

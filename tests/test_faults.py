@@ -537,7 +537,7 @@ def test_a_tls_peer_stalling_mid_record_fails_the_connection_instead_of_hanging_
         cfg = Config(tls=TLSConfig(enabled=True, insecure_skip_verify=True), write_timeout=1.0,
                      heartbeat_interval=1.0)
         p = Producer(fake.address, cfg)
-        conn = p._active_link()
+        conn = p.connection()
         fut = p._send(conn, b"PUB t\n\x00\x00\x00\x01x")
         t0 = time.monotonic()
         time.sleep(1.0)  # the half record is in

@@ -14,7 +14,7 @@ always a prefix of what was taken: ``acked`` is that prefix's length, exactly - 
 resume hint (``mpub --skip``) needs. Nothing else in nsqcli counts publishes.
 
 Pure bookkeeping: no sockets, threads or clocks. Futures are whatever the connection resolves
-(``done()``, ``result(timeout)``); the driver (nsqcli.client.producer) waits on them.
+(``done()``, ``result(timeout)``); the driver (nsqcli.client.publish_iter) waits on them.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from ..protocol.commands import encode_mpub_checked, mpub_size
 
 class Entry:
     """One batch: ``count`` messages from message number ``start`` (0-based, in source
-    order) of ``topic``. ``batch`` is a list of bodies or a producer.Framed."""
+    order) of ``topic``. ``batch`` is a list of bodies or a publish_iter.Framed."""
 
     __slots__ = ("start", "count", "nbytes", "batch", "topic", "future", "address", "lens")
 

@@ -69,8 +69,8 @@ def test_pub_mpub_dpub_round_trip(nsqd, topic):
 def test_publish_errors_are_typed(nsqd, topic):
     with Producer(nsqd.tcp_address, Config(max_msg_size=10 * 1024 * 1024)) as p:
         with pytest.raises(BadTopicError) as e:  # bypass local validation: nsqd says no
-            conn = p._active_link()
-            p._wait(p._send(conn, b"PUB bad!topic\n\x00\x00\x00\x01x"), 5, conn)
+            conn = p.connection()
+            p.await_answer(p._send(conn, b"PUB bad!topic\n\x00\x00\x00\x01x"), 5, conn)
         assert e.value.code == "E_BAD_TOPIC"
         with pytest.raises(PublishError, match="published 0 of 1 messages") as e:
             p.multi_publish(topic, [b"y" * (2 * 1024 * 1024)])  # over nsqd's 1 MiB max-msg-size

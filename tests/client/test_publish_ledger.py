@@ -203,11 +203,11 @@ def test_a_smaller_body_limit_is_learned_not_retried_for_every_batch():
 def test_publishes_of_a_dead_connection_fail_at_once_even_after_it_was_replaced():
     server = ScriptedNsqd(["stall"] * 4)  # four publishes that will never be answered
     p = Producer("s:1", Config(), dial=server.dial)
-    first = p._active_link()
+    first = p.connection()
     futures = [p._send(first, b"PUB t\n\x00\x00\x00\x01x") for _ in range(4)]
     first._stream.feed(None)  # the connection dies (nsqd restarted) ...
     first.closed_event.wait(5)
-    second = p._active_link()  # ... and is replaced by a new one to the same address
+    second = p.connection()  # ... and is replaced by a new one to the same address
     assert second is not first
     t0 = time.monotonic()
     for fut in futures:

@@ -23,7 +23,7 @@ def read_groups(stream, delimiter: bytes, blocking=None, linger: float | None = 
     ``blocking``: a context manager around each read (a signal may interrupt it there).
     ``linger`` (seconds): when records read have waited that long for more input (a pipe from
     ``tail -F``), the producer's FLUSH is yielded between lists (see :func:`read_chunks`)."""
-    from ...client.producer import FLUSH
+    from ...client.publish_iter import FLUSH
 
     pending: list[bytes] = []  # the start of a record that continues in the next chunk
     for chunk in read_chunks(stream, blocking or contextlib.nullcontext, linger):
@@ -52,7 +52,7 @@ def read_chunks(stream, blocking, linger: float | None):
     ``linger`` seconds have passed since the first chunk after the last FLUSH - at once when
     input keeps coming, else when waiting for more input would pass that time (select on
     the descriptor: no thread, and a signal interrupts the wait as it does a read)."""
-    from ...client.producer import FLUSH
+    from ...client.publish_iter import FLUSH
 
     fd = _fileno(stream) if linger is not None else None
     if fd is None:
@@ -199,7 +199,7 @@ class BodyReader:
     def __iter__(self):
         """Lists of bodies (one per chunk read; a list holding anything to skip, check or
         convert goes record by record instead) and the producer's FLUSH."""
-        from ...client.producer import FLUSH
+        from ...client.publish_iter import FLUSH
 
         stats = self.stats
         raw = self.fmt == "raw"
@@ -333,7 +333,8 @@ class BodyReader:
 
 def _publish_deferred(producer, topic, records, defer, rate, stop, timeout=10.0):
     """DPUB one by one (nsqd has no deferred MPUB), paced like publish_iter."""
-    from ...client.producer import FLUSH, Pacer, Stopped
+    from ...client.future import Stopped
+    from ...client.publish_iter import FLUSH, Pacer
     from ...errors import PublishError, ServerError
 
     pacer, done = Pacer(rate) if rate else None, 0
