@@ -353,13 +353,13 @@ def test_mpub_records_hand_over_exactly_what_one_by_one_would(data):
         got += item if isinstance(item, list) else [item]
     assert got == [recs[i - 1] for i in numbers]
     assert (stats.records, stats.skipped_empty, stats.skipped_invalid) == (expect_records, empty, invalid)
-    assert len(records.unacked) == len(numbers)
+    assert records.outstanding == len(numbers)
     acked = data.draw(st.integers(0, len(numbers)), label="acknowledged")
     if acked:
         records.on_progress(acked)
     # resume: skip everything up to the first unacknowledged record (or all that was handled)
     assert records.resume_at == (numbers[acked] - 1 if acked < len(numbers) else stats.handled)
-    assert stats.published == acked and len(records.unacked) == len(numbers) - acked
+    assert stats.published == acked and records.outstanding == len(numbers) - acked
 
 
 # -- issue 33: truthful resume lines after a stall, a cut, a failover; signals; --timeout ------------

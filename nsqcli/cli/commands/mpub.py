@@ -111,51 +111,41 @@ class Tally:
                 f"{not_sent}{rest}, {dt:.2f}s, {self.published / dt:,.0f} msg/s")
 
 
-class Pending:
-    """The record numbers handed to the producer and not yet acknowledged, in order, kept as
-    runs of consecutive numbers (a chunk of records is one run, not one entry per record)."""
+class RecordNumbers:
+    """The record number (1-based, in the input) of each message handed to the producer, by
+    its message number there (0-based, in the order handed: the numbering of the producer's
+    ledger, nsqcli.client.ledger), kept as runs of consecutive records - a chunk of records is
+    one run. What is acknowledged, sent or unanswered the ledger says; this only names records.
+    Runs wholly acknowledged are forgotten (:meth:`forget_before`): memory stays bounded."""
 
     def __init__(self):
-        self.runs: collections.deque[list[int]] = collections.deque()  # [first record, count]
-        self.count = 0
+        self.runs: collections.deque[list[int]] = collections.deque()  # [first message, first record, count]
 
-    def __len__(self) -> int:
-        return self.count
-
-    def add(self, first: int, count: int) -> None:
+    def add(self, message: int, record: int, count: int) -> None:
+        """Messages ``message``... (``count`` of them) are records ``record``...; messages are
+        added in order."""
         runs = self.runs
-        if runs and runs[-1][0] + runs[-1][1] == first:
-            runs[-1][1] += count
-        else:
-            runs.append([first, count])
-        self.count += count
+        if runs:
+            last = runs[-1]
+            if last[0] + last[2] == message and last[1] + last[2] == record:
+                last[2] += count
+                return
+        runs.append([message, record, count])
 
-    def first(self) -> int:
-        """The oldest unacknowledged record number (there must be one)."""
-        return self.runs[0][0]
+    def record(self, message: int) -> int:
+        """The record number of ``message`` (added, not forgotten; else IndexError)."""
+        for first, record, count in self.runs:
+            if message < first:
+                break
+            if message < first + count:
+                return record + message - first
+        raise IndexError(message)
 
-    def nth(self, k: int) -> int:
-        """The record number of the ``k``-th oldest (from 0; there must be that many)."""
-        for first, count in self.runs:
-            if k < count:
-                return first + k
-            k -= count
-        raise IndexError(k)
-
-    def pop(self, k: int) -> int:
-        """Remove the oldest ``k``; returns the last record number removed."""
+    def forget_before(self, message: int) -> None:
+        """Messages before ``message`` are acknowledged: no record of theirs is asked again."""
         runs = self.runs
-        self.count -= k
-        while True:
-            run = runs[0]
-            if k < run[1]:
-                run[0] += k
-                run[1] -= k
-                return run[0] - 1
-            k -= run[1]
+        while runs and runs[0][0] + runs[0][2] <= message:
             runs.popleft()
-            if not k:
-                return run[0] + run[1] - 1
 
 
 DEFAULT_MAX_MSG_SIZE = 1024 * 1024   # nsqd's default --max-msg-size
@@ -173,8 +163,9 @@ def _nsqd_max_message(addresses: list[str], deadline: float | None) -> int | Non
 
 
 class BodyReader:
-    """The records to publish, with the bookkeeping that makes the resume hint exact: the
-    record number of every body handed to the producer and not yet acknowledged."""
+    """The records to publish, with what makes the resume hint exact: the record number of
+    every body handed to the producer (:class:`RecordNumbers`) and how many of them its ledger
+    acknowledged (``on_progress``)."""
 
     def __init__(self, app, sources, delimiter: bytes, fmt: str, skip: int, skip_invalid: bool,
                  max_msg_size: int | None, stats: Tally, ask_limit=None):
@@ -187,12 +178,12 @@ class BodyReader:
         self.limit_name = "--max-msg-size" if max_msg_size else "nsqd's default --max-msg-size"
         self.ask_limit = None if max_msg_size else ask_limit
         self.unchecked: dict[int, int] = {}  # record -> size: over nsqd's default, its limit unknown
-        self.unacked = Pending()
-        self.acked = 0
+        self.numbers = RecordNumbers()
+        self.acked = 0  # the producer's ledger: the first ``acked`` messages are acknowledged
         self.last_done = 0  # the last record skipped or handed to the producer
         self.listeners: list = []
         self.limit = 0  # -n: stop after this many bodies
-        self.given = 0  # bodies handed to the producer
+        self.given = 0  # bodies handed to the producer (its messages 0 .. given - 1)
         self.blocking = None  # GracefulStop.blocking: reads a signal may interrupt
         self.linger: float | None = None  # --linger: a partial batch waits at most this long for more input
 
@@ -215,7 +206,7 @@ class BodyReader:
                     continue
                 if (raw and stats.records >= self.skip and (not self.limit or self.given + n <= self.limit)
                         and b"" not in group and max(map(len, group)) <= min(self.max_msg_size, DEFAULT_MAX_MSG_SIZE)):
-                    self.unacked.add(stats.records + 1, n)
+                    self.numbers.add(self.given, stats.records + 1, n)
                     stats.records += n
                     stats.bytes += sum(map(len, group))
                     self.last_done = stats.records
@@ -253,16 +244,16 @@ class BodyReader:
             if len(rec) > DEFAULT_MAX_MSG_SIZE and self.max_msg_size == UNKNOWN_MAX_MSG_SIZE:
                 self.unchecked[stats.records] = len(rec)
             stats.bytes += len(rec)
-            self.unacked.add(stats.records, 1)
+            self.numbers.add(self.given, stats.records, 1)
             self.last_done = stats.records
-            yield rec
             self.given += 1
+            yield rec
             if self.limit and self.given >= self.limit:
                 return
 
     def _handled(self) -> None:
         self.last_done = self.stats.records
-        if not self.unacked:
+        if not self.outstanding:
             self.stats.handled = self.stats.records
 
     def _learn_limit(self) -> None:
@@ -289,27 +280,33 @@ class BodyReader:
         """The producer says the first ``acked`` bodies are acknowledged."""
         stats = self.stats
         if acked > self.acked:
-            stats.handled = self.unacked.pop(acked - self.acked)
+            stats.handled = self.numbers.record(acked - 1)
+            self.numbers.forget_before(acked)
             self.acked = acked
         stats.published = acked
-        if not self.unacked:
+        if not self.outstanding:
             stats.handled = max(stats.handled, self.last_done)
         for listener in self.listeners:
             listener()
 
     @property
+    def outstanding(self) -> int:
+        """Bodies handed to the producer and not acknowledged."""
+        return self.given - self.acked
+
+    @property
     def resume_at(self) -> int:
         """The --skip that resumes without loss: every record up to it is acknowledged (those
         after it that nsqd may hold unanswered are sent again: see :meth:`where`)."""
-        return self.unacked.first() - 1 if self.unacked else self.stats.handled
+        return self.numbers.record(self.acked) - 1 if self.outstanding else self.stats.handled
 
     def unanswered_range(self, unanswered: int) -> tuple[int, int] | None:
         """The first and last record numbers of the ``unanswered`` bodies after the
         acknowledged ones (written to nsqd, no answer: it may hold them)."""
-        n = min(unanswered, len(self.unacked))
+        n = min(unanswered, self.outstanding)
         if n <= 0:
             return None
-        return self.unacked.first(), self.unacked.nth(n - 1)
+        return self.numbers.record(self.acked), self.numbers.record(self.acked + n - 1)
 
     def where(self, unanswered: int = 0) -> str:
         """The resume line: what nsqd acknowledged, what it may hold besides, the --skip."""
@@ -317,7 +314,7 @@ class BodyReader:
         span = self.unanswered_range(unanswered)
         if span is None:
             return f"{line}; resume with --skip {self.resume_at}"
-        n = min(unanswered, len(self.unacked))
+        n = min(unanswered, self.outstanding)
         first, last = span
         records = f"record {first}" if first == last else f"records {first}-{last}"
         big = next((r for r in sorted(self.unchecked) if first <= r <= last), None)
@@ -475,11 +472,11 @@ def mpub(app, topic, rest, delimiter, null, count, as_json, fmt, batch_size, lin
         cause = e.cause if isinstance(e, PublishError) and e.cause is not None else e
         unanswered = getattr(e, "unanswered", 0)
         resent = getattr(e, "resent", 0)
-        failed = len(records.unacked) + (1 if getattr(cause, "record", None) else 0)
+        failed = records.outstanding + (1 if getattr(cause, "record", None) else 0)
         interrupted = isinstance(cause, (Interrupted, Stopped))
         expired = interrupted and stopper.expired and stopper.signum is None
         # stopped on purpose: what was never written is not sent, not failed
-        unsent = max(0, len(records.unacked) - unanswered) if interrupted else 0
+        unsent = max(0, records.outstanding - unanswered) if interrupted else 0
         if stats.published or stats.skipped_empty or stats.skipped_invalid:  # else the error says it all
             app.info(stats.summary(failed, stopped=True, unsent=unsent))
         if resent:
@@ -501,8 +498,8 @@ def mpub(app, topic, rest, delimiter, null, count, as_json, fmt, batch_size, lin
             raise Interrupted(stopper.signum or getattr(cause, "signum", 2), where) from None
         bad = getattr(cause, "record", None)
         what = str(cause)
-        if records.unacked and getattr(cause, "code", "") in ("E_BAD_MESSAGE", "E_BAD_BODY"):
-            bad = records.unacked.first()  # the ledger split down to this one record: nsqd refused it alone
+        if records.outstanding and getattr(cause, "code", "") in ("E_BAD_MESSAGE", "E_BAD_BODY"):
+            bad = records.numbers.record(records.acked)  # the ledger split down to this one record: nsqd refused it alone
             what = f"record {bad} refused by nsqd: {cause}"
         if bad is not None and bad == records.resume_at + 1:
             where += f" (--skip {bad} also leaves out record {bad})"
@@ -534,7 +531,7 @@ def _forced_lines(stats: Tally, records: BodyReader, producer) -> list[str]:
     is known at that instant (a signal handler: read only)."""
     publishing = producer.publishing
     unanswered = publishing.unanswered() if publishing is not None else 0
-    return [stats.summary(len(records.unacked), stopped=True), records.where(unanswered)]
+    return [stats.summary(records.outstanding, stopped=True), records.where(unanswered)]
 
 
 def _json_summary(topic, stats: Tally, failed: int, records: BodyReader, error: str | None, unanswered: int,
@@ -548,7 +545,7 @@ def _json_summary(topic, stats: Tally, failed: int, records: BodyReader, error: 
            "skipped_invalid": stats.skipped_invalid, "failed": failed - unsent, "not_sent": unsent,
            "bytes": stats.bytes,
            "seconds": round(time.monotonic() - stats.start, 3), "resume_skip": records.resume_at,
-           "unanswered": min(unanswered, len(records.unacked)), "unanswered_records": list(span) if span else None,
+           "unanswered": min(unanswered, records.outstanding), "unanswered_records": list(span) if span else None,
            "resent": resent, "error": error}
     write_stdout(json.dumps(doc) + "\n")
 
