@@ -254,3 +254,39 @@ def test_sandbox_msg_timeout_takes_a_duration_or_bare_seconds(tmp_path):
     finally:
         os.kill(doc["pid"], 15)
     one_error_line(run_nsqcli(["sandbox", "--msg-timeout", "soon"]), 2, r"'soon' is not a duration")
+
+
+# -- refusals: bad input (one line, exit 2, nothing started) ---------------------------------------------
+from refusals import FILE, bad_input, ids  # noqa: E402
+
+BAD_INPUT = [
+    (["sandbox", "--nodes", "0"], 2, r"'--nodes': 0 is not in the range 1<=x<=16"),
+    (["sandbox", "--tls-cert", FILE], 2, r"--tls-cert and --tls-key go together"),
+    (["sandbox", "--save-context", "bad name!"], 2, r"context name 'bad name!' must be 1-64 letters"),
+    (["sandbox", "--install", "--detach"], 2, r"--install builds NSQ and exits: it takes no other option"),
+]
+
+
+@pytest.mark.parametrize("args,code,pattern", BAD_INPUT, ids=ids(BAD_INPUT))
+def test_bad_input(args, code, pattern):
+    bad_input(args, code, pattern)
+
+
+# -- --json is one line -----------------------------------------------------------------------------------
+
+def test_sandbox_json_is_one_line_and_points_at_running_servers(tmp_path):
+    p = subprocess.Popen(NSQCLI + ["sandbox", "--json", "--data-dir", str(tmp_path)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, env=clean_env({k: v for k, v in os.environ.items()
+                                                                if k == "NSQCLI_NSQ_BIN"}))
+    try:
+        line = p.stdout.readline()
+        doc = json.loads(line)
+        r = run_nsqcli(["pub", "x", "y", "--nsqd-tcp-address", doc["nsqd"][0]["tcp_address"]])
+        assert r.returncode == 0, r.stderr
+        assert doc["env"]["NSQCLI_NSQD_TCP_ADDRESS"] == doc["nsqd"][0]["tcp_address"]
+        p.send_signal(signal.SIGTERM)
+        rest, _ = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0 and rest == b""

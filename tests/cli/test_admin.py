@@ -205,3 +205,140 @@ def test_channel_create_before_its_topic_says_to_create_the_topic_first(sandbox,
     assert nsq(["topic", "create", topic, *lk]).returncode == 0
     assert nsq(["channel", "create", topic, "billing", *lk]).returncode == 0
     assert chan(sandbox.nsqd, topic, "billing") is not None
+
+
+# -- refusals: bad input, footguns, grammar, a port mix-up (one line, the documented exit code) ---------
+import os  # noqa: E402
+import pty  # noqa: E402
+import subprocess  # noqa: E402
+
+from helpers import NSQCLI, channel_stats, clean_env  # noqa: E402
+from refusals import DEAD, address_footgun, bad_input, grammar_row, ids, port_mix_up  # noqa: E402
+
+BAD_INPUT = [
+    (["topic", "delete", "t", "--nsqd-http-address", DEAD], 2, r"delete is destructive: add --yes"),
+    (["topic", "frob", "t"], 2, r"No such command 'frob'"),
+    (["channel", "create", "t"], 2, r"missing CHANNEL \(nsqcli channel create TOPIC \[CHANNEL\], or -c CHANNEL\)"),
+    (["node", "tombstone", "t", "h:1"], 2, r"tombstoning is done in nsqlookupd: give --lookupd-http-address"),
+]
+
+
+@pytest.mark.parametrize("args,code,pattern", BAD_INPUT, ids=ids(BAD_INPUT))
+def test_bad_input(args, code, pattern):
+    bad_input(args, code, pattern)
+
+
+GRAMMAR = [
+    (["topic", "create", "a", "-t", "b"], 2, r"TOPIC given twice"),
+    (["channel", "create", "a", "c", "-t", "b"], 2, r"TOPIC given twice"),
+    (["channel", "delete", "a", "c", "-c", "d"], 2, r"CHANNEL given twice"),
+    (["topic", "create"], 2, r"missing TOPIC \(nsqcli topic create TOPIC, or -t TOPIC\)"),
+    (["channel", "create", "t"], 2, r"missing CHANNEL \(nsqcli channel create TOPIC \[CHANNEL\], or -c CHANNEL\)"),
+    (["node", "tombstone", "t"], 2, r"missing NODE"),
+    (["node", "tombstone", "-t", "t", "n1", "n2"], 2, r"too many arguments: 'n1 n2'"),
+    (["topic", "pause", "x", "--timeout", "0"], 2, r"'--timeout': must be more than 0"),
+    (["topic", "create", "t", "--lookupd-http-address", DEAD], 1, r"127\.0\.0\.1:1"),  # an unreachable lookupd, said once
+]
+
+
+@pytest.mark.parametrize("args,code,pattern", GRAMMAR, ids=ids(GRAMMAR))
+def test_grammar_row(args, code, pattern):
+    grammar_row(args, code, pattern)
+
+
+ADDRESS_FOOTGUNS = [
+    ({}, ["topic", "create", "{t}", "--nsqd-http-address", "nsqd://{http}"], r"drop the scheme: {http}"),
+    ({}, ["topic", "create", "{t}", "--nsqd-http-address", "http://{http}/stats"],
+     r"a path is not used .*give http://{http}"),
+]
+
+
+@pytest.mark.parametrize("env,args,pattern", ADDRESS_FOOTGUNS, ids=ids(ADDRESS_FOOTGUNS, at=1, width=50))
+def test_address_footgun_is_refused_naming_the_fix(nsqd, topic, env, args, pattern):
+    address_footgun(nsqd, topic, env, args, pattern)
+
+
+PORT_MIX_UPS = [  # {tcp}/{http}: the nsqd's ports
+    (["topic", "create", "{t}", "--nsqd-http-address", "{tcp}"],
+     r"create failed on 1 of 1 node\(s\): .*\(this port speaks TCP, not HTTP: give nsqd's HTTP port, usually 4151\)"),
+    (["channel", "create", "{t}", "c", "--lookupd-http-address", "{tcp}"],
+     r"no nsqlookupd answered .*\(this port speaks TCP, not HTTP: give nsqlookupd's HTTP port, usually 4161\)"),
+    (["topic", "delete", "{t}", "--yes", "--lookupd-http-address", "{http}"],
+     r"no nsqlookupd answered .*HTTP 404.* \(it answered 404 like an nsqd HTTP port: give nsqlookupd's HTTP port"),
+    (["node", "tombstone", "{t}", "{tcp}", "--yes", "--lookupd-http-address", "{tcp}"],
+     r"this port speaks TCP, not HTTP: give nsqlookupd's HTTP port"),
+]
+
+
+@pytest.mark.parametrize("args,pattern", PORT_MIX_UPS, ids=ids(PORT_MIX_UPS, width=50))
+def test_a_port_mix_up_gets_the_hint(nsqd, lookupd, topic, args, pattern):
+    port_mix_up(nsqd, lookupd, topic, args, pattern)
+
+
+def test_http_urls_stay_accepted(nsqd, topic):
+    """http(s):// is documented for HTTP addresses (https is the only way to reach a lookupd
+    behind TLS): only a path, which would be dropped, is refused."""
+    r = run_nsqcli(["topic", "create", topic, "--nsqd-http-address", f"http://{nsqd.http_address}/"])
+    assert r.returncode == 0, r.stderr
+    assert topic_stats(nsqd, topic) is not None
+
+
+# -- a declined confirmation exits 1 and changes nothing ------------------------------------------------
+
+@pytest.mark.parametrize("argv", [["topic", "delete", "{t}"], ["channel", "empty", "{t}", "ch"]])
+def test_declined_confirmation_exits_1_and_changes_nothing(argv, nsqd, topic):
+    http_post(nsqd.http_address, "/topic/create", topic=topic)
+    http_post(nsqd.http_address, "/channel/create", topic=topic, channel="ch")
+    http_post(nsqd.http_address, "/pub", b"y", topic=topic)
+    master, slave = pty.openpty()
+    p = subprocess.Popen(NSQCLI + [a.format(t=topic) for a in argv] + ["--nsqd-http-address", nsqd.http_address],
+                         stdin=slave, stdout=subprocess.PIPE, stderr=slave, env=clean_env())
+    os.close(slave)
+    seen = b""
+    deadline = time.monotonic() + 20
+    while b"[y/N]" not in seen and time.monotonic() < deadline:
+        seen += os.read(master, 4096)
+    os.write(master, b"n\n")
+    p.wait(timeout=20)
+    try:
+        while chunk := os.read(master, 4096):
+            seen += chunk
+    except OSError:
+        pass
+    os.close(master)
+    assert p.returncode == 1, seen
+    assert b"nsqcli: error: not confirmed" in seen and b"Traceback" not in seen
+    assert topic_stats(nsqd, topic) is not None and channel_stats(nsqd, topic, "ch")["depth"] == 1
+
+
+# -- the port hints say nothing of a port when the port is right (bugs an adversarial review found) ----
+
+@pytest.mark.parametrize("action", [["channel", "delete"], ["channel", "empty"], ["topic", "pause"]])
+def test_a_missing_topic_or_channel_is_not_called_a_wrong_port(action, nsqd, topic):
+    """nsqd answers 404 TOPIC_NOT_FOUND / CHANNEL_NOT_FOUND for a topic or channel it does not
+    have (a typo); port_hint matches any "HTTP 404" and tells the user the RIGHT port is wrong:
+    "(it answered 404 like nsqlookupd HTTP port: give nsqd's HTTP port, usually 4151)"."""
+    from helpers import http_post, run_nsqcli
+
+    http_post(nsqd.http_address, "/topic/create", topic=topic)
+    args = [*action, topic, *(["no_such_channel"] if action[0] == "channel" else []),
+            "--nsqd-http-address", nsqd.http_address, "--yes"]
+    if action[0] == "topic":
+        args[2] = topic + "_no_such_topic"
+    r = run_nsqcli(args)
+    assert r.returncode == 1
+    assert b"HTTP port" not in r.stderr, r.stderr.decode()
+
+
+def test_topic_create_on_nsqlookupds_port_is_not_reported_done(nsqd, lookupd, topic):
+    """`topic create T --nsqd-http-address <nsqlookupd's HTTP port>`: nsqlookupd has a
+    /topic/create too, so this printed "ok nsqd ...: POST /topic/create" and "create done on
+    1 node(s)", exit 0 - while no nsqd has the topic (only a registration in nsqlookupd)."""
+    from helpers import http_post, run_nsqcli
+
+    try:
+        r = run_nsqcli(["topic", "create", topic, "--nsqd-http-address", lookupd.http_address])
+        assert topic_stats(nsqd, topic) is None
+        assert r.returncode != 0, r.stdout.decode() + r.stderr.decode()
+    finally:
+        http_post(lookupd.http_address, "/topic/delete", topic=topic)

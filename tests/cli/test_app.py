@@ -85,3 +85,142 @@ def test_stderr_lines_from_many_threads_stay_whole(tmp_path):
     assert r.returncode == 0 and len(lines) == 16000
     assert all(re.fullmatch(r"nsqcli: (warning: )?thread \d line \d+ x*", ln) for ln in lines), \
         [ln for ln in lines if not re.fullmatch(r"nsqcli: (warning: )?thread \d line \d+ x*", ln)][:3]
+
+
+# -- refusals: bad input, unknown commands (one line, exit 2) --------------------------------------------
+import pytest  # noqa: E402
+from click.testing import CliRunner  # noqa: E402
+from helpers import run_nsqcli, topic_stats  # noqa: E402
+from refusals import bad_input, fill, ids, refused, run_closing  # noqa: E402
+
+BAD_INPUT = [
+    (["completion"], 2, r"Missing argument .SHELL.\. Choose from: bash, zsh, fish"),
+    (["completion", "tcsh"], 2, r"'tcsh' is not one of 'bash', 'zsh', 'fish'"),
+    (["man", "nope"], 2, r"no manual page for 'nope' \(commands: "),
+    (["version", "--bogus"], 2, r"No such option '--bogus'"),
+    (["frob"], 2, r"No such command 'frob'"),
+    (["--context"], 2, r"Option '--context' requires an argument"),
+    (["-x"], 2, r"No such option '-x'"),
+]
+
+
+@pytest.mark.parametrize("args,code,pattern", BAD_INPUT, ids=ids(BAD_INPUT))
+def test_bad_input(args, code, pattern):
+    bad_input(args, code, pattern)
+
+
+#: the test files holding the bad-input table (issue 12's), one per command
+BAD_INPUT_FILES = ("test_pub", "test_mpub", "test_tail", "test_wait", "test_check", "test_exec", "test_to_file",
+                   "test_lookup", "test_stat", "test_sandbox", "test_context", "test_doctor", "test_app", "test_to_nsq",
+                   "test_to_http", "test_admin", "test_bench", "test_replay", "test_query", "test_to_parquet",
+                   "test_envvars")
+
+
+def test_the_table_is_the_issue_s_size():
+    import importlib
+
+    modules = [importlib.import_module(name) for name in BAD_INPUT_FILES]
+    assert sum(len(getattr(m, "BAD_INPUT", ())) + len(getattr(m, "BAD_ENVIRONMENT", ())) for m in modules) >= 109
+
+
+@pytest.mark.parametrize("args,pattern", [
+    (["tial"], r"^nsqcli: error: No such command 'tial'\. Did you mean 'tail'\? \(see 'nsqcli --help'\)$"),
+    (["topic", "craete", "x"], r"No such command 'craete'\. Did you mean 'create'\?"),
+    (["bench", "sbu"], r"No such command 'sbu'\. Did you mean 'sub'\?"),
+    (["help", "tial"], r"No such command 'tial'\. Did you mean 'tail'\?"),
+    (["help", "topic", "craete"], r"No such command 'craete'\. Did you mean 'create'\?"),
+    (["qqqqq"], r"No such command 'qqqqq'"),
+])
+def test_unknown_command_is_one_line_with_a_suggestion(args, pattern):
+    refused(run_nsqcli(args), 2, pattern)
+
+
+# -- help: `help COMMAND` is `COMMAND --help`; an unknown command loads no command module -----------------
+
+def _all_commands():
+    from nsqcli.cli import COMMANDS
+
+    names = [[n] for n in COMMANDS]
+    return names + [["topic", "create"], ["channel", "empty"], ["node", "tombstone"], ["bench", "sub"],
+                    ["context", "add"]]
+
+
+@pytest.mark.parametrize("path", _all_commands(), ids=lambda p: " ".join(p))
+def test_help_command_shows_the_same_as_dash_dash_help(path):
+    from nsqcli.cli import cli
+
+    runner = CliRunner()
+    a, b = runner.invoke(cli, ["help", *path], prog_name="nsqcli"), runner.invoke(cli, [*path, "--help"], prog_name="nsqcli")
+    assert a.exit_code == b.exit_code == 0, (a.output, b.output)
+    assert a.output == b.output and "Usage: nsqcli " + " ".join(path) in a.output
+
+
+def test_help_alone_is_the_root_help():
+    from nsqcli.cli import cli
+
+    runner = CliRunner()
+    a = runner.invoke(cli, ["help"], prog_name="nsqcli").output
+    assert a == runner.invoke(cli, ["--help"], prog_name="nsqcli").output and "help" in a
+
+
+def test_an_unknown_command_loads_no_command_module():
+    code = ("import sys; from nsqcli.cli import cli; from nsqcli.cli.app import run\n"
+            "try:\n    run(cli, ['tial'])\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in sys.modules if m.startswith('nsqcli.cli.commands.')))")
+    r = subprocess.run([*NSQCLI[:1], "-c", code], capture_output=True, env=clean_env(), timeout=30)
+    assert r.stdout.strip() == b"[]", r.stdout
+
+
+# -- a closed stdout is never an error ---------------------------------------------------------------------
+
+CLOSED_STDOUT = [
+    ["pub", "{t}", "kept", "--json", "--nsqd-tcp-address", "{tcp}"],
+    ["mpub", "-t", "{t}", "--json", "--nsqd-tcp-address", "{tcp}"],
+    ["tail", "{t}", "-n", "1", "--drain-backlog", "--nsqd-tcp-address", "{tcp}"],
+    ["lookup"], ["lookup", "--json"], ["lookup", "--nodes"],
+    ["stat", "-n", "1", "--no-live"], ["stat", "-n", "1", "--json"],
+    ["topic", "create", "{t}_admin", "--nsqd-http-address", "{http}"], ["topic", "pause", "{t}", "--dry-run"],
+    ["doctor", "--nsqd-tcp-address", "{tcp}", "--nsqd-http-address", "{http}"],
+    ["context", "ls", "--json"], ["version"], ["completion", "bash"], ["man", "pub"],
+]
+
+
+@pytest.mark.parametrize("how", ["closed", "pipe"])
+@pytest.mark.parametrize("args", CLOSED_STDOUT, ids=[" ".join(a)[:40] for a in CLOSED_STDOUT])
+def test_a_closed_stdout_is_never_an_error(nsqd, lookupd, topic, args, how):
+    """`>&-` and a pipe whose reader is gone: exit 0, nothing on stderr but what the command says
+    anyway (no error, no traceback, no 'Exception ignored'), and the work that needs no stdout done."""
+    import os
+    import subprocess
+
+    from helpers import NSQCLI, clean_env, http_post
+
+    http_post(nsqd.http_address, "/pub", b"before", topic=topic)
+    env = clean_env({"NSQCLI_LOOKUPD_HTTP_ADDRESS": lookupd.http_address,
+                     "NSQCLI_NSQD_HTTP_ADDRESS": nsqd.http_address})
+    argv = NSQCLI + fill(args, nsqd, topic)
+    if how == "closed":
+        r = subprocess.run(["bash", "-c", 'exec "$@" >&-', "-", *argv], input=b"rec\n", capture_output=False,
+                           stderr=subprocess.PIPE, env=env, timeout=60)
+    else:
+        rd, wr = os.pipe()
+        os.close(rd)
+        try:
+            r = subprocess.run(argv, input=b"rec\n", stdout=wr, stderr=subprocess.PIPE, env=env, timeout=60)
+        finally:
+            os.close(wr)
+    err = r.stderr.decode()
+    assert r.returncode == 0, err
+    assert not re.search(r"error|Traceback|Exception ignored", err), err
+    if args[0] in ("pub", "mpub"):
+        assert topic_stats(nsqd, topic)["message_count"] == 2  # published all the same
+
+
+@pytest.mark.parametrize("args", [["--help"], ["pub", "--help"], [], ["-V"], ["topic"]],
+                         ids=["--help", "pub --help", "bare", "-V", "group"])
+def test_help_and_version_to_a_closed_stdout_exit_0(args):
+    """`nsqcli --help >&-` and `nsqcli --help | head -0` exit 1 (click.main turns the EPIPE of its
+    own echo into sys.exit(1)), while `nsqcli help pub >&-` and every command's output exit 0:
+    a closed stdout is meant to end every command as a closed pipe does, quietly with 0."""
+    r = run_closing(args, close=(1,))
+    assert (r.returncode, r.stderr) == (0, b"")

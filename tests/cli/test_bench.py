@@ -71,3 +71,37 @@ def test_timeout_counts_from_process_start(nsqd, topic):
     assert r.returncode == 3, r.stderr
     assert r.stderr.decode().strip().splitlines()[-1] == "nsqcli: error: --timeout passed before 'bench sub' was done"
     assert 1.4 < took < 2.2, took
+
+
+# -- refusals: bad input, grammar, a deadline (one line, the documented exit code) ----------------------
+import pytest  # noqa: E402
+from refusals import DEAD, bad_input, grammar_row, ids, refused  # noqa: E402
+
+BAD_INPUT = [
+    (["bench", "pub", "--size", "4"], 2, r"'--size': 4 is not in the range 8<=x<=1048576"),
+    (["bench", "pub", "-n", "5", "--duration", "1s"], 2, r"give --count or --duration, not both"),
+    (["bench", "pub", "-n", "5", "--nsqd-tcp-address", DEAD], 1, r"1 bench client\(s\) failed: .*Connection refused"),
+]
+
+
+@pytest.mark.parametrize("args,code,pattern", BAD_INPUT, ids=ids(BAD_INPUT))
+def test_bad_input(args, code, pattern):
+    bad_input(args, code, pattern)
+
+
+GRAMMAR = [
+    (["bench", "sub", "a", "-t", "b"], 2, r"TOPIC given twice"),
+    (["bench", "pub", "a", "c", "-c", "d"], 2, r"CHANNEL given twice"),
+    (["bench", "sub", "--timeout", "0"], 2, r"'--timeout': must be more than 0"),
+]
+
+
+@pytest.mark.parametrize("args,code,pattern", GRAMMAR, ids=ids(GRAMMAR))
+def test_grammar_row(args, code, pattern):
+    grammar_row(args, code, pattern)
+
+
+def test_bench_sub_timeout_exits_3(nsqd, topic):
+    http_post(nsqd.http_address, "/pub", b"x" * 16, topic=topic)  # the topic exists, 1 message of 5
+    r = run_nsqcli(["bench", "sub", topic, "-n", "5", "--timeout", "2s", "--nsqd-tcp-address", nsqd.tcp_address])
+    refused(r, 3, r"--timeout passed before 'bench sub' was done")

@@ -200,3 +200,19 @@ def test_sigterm_ends_a_check_at_once():
         p.send_signal(signal.SIGTERM)
         out, err = p.communicate(timeout=3)  # the request timeout is 5 s
     assert (p.returncode, out, err) == (143, b"", b"nsqcli: interrupted (SIGTERM)\n")
+
+
+# -- refusals: bad input (one line, the documented exit code) --------------------------------------------
+import pytest  # noqa: E402
+from refusals import bad_input, ids  # noqa: E402
+
+BAD_INPUT = [
+    (["check", "t", "c", "--depth-warn", "10", "--depth-crit", "5"], 2, r"--depth-warn 10 is above --depth-crit 5"),
+    (["check", "t", "c", "--format", "xml"], 2, r"'--format': 'xml' is not one of 'nagios'"),
+    (["check", "t", "c", "--timeout", "0"], 2, r"'--timeout': must be more than 0 \(leave it out for no deadline\)"),
+]
+
+
+@pytest.mark.parametrize("args,code,pattern", BAD_INPUT, ids=ids(BAD_INPUT))
+def test_bad_input(args, code, pattern):
+    bad_input(args, code, pattern)

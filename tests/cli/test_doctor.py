@@ -131,3 +131,28 @@ def test_doctor_and_version_say_what_the_installed_pyspark_supports(nsqd):
     assert ("one batch per start" in check["detail"]) != in_batches
     out = run_nsqcli(["version"]).stdout.decode()
     assert f"pyspark        {version}\n                 nsq source: exactly once" in out
+
+
+# -- refusals: bad input, grammar (one line, exit 2) ----------------------------------------------------
+from refusals import bad_input, grammar_row, ids  # noqa: E402
+
+BAD_INPUT = [
+    (["doctor", "-t", "bad topic"], 2, r"invalid topic name 'bad topic'"),
+    (["doctor", "--nsqd-tcp-address", "x"], 2, r"invalid address 'x': expected HOST:PORT"),
+]
+
+
+@pytest.mark.parametrize("args,code,pattern", BAD_INPUT, ids=ids(BAD_INPUT))
+def test_bad_input(args, code, pattern):
+    bad_input(args, code, pattern)
+
+
+GRAMMAR = [
+    (["doctor", "a", "-t", "b"], 2, r"TOPIC given twice"),
+    (["doctor", "--timeout", "0"], 2, r"'--timeout': must be more than 0"),
+]
+
+
+@pytest.mark.parametrize("args,code,pattern", GRAMMAR, ids=ids(GRAMMAR))
+def test_grammar_row(args, code, pattern):
+    grammar_row(args, code, pattern)

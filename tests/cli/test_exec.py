@@ -295,3 +295,71 @@ def test_timeout_kills_a_running_command_and_gives_its_message_back(nsqd, topic,
     wait_for(lambda: not _alive(int(pidfile.read_text())), timeout=3, what="the sleep killed with its group")
     c = channel_stats(nsqd, topic, "w")  # given back at once, not FINed, not left to time out
     assert (c["depth"], c["in_flight_count"], c["requeue_count"], c["timeout_count"]) == (1, 0, 1, 0)
+
+
+# -- refusals: bad input (one line, the documented exit code, nothing consumed) --------------------------
+import pytest  # noqa: E402
+from refusals import DEAD, bad_input, ids  # noqa: E402
+
+BAD_INPUT = [
+    (["exec", "t", "-c", "c"], 2, r"missing COMMAND \(nsqcli exec \[TOPIC\] -- COMMAND \[ARG\]\.\.\.\)"),
+    (["exec", "t", "-c", "c", "sh", "-c", "x"], 2, r"--channel given twice \(-c 'c', then -c 'x'\)"),
+    (["exec", "t", "--", "true"], 2, r"missing CHANNEL"),
+    (["exec", "t", "-c", "c", "--concurrency", "0", "--", "true"], 2, r"'--concurrency': 0 is not in the range"),
+    (["exec", "t", "-c", "c", "--", "/nonexistent/x"], 2, r"'/nonexistent/x' is not an executable file"),
+    (["exec", "t", "-c", "c", "--", "nosuchcmd_zz"], 2, r"command not found: 'nosuchcmd_zz' \(not in PATH\)"),
+    (["exec", "t", "-c", "c", "--command-timeout", "0", "--", "true"], 2, r"'--command-timeout': must be more"),
+    (["exec", "t", "-c", "c", "--max-attempts", "2", "--dead-letter-topic", "t", "--", "true"], 2,
+     r"--dead-letter-topic t is the topic being consumed"),
+    (["exec", "t", "-c", "c", "--dead-letter-topic", "d", "--", "true"], 2, r"--dead-letter-topic needs --max-attempts"),
+    (["exec", "t", "-c", "c", "--nsqd-tcp-address", DEAD, "--", "true"], 1, r"127\.0\.0\.1:1: cannot connect"),
+]
+
+
+@pytest.mark.parametrize("args,code,pattern", BAD_INPUT, ids=ids(BAD_INPUT))
+def test_bad_input(args, code, pattern):
+    bad_input(args, code, pattern)
+
+
+# -- breaks of issue 36's everyday jobs found by trying them as a user would (each failed before its fix) --
+from helpers import run_nsqcli as run  # noqa: E402
+
+
+def _env(nsqd) -> dict:
+    return {"NSQCLI_NSQD_TCP_ADDRESS": nsqd.tcp_address, "NSQCLI_NSQD_HTTP_ADDRESS": nsqd.http_address}
+
+
+def test_exec_with_n_taken_by_running_commands_holds_the_others_instead_of_a_requeue_loop(nsqd, topic):
+    # exec -n 2 --concurrency 4: the 2 runs claimed -n; every other message delivered meanwhile was
+    # REQ'd with no delay and came straight back, hundreds of times a second (requeue_count 3382
+    # for 8 messages in half a second: their attempts, which --max-attempts counts, ruined)
+    http_post(nsqd.http_address, "/topic/create", topic=topic)
+    http_post(nsqd.http_address, "/channel/create", topic=topic, channel="work")
+    http_post(nsqd.http_address, "/mpub", b"\n".join(b"m%d" % i for i in range(10)), topic=topic)
+    r = run(["exec", topic, "-c", "work", "-n", "2", "--concurrency", "4", "--timeout", "20s", "--",
+             "sh", "-c", "sleep 0.5; cat; echo"], _env(nsqd))
+    assert r.returncode == 0, r.stderr
+    assert len(r.stdout.splitlines()) == 2 and b"succeeded 2" in r.stderr, r.stderr
+    wait_for(lambda: channel_stats(nsqd, topic, "work")["in_flight_count"] == 0, what="nothing in flight")
+    ch = channel_stats(nsqd, topic, "work")
+    assert ch["depth"] == 8 and ch["requeue_count"] <= 10, ch
+    r = run(["tail", topic, "-c", "work", "-n", "8", "-f", "{attempts}", "--timeout", "10s"], _env(nsqd))
+    assert r.returncode == 0, r.stderr
+    assert max(int(a) for a in r.stdout.split()) <= 3, r.stdout
+
+
+def test_exec_command_timeout_and_touch_still_apply_after_the_command_closes_its_output(nsqd, topic):
+    # COMMAND closed its stdout and stderr and went on running: with no pipe left to watch the run
+    # waited for its exit with no TOUCH and no --command-timeout (sleep 8 ran its 8 s; with a
+    # shorter --msg-timeout nsqd timed the message out and redelivered it, E_REQ_FAILED after)
+    import time
+
+    http_post(nsqd.http_address, "/pub", b"m", topic=topic)
+    started = time.monotonic()
+    r = run(["exec", topic, "-c", "w", "--command-timeout", "500ms", "--max-attempts", "1", "-n", "1",
+             "--timeout", "20s", "--", "sh", "-c", "exec >&- 2>&-; sleep 8"], _env(nsqd))
+    assert r.returncode == 0, r.stderr
+    assert time.monotonic() - started < 6, r.stderr
+    assert b"killed after --command-timeout 0.5s (attempt 1 of --max-attempts 1); FINed" in r.stderr, r.stderr
+    c = channel_stats(nsqd, topic, "w")
+    assert (c["depth"], c["in_flight_count"], c["requeue_count"], c["timeout_count"]) == (0, 0, 0, 0), (c, r.stderr)

@@ -89,3 +89,45 @@ def test_a_slow_answer_that_never_comes_is_called_slow_not_a_wrong_port():
                 assert words in str(e) and "HTTP port" not in str(e), e
             else:
                 raise AssertionError("no error")
+
+
+# -- refusals: bad input, grammar, a port mix-up (one line, the documented exit code) --------------------
+import pytest  # noqa: E402
+from refusals import DEAD, bad_input, grammar_row, ids, port_mix_up  # noqa: E402
+
+BAD_INPUT = [
+    (["lookup", "--lookupd-http-address", DEAD], 1, r"no nsqlookupd answered \(127\.0\.0\.1:1\)"),
+    (["lookup", "-t", "t", "--nodes"], 2, r"--topic and --nodes cannot be used together"),
+    (["lookup", "a", "-t", "b"], 2, r"TOPIC given twice: 'a' as an argument and 'b' with -t \(give it once\)"),
+    (["lookup", "bad topic"], 2, r"invalid topic name 'bad topic'"),
+]
+
+
+@pytest.mark.parametrize("args,code,pattern", BAD_INPUT, ids=ids(BAD_INPUT))
+def test_bad_input(args, code, pattern):
+    bad_input(args, code, pattern)
+
+
+GRAMMAR = [
+    (["lookup", "a", "-t", "b"], 2, r"TOPIC given twice"),
+    (["lookup", "x", "--timeout", "0"], 2, r"'--timeout': must be more than 0"),
+    (["lookup", "--lookupd-http-address", DEAD], 1, r"127\.0\.0\.1:1"),  # an unreachable lookupd, said once
+    (["lookup", "t", "--lookupd-http-address", DEAD], 1, r"127\.0\.0\.1:1"),
+]
+
+
+@pytest.mark.parametrize("args,code,pattern", GRAMMAR, ids=ids(GRAMMAR))
+def test_grammar_row(args, code, pattern):
+    grammar_row(args, code, pattern)
+
+
+PORT_MIX_UPS = [  # {tcp}/{http}: the nsqd's ports
+    (["lookup", "--lookupd-http-address", "{tcp}"],
+     r"no nsqlookupd answered \({tcp}\) \(this port speaks TCP, not HTTP: give nsqlookupd's HTTP port"),
+    (["lookup", "--lookupd-http-address", "{http}"], r"\(it answered 404 like an nsqd HTTP port: give nsqlookupd's"),
+]
+
+
+@pytest.mark.parametrize("args,pattern", PORT_MIX_UPS, ids=ids(PORT_MIX_UPS, width=50))
+def test_a_port_mix_up_gets_the_hint(nsqd, lookupd, topic, args, pattern):
+    port_mix_up(nsqd, lookupd, topic, args, pattern)

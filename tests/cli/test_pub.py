@@ -268,3 +268,162 @@ def test_a_big_message_lost_with_its_connection_is_named_as_the_likely_cause(nsq
     assert r.stderr.decode().rstrip().endswith(
         "; the message is 1100000 bytes, over nsqd's default --max-msg-size (1048576): nsqd may have refused it "
         "and closed the connection before its answer was read"), r.stderr
+
+
+# -- refusals: bad input, footguns, grammar (one line, the documented exit code, nothing sent) ---------
+from refusals import DEAD, FILE, address_footgun, argv_footgun, bad_input, grammar_row, ids  # noqa: E402
+
+BAD_INPUT = [
+    (["pub"], 2, r"missing TOPIC \(nsqcli pub TOPIC \[MESSAGE\], or -t TOPIC\)"),
+    (["pub", "bad topic!", "x"], 2, r"invalid topic name 'bad topic!'"),
+    (["pub", "-t", "t", "a", "b"], 2, r"too many arguments: 'a b' \(quote a MESSAGE with spaces"),
+    (["pub", "t", ""], 2, r"the message is empty \(nsqd rejects empty messages\)"),
+    (["pub", "t", "x", "--timeout", "0"], 2, r"Invalid value for '--timeout': must be more than 0"),
+    (["pub", "t", "x", "--timeout", "soon"], 2, r"'soon' is not a duration \(use e\.g\. 500ms, 2s, 1m, 1h30m\)"),
+    (["pub", "t", "x", "--defer", "-1s"], 2, r"'-1s' is not a duration"),
+    (["pub", "t", "x", "--nsqd-tcp-address", "localhost"], 2, r"invalid address 'localhost': expected HOST:PORT"),
+    (["pub", "t", "x", "--nsqd-tcp-address", "h:99999"], 2, r"invalid address 'h:99999': expected HOST:PORT"),
+    (["pub", "t", "x", "--lookupd-http-address", "ftp://h:1"], 2, r"invalid HTTP address 'ftp://h:1'"),
+    (["pub", "t", "x", "--lookupd-http-address", "h"], 2, r"'--lookupd-http-address': invalid address 'h'"),
+    (["pub", "t", "x", "--snappy", "--deflate"], 2, r"--snappy and --deflate cannot be used together"),
+    (["pub", "t", "x", "--tls-cert", "/nonexistent"], 2, r"'--tls-cert': File '/nonexistent' does not exist"),
+    (["pub", "t", "x", "--tls-cert", FILE], 2, r"--tls-cert and --tls-key go together"),
+    (["pub", "t", "x", "--deflate-level", "10"], 2, r"'--deflate-level': 10 is not in the range 1<=x<=9"),
+    (["pub", "t", "x", "--tls-min-version", "1.4"], 2, r"'--tls-min-version': '1\.4' is not one of"),
+    (["pub", "t", "x", "--nsqd-tcp-address", DEAD], 1, r"127\.0\.0\.1:1: cannot connect: Connection refused"),
+    (["pub", "t", "x", "--lookupd-http-address", DEAD], 1, r"no nsqlookupd answered \(http://127\.0\.0\.1:1/lookup"),
+    (["pub", "t", "x", "--context", "nope"], 2, r"'--context': no context named 'nope' \(none saved yet"),
+    (["pub", "t", "x", "--bogus"], 2, r"No such option '--bogus'"),
+    (["pub", "t", "x", "--heartbeat-interval", "abc"], 2, r"'abc' is not a duration"),
+    (["pub", "t", "x", "--auth-secret-file", "/nonexistent"], 2, r"'--auth-secret-file': File '/nonexistent' does not"),
+    (["pub", "t", "x", "--msg-timeout", "x"], 2, r"'--msg-timeout': 'x' is not a duration"),
+    (["pub", "a" * 65, "x"], 2, r"invalid topic name 'a{65}'.*64"),
+    (["pub", "t#ephemeral#x", "x"], 2, r"invalid topic name 't#ephemeral#x'"),
+    (["pub", "-topic", "t", "x"], 2, r"'-topic' is not an option: use --topic \(two dashes"),
+    (["pub", "-t", "a", "-t", "b", "x"], 2, r"--topic given twice \(-t 'a', then -t 'b'\): give it once"),
+    (["pub", "t", "x", "--nsqd-tcp-address", "tcp://h:1"], 2, r"invalid address 'tcp://h:1': drop the scheme: h:1"),
+    (["pub", "t", "x", "--nsqd-tcp-address", "a:1,b:1"], 2, r"'a:1,b:1' is a comma list: give one address per"),
+    (["pub", "t", "x", "--auth-secret", ""], 2, r"'--auth-secret': is empty: give the secret"),
+]
+
+
+@pytest.mark.parametrize("args,code,pattern", BAD_INPUT, ids=ids(BAD_INPUT))
+def test_bad_input(args, code, pattern):
+    bad_input(args, code, pattern)
+
+
+GRAMMAR = [
+    (["pub"], 2, r"missing TOPIC \(nsqcli pub TOPIC \[MESSAGE\], or -t TOPIC\)"),
+    (["pub", "t", "x", "--lookupd-http-address", DEAD], 1, r"127\.0\.0\.1:1"),  # an unreachable lookupd, said once
+]
+
+
+@pytest.mark.parametrize("args,code,pattern", GRAMMAR, ids=ids(GRAMMAR))
+def test_grammar_row(args, code, pattern):
+    grammar_row(args, code, pattern)
+
+
+ARGV_FOOTGUNS = [
+    (["pub", "-topic={t}", "x", "--nsqd-tcp-address", "{tcp}"], r"'-topic={t}' is not an option: use --topic={t}"),
+    (["pub", "{t}", "x", "-nsqd-tcp-address", "{tcp}"], r"'-nsqd-tcp-address' is not an option: use --nsqd-tcp-addr"),
+    (["pub", "-t", "{t}", "-t", "{t}_b", "x", "--nsqd-tcp-address", "{tcp}"],
+     r"--topic given twice \(-t '{t}', then -t '{t}_b'\): give it once \(see 'nsqcli pub --help'\)"),
+    (["pub", "--topic={t}", "x", "--topic", "{t}_b", "--nsqd-tcp-address", "{tcp}"], r"--topic given twice"),
+]
+
+
+@pytest.mark.parametrize("args,pattern", ARGV_FOOTGUNS, ids=ids(ARGV_FOOTGUNS, width=50))
+def test_argv_footgun_is_refused_before_acting(nsqd, topic, args, pattern):
+    argv_footgun(nsqd, topic, args, pattern)
+
+
+ADDRESS_FOOTGUNS = [
+    ({}, ["pub", "{t}", "x", "--nsqd-tcp-address", "tcp://{tcp}"],
+     r"'--nsqd-tcp-address': invalid address 'tcp://{tcp}': drop the scheme: {tcp}"),
+    ({}, ["pub", "{t}", "x", "--lookupd-http-address", "tcp://{http}"],
+     r"'--lookupd-http-address': invalid HTTP address 'tcp://{http}': drop the scheme: {http}"),
+    ({}, ["pub", "{t}", "x", "--nsqd-tcp-address", "{tcp},{tcp}"],
+     r"'{tcp},{tcp}' is a comma list: give one address per --nsqd-tcp-address "
+     r"\(--nsqd-tcp-address {tcp} --nsqd-tcp-address {tcp}\)"),
+]
+
+
+@pytest.mark.parametrize("env,args,pattern", ADDRESS_FOOTGUNS, ids=ids(ADDRESS_FOOTGUNS, at=1, width=50))
+def test_address_footgun_is_refused_naming_the_fix(nsqd, topic, env, args, pattern):
+    address_footgun(nsqd, topic, env, args, pattern)
+
+
+ARGV_OK = [  # what still works: clusters, attached values, the same value twice, `--` before data
+    ["pub", "-t{t}", "-q", "-v", "x", "--nsqd-tcp-address", "{tcp}"],
+    ["pub", "-t", "{t}", "-t", "{t}", "x", "--nsqd-tcp-address", "{tcp}"],
+    ["pub", "{t}", "--nsqd-tcp-address", "{tcp}", "--", "-topic"],
+]
+
+
+@pytest.mark.parametrize("args", ARGV_OK, ids=[" ".join(a)[:50] for a in ARGV_OK])
+def test_what_looks_alike_still_works(nsqd, topic, args):
+    from refusals import fill
+
+    r = run_nsqcli(fill(args, nsqd, topic), timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert topic_stats(nsqd, topic)["message_count"] == 1
+
+
+# -- pub's fast path and a closed stream behave exactly as the click command (bugs an adversarial review found) --
+
+def _both(args, env=None, close=()):
+    """(fast path, click path) results: (exit code, stdout, stderr)."""
+    from refusals import run_closing
+
+    out = []
+    for off in ("0", "1"):
+        r = run_closing(args, {**(env or {}), "NSQCLI_NO_FAST_PATH": off}, close)
+        out.append((r.returncode, r.stdout, r.stderr))
+    return out
+
+
+def test_fast_path_with_stdin_closed_is_the_empty_message_usage_error(topic):
+    """`nsqcli pub TOPIC <&-`: click says "the message is empty" (exit 2); the fast path said
+    "internal error: AttributeError: 'NoneType' object has no attribute 'isatty'" (exit 1)."""
+    fast, slow = _both(["pub", topic, "--nsqd-tcp-address", "127.0.0.1:1"], close=(0,))
+    assert slow[0] == 2 and b"the message is empty" in slow[2], slow
+    assert fast == slow
+
+
+def test_fast_path_with_stdout_closed_and_json_exits_0_like_click(nsqd, topic):
+    """`nsqcli pub TOPIC m --json >&-`: click exits 0 quietly (a closed stdout is a closed pipe);
+    the fast path said "internal error: AttributeError: 'NoneType' object has no attribute
+    'write'" and exited 1 - after the message was published."""
+    fast, slow = _both(["pub", topic, "m", "--json", "--nsqd-tcp-address", nsqd.tcp_address], close=(1,))
+    assert slow[0] == 0 and slow[2] == b"", slow
+    assert fast == slow
+    assert topic_stats(nsqd, topic)["message_count"] == 2
+
+
+@pytest.mark.parametrize("off", ["0", "1"], ids=["fast", "click"])
+def test_closed_stderr_keeps_the_usage_exit_code(off):
+    """`nsqcli pub 2>&-` / `nsqcli pub t '' 2>&-`: exit 2 (usage error) with or without a stderr;
+    write_stderr/_say catch OSError and ValueError but sys.stderr is None (AttributeError), so
+    every error exit became 1 (a deadline's 3 too)."""
+    from refusals import run_closing
+
+    r = run_closing(["pub", "t", ""], {"NSQCLI_NO_FAST_PATH": off}, close=(2,))
+    assert r.returncode == 2
+    r = run_closing(["pub"], {"NSQCLI_NO_FAST_PATH": off}, close=(2,))
+    assert r.returncode == 2
+
+
+def test_closed_stderr_keeps_the_deadline_exit_code():
+    import socket
+
+    from refusals import run_closing
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(8)
+    try:
+        addr = "127.0.0.1:%d" % s.getsockname()[1]
+        r = run_closing(["pub", "t", "m", "--nsqd-tcp-address", addr, "--timeout", "300ms"], close=(2,))
+        assert r.returncode == 3
+    finally:
+        s.close()

@@ -208,3 +208,96 @@ def test_stat_reports_a_hung_node_again_once_it_answers(cluster, topic):
     assert snaps[0]["nodes_up"] == [healthy.http_address] and list(snaps[0]["nodes_down"]) == [back.http_address]
     assert snaps[-1]["nodes_up"] == sorted([healthy.http_address, back.http_address])
     assert snaps[-1]["nodes_down"] == {} and snaps[-1]["rows"][0]["nodes"] == 2
+
+
+# -- refusals: bad input, footguns, grammar, a port mix-up (one line, the documented exit code) ----------
+import re  # noqa: E402
+
+import pytest  # noqa: E402
+from refusals import (DEAD, address_footgun, argv_footgun, bad_input, grammar_row, ids, port_mix_up,  # noqa: E402
+                      refused, untouched)
+
+BAD_INPUT = [
+    (["stat", "-c", "x"], 2, r"--channel needs --topic"),
+    (["stat", "--interval", "x"], 2, r"'--interval': 'x' is not a duration"),
+    (["stat", "--interval", "0"], 2, r"'--interval': must be more than 0"),
+    (["stat", "-n", "0"], 2, r"'-n' / '--count': 0 is not in the range x>=1"),
+    (["stat", "--nsqd-http-address", ":"], 2, r"'--nsqd-http-address': invalid address ':'"),
+    (["stat", "--nsqd-http-address", DEAD, "-n", "1", "--no-live"], 1, r"no nsqd answered /stats: 127\.0\.0\.1:1"),
+    (["stat", "--json", "--live"], 2, r"--json and --live cannot be used together"),
+]
+
+
+@pytest.mark.parametrize("args,code,pattern", BAD_INPUT, ids=ids(BAD_INPUT))
+def test_bad_input(args, code, pattern):
+    bad_input(args, code, pattern)
+
+
+GRAMMAR = [
+    (["stat", "a", "-t", "b"], 2, r"TOPIC given twice: 'a' as an argument and 'b' with -t \(give it once\)"),
+    (["stat", "a", "x", "-t", "a", "-c", "y"], 2, r"CHANNEL given twice: 'x' as an argument and 'y' with -c"),
+    (["stat", "a", "b", "c"], 2, r"too many arguments: 'c'"),
+    (["stat", "--timeout", "0"], 2, r"'--timeout': must be more than 0"),
+    (["stat", "-n", "1", "--lookupd-http-address", DEAD], 1, r"127\.0\.0\.1:1"),  # an unreachable lookupd, said once
+    (["stat", "t", "-n", "1", "--lookupd-http-address", DEAD], 1, r"127\.0\.0\.1:1"),
+]
+
+
+@pytest.mark.parametrize("args,code,pattern", GRAMMAR, ids=ids(GRAMMAR))
+def test_grammar_row(args, code, pattern):
+    grammar_row(args, code, pattern)
+
+
+ARGV_FOOTGUNS = [
+    (["stat", "-topic", "{t}"], r"'-topic' is not an option: use --topic"),
+]
+
+
+@pytest.mark.parametrize("args,pattern", ARGV_FOOTGUNS, ids=ids(ARGV_FOOTGUNS, width=50))
+def test_argv_footgun_is_refused_before_acting(nsqd, topic, args, pattern):
+    argv_footgun(nsqd, topic, args, pattern)
+
+
+ADDRESS_FOOTGUNS = [
+    ({}, ["stat", "-t", "{t}", "--nsqd-http-address", "tcp://{http}", "-n", "1"], r"drop the scheme: {http}"),
+]
+
+
+@pytest.mark.parametrize("env,args,pattern", ADDRESS_FOOTGUNS, ids=ids(ADDRESS_FOOTGUNS, at=1, width=50))
+def test_address_footgun_is_refused_naming_the_fix(nsqd, topic, env, args, pattern):
+    address_footgun(nsqd, topic, env, args, pattern)
+
+
+PORT_MIX_UPS = [  # {tcp}/{http}: the nsqd's ports, {lhttp}: nsqlookupd's HTTP port
+    (["stat", "-n", "1", "--no-live", "--nsqd-http-address", "{tcp}"],
+     r"no nsqd answered /stats: {tcp} \(this port speaks TCP, not HTTP: give nsqd's HTTP port, usually 4151\)"),
+    (["stat", "-n", "1", "--no-live", "--nsqd-http-address", "{lhttp}"],
+     r"\(it answered 404 like nsqlookupd HTTP port: give nsqd's HTTP port, usually 4151\)"),
+    (["stat", "-n", "1", "--no-live", "--lookupd-http-address", "{tcp}"],
+     r"no nsqlookupd answered \({tcp}\) \(this port speaks TCP, not HTTP: give nsqlookupd's HTTP port, usually 4161\)"),
+    (["stat", "-n", "1", "--no-live", "--lookupd-http-address", "{http}"],
+     r"\(it answered 404 like an nsqd HTTP port: give nsqlookupd's HTTP port, usually 4161\)"),
+]
+
+
+@pytest.mark.parametrize("args,pattern", PORT_MIX_UPS, ids=ids(PORT_MIX_UPS, width=50))
+def test_a_port_mix_up_gets_the_hint(nsqd, lookupd, topic, args, pattern):
+    port_mix_up(nsqd, lookupd, topic, args, pattern)
+
+
+def test_stat_of_a_topic_that_exists_nowhere_says_so(nsqd, lookupd, topic):
+    r = run_nsqcli(["stat", "-t", topic, "-n", "1", "--no-live", "--nsqd-http-address", nsqd.http_address])
+    refused(r, 1, rf"topic '{topic}' exists on no nsqd \(asked {re.escape(nsqd.http_address)}\)")
+    r = run_nsqcli(["stat", "-t", topic, "-n", "1", "--json", "--lookupd-http-address", lookupd.http_address])
+    refused(r, 1, rf"topic '{topic}' is unknown to nsqlookupd {re.escape(lookupd.http_address)}")
+    untouched(nsqd, topic)
+
+
+def test_stat_timeout_before_count_exits_3(nsqd, topic):
+    http_post(nsqd.http_address, "/pub", b"x", topic=topic)
+    r = run_nsqcli(["stat", topic, "-n", "3", "--interval", "0.5s", "--timeout", "1s", "--json",
+                    "--nsqd-http-address", nsqd.http_address])
+    refused(r, 3, r"--timeout passed after [0-2] of 3 reports", stdout_empty=False)
+    r = run_nsqcli(["stat", topic, "--interval", "0.2s", "--timeout", "1s", "--json",
+                    "--nsqd-http-address", nsqd.http_address])  # no count: the deadline ends the run
+    assert r.returncode == 0 and r.stdout.count(b"\n") >= 2 and r.stderr == b"", r.stderr

@@ -369,3 +369,85 @@ def test_tail_timeout_is_the_whole_commands_deadline_with_a_hung_lookupd(cluster
     assert r.returncode == 3, r.stderr
     assert "Traceback" not in r.stderr.decode()
     assert 2.9 < took < 3.6, took
+
+
+# -- refusals: bad input, footguns, grammar (one line, the documented exit code, nothing consumed) -----
+from refusals import DEAD, address_footgun, argv_footgun, bad_input, grammar_row, ids  # noqa: E402
+
+BAD_INPUT = [
+    (["tail"], 2, r"missing TOPIC \(nsqcli tail TOPIC\.\.\., or -t TOPIC\)"),
+    (["tail", "t", "-f", "xml"], 2, r"unknown --format 'xml': use raw, json or a template with \{fields\}"),
+    (["tail", "t", "-f", "JSON"], 2, r"unknown --format 'JSON': use raw, json \(lower case\)"),
+    (["tail", "t", "-f", "{nope}"], 2, r"invalid --format template '\{nope\}': unknown field 'nope'"),
+    (["tail", "t", "-f", "{"], 2, r"invalid --format template '\{'"),
+    (["tail", "t", "--timeout", "0"], 2, r"'--timeout': must be more than 0 \(leave it out for no deadline\)"),
+    (["tail", "t", "--idle-timeout", "0"], 2, r"'--idle-timeout': must be more than 0"),
+    (["tail", "t", "-n", "-1"], 2, r"'-n' / '--count': -1 is not in the range x>=0"),
+    (["tail", "t", "--max-in-flight", "0"], 2, r"'--max-in-flight': 0 is not in the range 1<=x<=100000"),
+    (["tail", "t", "-c", "bad channel"], 2, r"invalid channel name 'bad channel'"),
+    (["tail", "t", "--print-topic", "-f", "json"], 2, r"--print-topic goes with --format raw"),
+    (["tail", "t", "--sample-rate", "100"], 2, r"'--sample-rate': 100 is not in the range 0<=x<=99"),
+    (["tail", "t", "--lookupd-http-address", "127.0.0.1"], 2, r"invalid address '127\.0\.0\.1': expected HOST:PORT"),
+    (["tail", "t", "--nsqd-tcp-address", DEAD, "--drain-backlog"], 1, r"127\.0\.0\.1:1: cannot connect"),
+    (["tail", "t", "--lookupd-http-address", DEAD], 1, r"http://127\.0\.0\.1:1/lookup.*unreachable"),
+    (["tail", "t", "--lookupd-poll-interval", "x"], 2, r"'--lookupd-poll-interval': 'x' is not a duration"),
+    (["tail", "t", "--nsqd-http-address", "x"], 2, r"'--nsqd-http-address': invalid address 'x'"),
+    (["tail", "bad topic"], 2, r"invalid topic name 'bad topic'"),
+]
+
+
+@pytest.mark.parametrize("args,code,pattern", BAD_INPUT, ids=ids(BAD_INPUT))
+def test_bad_input(args, code, pattern):
+    bad_input(args, code, pattern)
+
+
+GRAMMAR = [
+    (["tail"], 2, r"missing TOPIC \(nsqcli tail TOPIC\.\.\., or -t TOPIC\)"),
+    (["tail", "t", "--timeout", "5s", "--lookupd-http-address", DEAD], 1, r"127\.0\.0\.1:1"),  # said once
+]
+
+
+@pytest.mark.parametrize("args,code,pattern", GRAMMAR, ids=ids(GRAMMAR))
+def test_grammar_row(args, code, pattern):
+    grammar_row(args, code, pattern)
+
+
+ARGV_FOOTGUNS = [
+    (["tail", "-topic", "{t}", "--nsqd-tcp-address", "{tcp}", "-n", "1", "--timeout", "2s"],
+     r"'-topic' is not an option: use --topic \(two dashes"),
+    (["tail", "{t}", "-c", "a", "--channel", "b", "--nsqd-tcp-address", "{tcp}", "-n", "1"],
+     r"--channel given twice \(-c 'a', then --channel 'b'\)"),
+]
+
+
+@pytest.mark.parametrize("args,pattern", ARGV_FOOTGUNS, ids=ids(ARGV_FOOTGUNS, width=50))
+def test_argv_footgun_is_refused_before_acting(nsqd, topic, args, pattern):
+    argv_footgun(nsqd, topic, args, pattern)
+
+
+ADDRESS_FOOTGUNS = [
+    ({}, ["tail", "{t}", "--nsqd-tcp-address", "tcp://{tcp}/", "-n", "1"], r"drop the scheme: {tcp}"),
+]
+
+
+@pytest.mark.parametrize("env,args,pattern", ADDRESS_FOOTGUNS, ids=ids(ADDRESS_FOOTGUNS, at=1, width=50))
+def test_address_footgun_is_refused_naming_the_fix(nsqd, topic, env, args, pattern):
+    address_footgun(nsqd, topic, env, args, pattern)
+
+
+def test_where_regex_escapes_a_python_user_types(nsqd, topic):
+    # '.name =~ "^\d+$"' (as in Python or grep) was refused with only "bad escape in string": the
+    # error now says how to write it, and the doubled escape matches with RE2
+    from helpers import one_error_line
+
+    env = {"NSQCLI_NSQD_TCP_ADDRESS": nsqd.tcp_address, "NSQCLI_NSQD_HTTP_ADDRESS": nsqd.http_address}
+    r = run(["tail", topic, "--where", r'.n =~ "^\d+$"'], env)
+    one_error_line(r, 2, r"bad escape in string .*a regular expression's \\d is written \\\\d")
+    http_post(nsqd.http_address, "/topic/create", topic=topic)
+    http_post(nsqd.http_address, "/channel/create", topic=topic, channel="billing")
+    http_post(nsqd.http_address, "/mpub", b'{"n": "12a"}\n{"n": "123"}\n{"n": "\\u03b1\\u03b2"}\n{"n": "AbC"}',
+              topic=topic)
+    for where, want in ((r'.n =~ "^\\d+$"', b'{"n": "123"}'), (r'.n =~ "^\\p{Greek}+$"', b'{"n": "\\u03b1\\u03b2"}'),
+                        ('.n =~ "(?i)^abc$"', b'{"n": "AbC"}')):
+        r = run(["tail", topic, "-c", "billing", "--peek", "--where", where, "-n", "4", "--timeout", "10s"], env)
+        assert r.returncode == 0 and r.stdout == want + b"\n", (where, r.stdout, r.stderr)

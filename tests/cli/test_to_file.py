@@ -798,3 +798,165 @@ def test_a_lookupd_found_nsqd_killed_is_not_recovered_while_another_is_connected
     assert rc == 0
     assert b"recovered" not in down and f"source {other.tcp_address} still down after".encode() in down, down
     assert f"nsqd {nsqd.tcp_address}: connection lost".encode() not in log.text
+
+
+# -- refusals: bad input, footguns (one line, the documented exit code, never subscribed) -----------------
+from refusals import DEAD, FILE, argv_footgun, bad_input, ids, refused  # noqa: E402
+
+BAD_INPUT = [
+    (["to-file"], 2, r"give --topic or --topic-pattern"),
+    (["to-file", "-t", "t", "--topic-pattern", "x"], 2, r"--topic and --topic-pattern cannot be used together"),
+    (["to-file", "--topic-pattern", "x"], 2, r"--topic-pattern needs --lookupd-http-address"),
+    (["to-file", "--topic-pattern", "(", "--lookupd-http-address", DEAD], 2, r"invalid --topic-pattern '\('"),
+    (["to-file", "-t", "t", "--gzip-level", "5"], 2, r"--gzip-level needs --gzip"),
+    (["to-file", "-t", "t", "--gzip", "--gzip-level", "10"], 2, r"'--gzip-level': 10 is not in the range 1<=x<=9"),
+    (["to-file", "-t", "t", "--rotate-size", "10X"], 2, r"'10X' is not a size \(use e\.g\. 100M, 512K"),
+    (["to-file", "-t", "t", "--filename-format", "x.log"], 2, r"--filename-format needs <TOPIC>"),
+    (["to-file", "-t", "t", "--gzip", "--filename-format", "<TOPIC>.log"], 2, r"--filename-format needs <REV>"),
+    (["to-file", "-t", "t", "-f", "xml"], 2, r"'-f' / '--format': 'xml' is not one of"),
+    (["to-file", "-t", "t", "--log-level", "loud"], 2, r"'--log-level': 'loud' is not one of"),
+    (["to-file", "-t", "t", "--sync-interval", "x"], 2, r"'--sync-interval': 'x' is not a duration"),
+    (["to-file", "-t", "t", "--sync-interval", "0"], 2, r"'--sync-interval': must be more than 0"),
+    (["to-file", "-t", "t", "--filename-format", "../<TOPIC>.log"], 2, r"'\.\./<TOPIC>\.log' leaves --output-dir"),
+    (["to-file", "-t", "t", "--output-dir", FILE + "/sub"], 2, r"'--output-dir': cannot write files in"),
+    (["to-file", "-t", "t", "--output-dir", FILE], 2, r"'--output-dir': Directory '.*' is a file"),
+]
+
+
+@pytest.mark.parametrize("args,code,pattern", BAD_INPUT, ids=ids(BAD_INPUT))
+def test_bad_input(args, code, pattern):
+    bad_input(args, code, pattern)
+
+
+ARGV_FOOTGUNS = [
+    (["to-file", "-topic", "{t}", "--nsqd-tcp-address", "{tcp}"], r"'-topic' is not an option: use --topic"),
+]
+
+
+@pytest.mark.parametrize("args,pattern", ARGV_FOOTGUNS, ids=ids(ARGV_FOOTGUNS, width=50))
+def test_argv_footgun_is_refused_before_acting(nsqd, topic, args, pattern):
+    argv_footgun(nsqd, topic, args, pattern)
+
+
+# what it cannot write is refused before it subscribes
+TO_FILE = [
+    (["--filename-format", "../x/<TOPIC>.log"], r"--filename-format '\.\./x/<TOPIC>\.log' leaves --output-dir: "
+                                                r"give a path inside it \(no leading '/', no '\.\.'\)"),
+    (["--filename-format", "{tmp}_abs/<TOPIC>.log"], r"--filename-format '/.*_abs/<TOPIC>\.log' leaves --output-dir"),
+    (["--filename-format", "a/../../<TOPIC>.<REV>.log", "--gzip"], r"leaves --output-dir"),
+    (["--output-dir", "/sys/kernel"], r"'--output-dir': cannot write files in '/sys/kernel' \(Permission denied\)"),
+    (["--output-dir", "{file}/sub"], r"'--output-dir': cannot write files in '.*/sub' \(Not a directory\)"),
+    (["--output-dir", "{tmp}", "--work-dir", "/sys/kernel/work"], r"'--work-dir': cannot write files in "
+                                                                  r"'/sys/kernel/work' \(Operation not permitted\)"),
+    (["--output-dir", "{tmp}", "--work-dir", "{file}/work"], r"'--work-dir': cannot write files in .*Not a directory"),
+]
+
+
+@pytest.mark.parametrize("extra,pattern", TO_FILE, ids=[" ".join(a[0])[:50] for a in TO_FILE])
+def test_to_file_refuses_what_it_cannot_write_before_subscribing(nsqd, topic, tmp_path, extra, pattern):
+    run_nsqcli(["pub", topic, "kept", "--nsqd-tcp-address", nsqd.tcp_address]).check_returncode()
+    args = ["to-file", "-t", topic, "--nsqd-tcp-address", nsqd.tcp_address]
+    args += [] if "--output-dir" in extra else ["--output-dir", str(tmp_path / "out")]
+    args += [a.format(file=FILE, tmp=str(tmp_path / "out")) for a in extra]
+    refused(run_nsqcli(args, timeout=30), 2, pattern)
+    t = topic_stats(nsqd, topic)
+    assert t["channels"] == [] and t["depth"] == 1  # never subscribed: the message is still there
+    assert not any(tmp_path.rglob("*.log"))
+
+
+# -- said once, one JSON line, files never leave --output-dir ---------------------------------------------
+
+def test_to_file_says_once_what_a_pattern_waits_for(nsqd, lookupd, topic, tmp_path):
+    import signal
+    import subprocess
+    import time
+
+    from helpers import NSQCLI, clean_env, http_post, wait_for
+
+    proc = subprocess.Popen(NSQCLI + ["to-file", "--topic-pattern", f"^{topic}$", "--lookupd-http-address",
+                                      lookupd.http_address, "--topic-refresh", "0.5s", "--output-dir", str(tmp_path),
+                                      "--sync-interval", "0.2s", "--no-live"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=clean_env())
+    try:
+        time.sleep(2.5)  # several refreshes: said once, not at each
+        http_post(nsqd.http_address, "/pub", b"late", topic=topic)
+        wait_for(lambda: list(tmp_path.rglob(f"{topic}*")), timeout=20, what="the topic archived")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and out == b"", err
+    waiting = [ln for ln in err.decode().splitlines() if "waiting for a topic" in ln]
+    assert len(waiting) == 1 and waiting[0].endswith(
+        f"INFO: waiting for a topic matching '^{topic}$': nsqlookupd {lookupd.http_address} knows none with a "
+        "producer yet (asked every 0.5s)"), err
+
+
+def test_to_file_summary_is_one_json_line(nsqd, topic, tmp_path):
+    for body in (b"a", b"b", b"c"):
+        http_post(nsqd.http_address, "/pub", body, topic=topic)
+    p = subprocess.Popen(NSQCLI + ["to-file", topic, "--output-dir", str(tmp_path), "--json", "--no-live",
+                                   "--sync-interval", "0.2s", "--nsqd-tcp-address", nsqd.tcp_address],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=clean_env())
+    try:
+        wait_for(lambda: (channel_stats(nsqd, topic, "nsqcli_to_file") or {}).get("depth", 1) == 0
+                 and not channel_stats(nsqd, topic, "nsqcli_to_file")["in_flight_count"], timeout=20)
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0, err
+    assert out.count(b"\n") == 1
+    doc = json.loads(out)
+    assert (doc["received"], doc["finished"], doc["topics"][0]["topic"]) == (3, 3, topic)
+
+
+def test_to_file_topic_dot_dot_does_not_leave_output_dir(nsqd_factory, tmp_path):
+    """'..' is a valid NSQ topic name (anyone who can publish can create it; --topic-pattern picks
+    it up). With a per-topic directory layout, --filename-format '<TOPIC>/<REV>x.log', the file
+    was written to OUTPUT_DIR/../x.log: the "--filename-format leaves --output-dir" check looks
+    at the format with the tokens replaced by 'x', not at the names made from real topics."""
+    nsqd = nsqd_factory()
+    r = subprocess.run(NSQCLI + ["pub", "..", "escaped", "--nsqd-tcp-address", nsqd.tcp_address],
+                       capture_output=True, env=clean_env(), timeout=30)
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "archive" / "out"
+    out.mkdir(parents=True)
+    p = subprocess.Popen(NSQCLI + ["to-file", "-t", "..", "--output-dir", str(out), "--filename-format",
+                                   "<TOPIC>/<REV>escaped.log", "--sync-interval", "200ms", "--no-live",
+                                   "--nsqd-tcp-address", nsqd.tcp_address],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=clean_env())
+    try:
+        time.sleep(3)
+        p.send_signal(signal.SIGINT)
+        p.communicate(timeout=20)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    escaped = Path(tmp_path / "archive" / "escaped.log")
+    assert not escaped.exists(), f"{escaped} written outside --output-dir {out}"
+
+
+def test_to_file_datetime_format_cannot_leave_output_dir(nsqd, topic, tmp_path):
+    """The leaves-dir check replaces <DATETIME> by 'x' before looking, so --datetime-format
+    '/../../y' (or --host-identifier '../..') carries the file out of --output-dir unchecked:
+    OUTPUT_DIR/<topic>./../../y.log is written as OUTPUT_DIR/../y.log."""
+    from helpers import run_nsqcli
+
+    assert run_nsqcli(["pub", topic, "m", "--nsqd-tcp-address", nsqd.tcp_address]).returncode == 0
+    out = tmp_path / "a" / "out"
+    out.mkdir(parents=True)
+    p = subprocess.Popen(NSQCLI + ["to-file", "-t", topic, "--output-dir", str(out), "--filename-format",
+                                   "<TOPIC>.<DATETIME>.log", "--datetime-format", "/../../escaped",
+                                   "--sync-interval", "200ms", "--no-live", "--nsqd-tcp-address", nsqd.tcp_address],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=clean_env())
+    try:
+        try:
+            p.wait(timeout=3)  # refused at start-up (exit 2) is the fix
+        except subprocess.TimeoutExpired:
+            p.send_signal(signal.SIGINT)
+            p.communicate(timeout=20)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert not (tmp_path / "a" / "escaped.log").exists()

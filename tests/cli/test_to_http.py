@@ -382,3 +382,34 @@ def test_grep_and_where_deliver_only_the_matching_messages(nsqd, topic, endpoint
     bad = run_nsqcli(["to-http", "-t", topic, "--post", ep.url, "--where", ".type ==", "--nsqd-tcp-address",
                       nsqd.tcp_address])
     assert bad.returncode == 2 and bad.stderr.count(b"\n") == 1 and b"'--where'" in bad.stderr
+
+
+# -- refusals: bad input, grammar (one line, exit 2, nothing delivered) ---------------------------------
+from refusals import bad_input, grammar_row, ids  # noqa: E402
+
+BAD_INPUT = [
+    (["to-http", "-t", "t"], 2, r"give --post URL or --get URL \(not both\)"),
+    (["to-http", "-t", "t", "--get", "http://h/x"], 2, r"a --get URL needs exactly one %s"),
+    (["to-http", "-t", "t", "--post", "http://h/", "--sample", "0"], 2, r"'--sample': 0\.0 is not in the range"),
+    (["to-http", "-t", "t", "--post", "http://h/", "--http-timeout", "0"], 2, r"'--http-timeout': must be more than 0"),
+    (["to-http", "-t", "t", "--post", "http://h/", "--header", "X-Name: 日本"], 2, r"HTTP headers are latin-1"),
+    (["to-http", "-t", "t", "--post", "http://h/€"], 2, r"percent-encode what is not ASCII"),
+]
+
+
+@pytest.mark.parametrize("args,code,pattern", BAD_INPUT, ids=ids(BAD_INPUT))
+def test_bad_input(args, code, pattern):
+    bad_input(args, code, pattern)
+
+
+GRAMMAR = [
+    (["to-http", "a", "-t", "b", "--post", "http://127.0.0.1:1/"], 2, r"TOPIC given twice"),
+    (["to-http", "a", "c", "-c", "d", "--post", "http://127.0.0.1:1/"], 2, r"CHANNEL given twice"),
+    (["to-http", "--post", "http://127.0.0.1:1/"], 2, r"missing TOPIC \(nsqcli to-http TOPIC \[CHANNEL\]"),
+    (["to-http", "x", "--timeout", "0"], 2, r"'--timeout': must be more than 0"),
+]
+
+
+@pytest.mark.parametrize("args,code,pattern", GRAMMAR, ids=ids(GRAMMAR))
+def test_grammar_row(args, code, pattern):
+    grammar_row(args, code, pattern)

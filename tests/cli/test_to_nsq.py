@@ -370,3 +370,42 @@ def test_grep_and_where_copy_only_the_matching_messages(nsqd, topic):
     doc = json.loads(r.stdout)
     assert (doc["copied"], doc["filtered"]) == (10, 30)
     assert topic_stats(nsqd, topic + "_errors")["message_count"] == 10
+
+
+# -- refusals: bad input, a footgun, grammar (one line, exit 2, nothing copied) ------------------------
+from refusals import DEAD, address_footgun, bad_input, grammar_row, ids  # noqa: E402
+
+BAD_INPUT = [
+    (["to-nsq", "-t", "t"], 2, r"give --destination-nsqd-tcp-address or --destination-lookupd-http-address"),
+    (["to-nsq", "-t", "t", "--destination-nsqd-tcp-address", "h:1", "--require-json-value", "v"], 2,
+     r"--require-json-value needs --require-json-field"),
+    (["to-nsq", "-t", "t", "--destination-nsqd-tcp-address", "x"], 2, r"invalid address 'x': expected HOST:PORT"),
+    (["to-nsq", "-t", "t", "--destination-nsqd-tcp-address", "h:1", "--mode", "random"], 2, r"'random' is not one of"),
+]
+
+
+@pytest.mark.parametrize("args,code,pattern", BAD_INPUT, ids=ids(BAD_INPUT))
+def test_bad_input(args, code, pattern):
+    bad_input(args, code, pattern)
+
+
+GRAMMAR = [
+    (["to-nsq", "--destination-nsqd-tcp-address", DEAD], 2, r"missing TOPIC \(nsqcli to-nsq TOPIC\.\.\."),
+    (["to-nsq", "x", "--timeout", "0"], 2, r"'--timeout': must be more than 0"),
+]
+
+
+@pytest.mark.parametrize("args,code,pattern", GRAMMAR, ids=ids(GRAMMAR))
+def test_grammar_row(args, code, pattern):
+    grammar_row(args, code, pattern)
+
+
+ADDRESS_FOOTGUNS = [
+    ({}, ["to-nsq", "-t", "{t}_src", "--nsqd-tcp-address", "{tcp}", "--destination-nsqd-tcp-address", "tcp://{tcp}",
+          "--destination-topic", "{t}"], r"'--destination-nsqd-tcp-address': .*drop the scheme: {tcp}"),
+]
+
+
+@pytest.mark.parametrize("env,args,pattern", ADDRESS_FOOTGUNS, ids=ids(ADDRESS_FOOTGUNS, at=1, width=50))
+def test_address_footgun_is_refused_naming_the_fix(nsqd, topic, env, args, pattern):
+    address_footgun(nsqd, topic, env, args, pattern)

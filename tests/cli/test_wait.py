@@ -223,3 +223,23 @@ def test_sigterm_and_sigint_end_the_wait_at_once():
             rc, seen, out, err = exited_at(p)
         assert (rc, out) == (code, b"") and seen - sent < 1.0, (rc, err)
         assert err == f"nsqcli: interrupted ({sig.name})\n"
+
+
+# -- refusals: bad input (one line, the documented exit code) --------------------------------------------
+import pytest  # noqa: E402
+from refusals import DEAD, bad_input, ids  # noqa: E402
+
+BAD_INPUT = [
+    (["wait"], 2, r"nothing to wait for: give --ready, --exists, --drained or --depth-below"),
+    (["wait", "--drained"], 2, r"--drained needs a TOPIC \(nsqcli wait TOPIC \[CHANNEL\] --drained"),
+    (["wait", "t", "c", "--depth-below", "-1"], 2, r"'--depth-below': -1 is not in the range x>=1"),
+    (["wait", "--ready", "--interval", "0"], 2, r"'--interval': must be more than 0"),
+    (["wait", "--ready", "--timeout", "0"], 2, r"'--timeout': must be more than 0 \(there is no endless wait"),
+    (["wait", "--ready", "--nsqd-http-address", DEAD, "--timeout", "1s"], 3,
+     r"--timeout \(1s\) passed; not met: nsqd 127\.0\.0\.1:1 not ready"),
+]
+
+
+@pytest.mark.parametrize("args,code,pattern", BAD_INPUT, ids=ids(BAD_INPUT))
+def test_bad_input(args, code, pattern):
+    bad_input(args, code, pattern)
