@@ -609,3 +609,81 @@ def test_a_stop_during_rate_says_not_sent_not_failed(nsqd, topic):
     held = topic_stats(nsqd, topic)["message_count"]
     assert doc["published"] == held and doc["failed"] == 0 and doc["not_sent"] == 100 - held, doc
     assert f"failed 0, not sent {100 - held} " in err.decode()
+
+
+# -- refusals: bad input, footguns, grammar (moved from tests/test_bad_input.py, tests/cli/test_footguns.py,
+# tests/cli/test_grammar.py; issue 37) and the interrupted --json summary (from tests/cli/test_breakage.py) --
+from refusals import DEAD, address_footgun, argv_footgun, bad_input, grammar_row, ids  # noqa: E402
+
+BAD_INPUT = [
+    (["mpub"], 2, r"missing TOPIC \(nsqcli mpub TOPIC \[FILE\]\.\.\., or -t TOPIC\)"),
+    (["mpub", "-t", "t", "/nonexistent"], 2, r"Invalid value for FILE: '/nonexistent': No such file or directory"),
+    (["mpub", "-t", "t", "-0", "-d", ","], 2, r"-0/--null and -d/--delimiter cannot be used together"),
+    (["mpub", "-t", "t", "-d", "ab"], 2, r"delimiter must be exactly one byte .* got 'ab'"),
+    (["mpub", "-t", "t", "-f", "xml"], 2, r"'-f' / '--format': 'xml' is not one of 'raw', 'json'"),
+    (["mpub", "-t", "t", "--batch-size", "0"], 2, r"'--batch-size': 0 is not in the range 1<=x<=100000"),
+    (["mpub", "-t", "t", "--rate", "0"], 2, r"'--rate': 0\.0 is not in the range x>0"),
+    (["mpub", "-t", "t", "--skip", "-1"], 2, r"'--skip': -1 is not in the range x>=0"),
+    (["mpub", "-t", "t", "-n", "0"], 2, r"'-n' / '--count': 0 is not in the range x>=1"),
+    (["mpub", "-t", "t", "--max-msg-size", "0"], 2, r"'--max-msg-size': 0 is not in the range x>=1"),
+    (["mpub", "-t", "t", "--nsqd-tcp-address", DEAD], 1, r"cannot connect: Connection refused; nsqd acknowledged "
+                                                          r"0 records in this run; resume with --skip 0"),
+]
+
+
+@pytest.mark.parametrize("args,code,pattern", BAD_INPUT, ids=ids(BAD_INPUT))
+def test_bad_input(args, code, pattern):
+    bad_input(args, code, pattern)
+
+
+GRAMMAR = [
+    (["mpub"], 2, r"missing TOPIC \(nsqcli mpub TOPIC \[FILE\]\.\.\., or -t TOPIC\)"),
+    (["mpub", "-t", "x", "--timeout", "0"], 2, r"'--timeout': must be more than 0"),
+]
+
+
+@pytest.mark.parametrize("args,code,pattern", GRAMMAR, ids=ids(GRAMMAR))
+def test_grammar_row(args, code, pattern):
+    grammar_row(args, code, pattern)
+
+
+ARGV_FOOTGUNS = [
+    (["mpub", "-t", "{t}", "-count", "1", "--nsqd-tcp-address", "{tcp}"], r"use --count"),
+    (["mpub", "-t{t}", "--topic", "{t}_b", "--nsqd-tcp-address", "{tcp}"], r"--topic given twice"),
+]
+
+
+@pytest.mark.parametrize("args,pattern", ARGV_FOOTGUNS, ids=ids(ARGV_FOOTGUNS, width=50))
+def test_argv_footgun_is_refused_before_acting(nsqd, topic, args, pattern):
+    argv_footgun(nsqd, topic, args, pattern)
+
+
+ADDRESS_FOOTGUNS = [
+    ({}, ["mpub", "-t", "{t}", "--nsqd-tcp-address", "http://{tcp}"], r"drop the scheme: {tcp}"),
+]
+
+
+@pytest.mark.parametrize("env,args,pattern", ADDRESS_FOOTGUNS, ids=ids(ADDRESS_FOOTGUNS, at=1, width=50))
+def test_address_footgun_is_refused_naming_the_fix(nsqd, topic, env, args, pattern):
+    address_footgun(nsqd, topic, env, args, pattern)
+
+
+def test_mpub_json_error_says_the_run_was_interrupted(nsqd, topic):
+    """An interrupted mpub's JSON summary had "error": "" (str() of an Interrupted without a
+    message): falsy, so `if doc["error"]` reads the interrupted run as a success."""
+    p = subprocess.Popen(NSQCLI + ["mpub", topic, "--json", "--linger", "50ms", "--nsqd-tcp-address",
+                                   nsqd.tcp_address], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, env=clean_env())
+    try:
+        p.stdin.write(b"one\n")
+        p.stdin.flush()
+        wait_for(lambda: (topic_stats(nsqd, topic) or {}).get("message_count") == 1, what="the first record")
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=20)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 130, err
+    doc = json.loads(out)
+    assert doc["published"] == 1 and doc["resume_skip"] == 1
+    assert doc["error"], doc  # non-empty: the run did not finish
