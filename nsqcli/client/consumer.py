@@ -156,7 +156,11 @@ class Consumer(ConnectionDelegate):
         self._stop_called = False
         self._stopped = threading.Event()
         self._pending_up: dict[Connection, tuple[int, float]] = {}  # delayed RDY raises
-        self.discovery = Discovery(self)  # lookupd polls and (re)connects, on their own thread
+        # lookupd polls and (re)connects, on the shared timer thread; callbacks looked up at call time
+        self.discovery = Discovery(self.topic, self.lookupd_addresses, self.nsqd_addresses, cfg, lock=self._lock,
+                                   rng=self.rng, connect=lambda *a, **k: self._try_connect(*a, **k),
+                                   connected=self._handles.keys, stopping=lambda: self._stopping,
+                                   report=lambda e: self._report(e))
         self.lost_responses = 0   # FIN/REQ/TOUCH that could not be delivered: nsqd redelivers
         self._late_closed = 0     # late_messages / timed_out of connections already closed
         self._timed_out_closed = 0

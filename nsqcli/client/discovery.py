@@ -10,13 +10,22 @@ lookupd polls on a shared BLOCKING thread.
   ~1 s, 2 s, 4 s, 4 s ... (the same backoff, for LOST_WINDOW or one poll interval, whichever is
   longer): not at once - an immediate SUB would re-create a topic that was just deleted - and
   not only at the next regular poll, a minute away.
+
+It knows its consumer only through what it is given (go-nsq's lookupd loop calls
+ConnectToNSQD): ``connect(address, direct, report=True, deadline=None)`` starts an attempt
+(returns an error only when it could not even start), ``connected()`` the addresses connected
+now, ``stopping()`` whether the consumer is stopping, ``report(err)`` its error callback.
 """
 
 from __future__ import annotations
 
+import random
+import threading
 import time
+from collections.abc import Callable, Collection, Sequence
 
 from ..errors import NSQError
+from .config import Config
 from . import workers
 from .http import base_url, lookup_all
 
@@ -27,11 +36,19 @@ MAX_EXPONENT = 30
 
 
 class Discovery:
-    def __init__(self, consumer):
-        self.consumer = consumer
-        self.config = consumer.config
-        self.rng = consumer.rng
-        self.lock = consumer._lock  # one lock for the consumer's connection state
+    def __init__(self, topic: str, lookupds: Sequence[str], direct: Sequence[str], config: Config, *,
+                 lock: threading.RLock, rng: random.Random, connect: Callable, connected: Callable[[], Collection[str]],
+                 stopping: Callable[[], bool], report: Callable[[BaseException], None]):
+        self.topic = topic
+        self.lookupds = lookupds  # nsqlookupd HTTP addresses
+        self.direct = direct      # the nsqd TCP addresses given directly (reconnected on their own)
+        self.config = config
+        self.rng = rng
+        self.lock = lock  # the consumer's lock: one lock for its connection state
+        self._connect = connect
+        self._connected = connected
+        self._stopping = stopping
+        self._report = report
         self.polling = False  # a lookupd poll is running on a BLOCKING thread
         self.reconnect: dict[str, tuple[int, float]] = {}  # direct address -> (failures, next try)
         self.lost: dict[str, float] = {}  # lookupd-found address -> when it was lost
@@ -41,10 +58,6 @@ class Discovery:
         # producers when every lookupd answered (None until then), each lookupd's last answer
         self.listed: set[str] | None = None
         self.answered: dict[str, float] = {}  # lookupd base URL -> time.time() it last answered
-
-    @property
-    def lookupds(self) -> list[str]:
-        return self.consumer.lookupd_addresses
 
     def start(self) -> None:
         workers.TIMERS.add(self, self._tick)
@@ -87,14 +100,13 @@ class Discovery:
 
     # -- the timer step (never blocks: polls run on a BLOCKING thread) ------------------------------
     def _tick(self, now: float) -> float:
-        c = self.consumer
-        if c._stopping:
+        if self._stopping():
             return 5.0
         with self.lock:
             due = [a for a, (_, when) in self.reconnect.items() if now >= when]
         for address in due:
-            if not c._stopping:
-                c._try_connect(address, direct=True)  # starts the attempt, returns at once
+            if not self._stopping():
+                self._connect(address, direct=True)  # starts the attempt, returns at once
         if self.lookupds and now >= self.next_poll and not self.polling:
             self.polling = True
             workers.BLOCKING.submit(self._poll)
@@ -102,10 +114,10 @@ class Discovery:
 
     def _poll(self) -> None:
         try:
-            if not self.consumer._stopping:
+            if not self._stopping():
                 self.poll_lookupd(report=True)
         except Exception as e:  # report, keep going
-            self.consumer._report(e)
+            self._report(e)
         finally:
             self.polling = False
             self._wake()
@@ -124,20 +136,19 @@ class Discovery:
     def poll_lookupd(self, report: bool, deadline: float | None = None) -> list[NSQError]:
         """Ask every lookupd; connect to the producers not connected yet. Returns the errors
         (reported through the consumer's on_error too when ``report``)."""
-        c = self.consumer
         timeout = self.config.lookupd_poll_timeout
         if deadline is not None:
             timeout = max(0.001, min(timeout, deadline - time.monotonic()))
-        producers, errors = lookup_all(self.lookupds, c.topic, timeout)
+        producers, errors = lookup_all(self.lookupds, self.topic, timeout)
         self._note_answers(producers, errors)
         if report:
             for e in errors:
-                c._report(e)
+                self._report(e)
+        connected = self._connected()
         for p in producers:
             address = p.tcp_address
-            if address not in c._handles and address not in self.reconnect:
-                err = c._try_connect(address, direct=address in c.nsqd_addresses, report=report,
-                                     deadline=deadline)
+            if address not in connected and address not in self.reconnect:
+                err = self._connect(address, direct=address in self.direct, report=report, deadline=deadline)
                 if err is not None and not report:
                     errors.append(err)
         self.plan_next_poll()
@@ -166,15 +177,16 @@ class Discovery:
         nxt = now + cfg.lookupd_poll_interval * (1 + cfg.lookupd_poll_jitter * (self.rng.random() - 0.5))
         window = max(LOST_WINDOW, cfg.lookupd_poll_interval)
         with self.lock:
+            connected = self._connected()
             for address, lost_at in list(self.lost.items()):
-                if address in self.consumer._handles or now - lost_at > window:
+                if address in connected or now - lost_at > window:
                     del self.lost[address]
             if self.lost:
                 self.fast_polls += 1
                 nxt = min(nxt, now + self.retry_delay(self.fast_polls, cfg.lookupd_poll_interval))
             else:
                 self.fast_polls = 0
-            if not self.consumer._handles:  # nothing to read yet: find a new topic's first nsqd soon
+            if not connected:  # nothing to read yet: find a new topic's first nsqd soon
                 nxt = min(nxt, now + min(cfg.lookupd_poll_interval, 5.0))
             self.next_poll = nxt
 
