@@ -469,43 +469,7 @@ def mpub(app, topic, rest, delimiter, null, count, as_json, fmt, batch_size, lin
         if progress:
             progress.stop()
             progress = None
-        cause = e.cause if isinstance(e, PublishError) and e.cause is not None else e
-        unanswered = getattr(e, "unanswered", 0)
-        resent = getattr(e, "resent", 0)
-        failed = records.outstanding + (1 if getattr(cause, "record", None) else 0)
-        interrupted = isinstance(cause, (Interrupted, Stopped))
-        expired = interrupted and stopper.expired and stopper.signum is None
-        # stopped on purpose: what was never written is not sent, not failed
-        unsent = max(0, records.outstanding - unanswered) if interrupted else 0
-        if stats.published or stats.skipped_empty or stats.skipped_invalid:  # else the error says it all
-            app.info(stats.summary(failed, stopped=True, unsent=unsent))
-        if resent:
-            app.warn(_resent_line(resent))
-        where = records.where(unanswered)
-        if as_json:
-            error = str(cause)
-            if expired:
-                error = "--timeout passed"
-            elif interrupted:  # their str() is empty: say what happened
-                import signal
-
-                signum = stopper.signum or getattr(cause, "signum", None) or signal.SIGINT
-                error = f"interrupted ({signal.Signals(signum).name})"
-            _json_summary(topic, stats, failed, records, error, unanswered, resent, unsent)
-        if expired:
-            raise DeadlineExceeded(f"--timeout passed: {where}") from None
-        if interrupted:
-            raise Interrupted(stopper.signum or getattr(cause, "signum", 2), where) from None
-        bad = getattr(cause, "record", None)
-        what = str(cause)
-        if records.outstanding and getattr(cause, "code", "") in ("E_BAD_MESSAGE", "E_BAD_BODY"):
-            bad = records.numbers.record(records.acked)  # the ledger split down to this one record: nsqd refused it alone
-            what = f"record {bad} refused by nsqd: {cause}"
-        if bad is not None and bad == records.resume_at + 1:
-            where += f" (--skip {bad} also leaves out record {bad})"
-        if deadline is not None and time.monotonic() >= deadline - 0.01:
-            raise DeadlineExceeded(f"--timeout passed: {what}; {where}") from None
-        raise PublishError(f"{what}; {where}", stats.published, failed, cause) from None
+        _fail(app, e, topic, stats, records, stopper, as_json, deadline)
     finally:
         stopper.alarm(None)
         if progress:
@@ -519,6 +483,54 @@ def mpub(app, topic, rest, delimiter, null, count, as_json, fmt, batch_size, lin
     if as_json:
         _json_summary(topic, stats, 0, records, None, 0, resent)
     return 0
+
+
+def _fail(app, e: BaseException, topic: str, stats: Tally, records: BodyReader, stopper, as_json: bool,
+          deadline: float | None):
+    """The run stopped before every record was published (``e``: PublishError, Interrupted or
+    Stopped): say what was published, what nsqd may hold and the --skip that resumes, then
+    raise the outcome (DeadlineExceeded, Interrupted or PublishError)."""
+    from ...client.future import Stopped
+    from ...errors import PublishError
+    from ..app import DeadlineExceeded, Interrupted
+
+    cause = e.cause if isinstance(e, PublishError) and e.cause is not None else e
+    unanswered = getattr(e, "unanswered", 0)
+    resent = getattr(e, "resent", 0)
+    failed = records.outstanding + (1 if getattr(cause, "record", None) else 0)
+    interrupted = isinstance(cause, (Interrupted, Stopped))
+    expired = interrupted and stopper.expired and stopper.signum is None
+    # stopped on purpose: what was never written is not sent, not failed
+    unsent = max(0, records.outstanding - unanswered) if interrupted else 0
+    if stats.published or stats.skipped_empty or stats.skipped_invalid:  # else the error says it all
+        app.info(stats.summary(failed, stopped=True, unsent=unsent))
+    if resent:
+        app.warn(_resent_line(resent))
+    where = records.where(unanswered)
+    if as_json:
+        error = str(cause)
+        if expired:
+            error = "--timeout passed"
+        elif interrupted:  # their str() is empty: say what happened
+            import signal
+
+            signum = stopper.signum or getattr(cause, "signum", None) or signal.SIGINT
+            error = f"interrupted ({signal.Signals(signum).name})"
+        _json_summary(topic, stats, failed, records, error, unanswered, resent, unsent)
+    if expired:
+        raise DeadlineExceeded(f"--timeout passed: {where}") from None
+    if interrupted:
+        raise Interrupted(stopper.signum or getattr(cause, "signum", 2), where) from None
+    bad = getattr(cause, "record", None)
+    what = str(cause)
+    if records.outstanding and getattr(cause, "code", "") in ("E_BAD_MESSAGE", "E_BAD_BODY"):
+        bad = records.numbers.record(records.acked)  # the ledger split down to this one record: nsqd refused it alone
+        what = f"record {bad} refused by nsqd: {cause}"
+    if bad is not None and bad == records.resume_at + 1:
+        where += f" (--skip {bad} also leaves out record {bad})"
+    if deadline is not None and time.monotonic() >= deadline - 0.01:
+        raise DeadlineExceeded(f"--timeout passed: {what}; {where}") from None
+    raise PublishError(f"{what}; {where}", stats.published, failed, cause) from None
 
 
 def _resent_line(resent: int) -> str:
