@@ -1,6 +1,10 @@
 """What every command's refusal rows check (tests/cli/test_<command>.py): the documented exit code,
 one line on stderr naming the problem (``nsqcli: error: ...``), nothing on stdout, never a
-traceback - and, for the rows run against the session's nsqd, that nothing reached it."""
+traceback - and, for the rows run against the session's nsqd, that nothing reached it.
+
+A usage error (exit 2) is refused before anything starts, so its rows run nsqcli in this process
+(tests/inprocess.py: the real entry, milliseconds instead of an interpreter start); the other
+rows run the real executable. tests/cli/test_app.py proves both give the same for the same argv."""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ import re
 from pathlib import Path
 
 from helpers import run_nsqcli, topic_stats
+from inprocess import run_in_process
 
 DEAD = "127.0.0.1:1"  # nothing listens there
 FILE = str(Path(__file__).resolve())  # an existing file (not a directory)
@@ -49,19 +54,21 @@ def ids(rows, at: int = 0, width: int = 60) -> list[str]:
 
 def bad_input(args, code: int, pattern: str, env: dict | None = None) -> None:
     """A bad input a user tried (issue 12's table): refused in one line; warnings beside it allowed."""
-    refused(run_nsqcli(args, env, input=b"a\n" if env is None else b"", timeout=60), code, pattern, warnings=True)
+    stdin = b"a\n" if env is None else b""
+    r = run_in_process(args, env, stdin) if code == 2 else run_nsqcli(args, env, input=stdin, timeout=60)
+    refused(r, code, pattern, warnings=True)
 
 
 def grammar_row(args, code: int, pattern: str) -> None:
     """One grammar for every command: a conflict, a missing TOPIC, --timeout 0, an unreachable
     nsqlookupd - each one line."""
-    refused(run_nsqcli(args), code, pattern)
+    refused(run_in_process(args) if code == 2 else run_nsqcli(args), code, pattern)
 
 
 def argv_footgun(nsqd, topic, args, pattern) -> None:
     """A command line click would have guessed at (a Go-style -flag, an option given twice):
     refused before anything is published or consumed."""
-    r = run_nsqcli(fill(args, nsqd, topic), input=b"a\nb\n", timeout=30)
+    r = run_in_process(fill(args, nsqd, topic), input=b"a\nb\n")
     refused(r, 2, pattern.replace("{t}", re.escape(topic)))
     untouched(nsqd, topic, topic + "_b", "opic", topic[1:])
 
@@ -69,7 +76,7 @@ def argv_footgun(nsqd, topic, args, pattern) -> None:
 def address_footgun(nsqd, topic, env, args, pattern) -> None:
     """An address with a scheme or a comma list: refused naming the fix, nothing touched."""
     env = {k: v.format(tcp=nsqd.tcp_address, http=nsqd.http_address) for k, v in env.items()}
-    r = run_nsqcli(fill(args, nsqd, topic), env, input=b"a\n", timeout=30)
+    r = run_in_process(fill(args, nsqd, topic), env, input=b"a\n")
     refused(r, 2, pattern.format(t=re.escape(topic), tcp=re.escape(nsqd.tcp_address),
                                  http=re.escape(nsqd.http_address)))
     untouched(nsqd, topic, topic + "_src")

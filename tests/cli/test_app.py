@@ -91,7 +91,8 @@ def test_stderr_lines_from_many_threads_stay_whole(tmp_path):
 import pytest  # noqa: E402
 from click.testing import CliRunner  # noqa: E402
 from helpers import run_nsqcli, topic_stats  # noqa: E402
-from refusals import bad_input, fill, ids, refused, run_closing  # noqa: E402
+from inprocess import run_in_process  # noqa: E402
+from refusals import DEAD, bad_input, fill, ids, refused, run_closing  # noqa: E402
 
 BAD_INPUT = [
     (["completion"], 2, r"Missing argument .SHELL.\. Choose from: bash, zsh, fish"),
@@ -107,6 +108,42 @@ BAD_INPUT = [
 @pytest.mark.parametrize("args,code,pattern", BAD_INPUT, ids=ids(BAD_INPUT))
 def test_bad_input(args, code, pattern):
     bad_input(args, code, pattern)
+
+
+# -- the in-process runs of the usage-error rows (tests/inprocess.py) give what the real executable gives --
+SAME_AS_THE_EXECUTABLE = [  # one argv per kind of outcome
+    (["pub", "t", ""], 2),  # a usage error found on pub's fast path (nsqcli.entry)
+    (["pub", "-t", "a", "-t", "b", "x"], 2),  # a usage error of the click app
+    (["lookup", "--lookupd-http-address", DEAD], 1),  # a runtime error
+    (["wait", "--ready", "--nsqd-http-address", DEAD, "--timeout", "1s"], 3),  # a deadline
+]
+
+
+@pytest.mark.parametrize("args,code", SAME_AS_THE_EXECUTABLE, ids=ids(SAME_AS_THE_EXECUTABLE))
+def test_in_process_runs_give_what_the_real_executable_gives(args, code):
+    real, here = run_nsqcli(args, input=b"a\n"), run_in_process(args, input=b"a\n")
+    assert real.returncode == code and real.stderr.startswith(b"nsqcli: error: "), real  # and only that line
+    assert (here.returncode, here.stdout, here.stderr) == (real.returncode, real.stdout, real.stderr)
+
+
+def test_an_in_process_run_leaves_the_process_as_it_was(tmp_path):
+    """A context's variables, the early signal handlers, the fast path's exit: all put back."""
+    import logging
+    import os
+    import signal
+    import sys
+
+    import nsqcli.exits
+
+    before = (dict(os.environ), signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM), sys.stdout,
+              sys.stderr, list(logging.root.handlers), nsqcli.exits.exit_now)
+    (tmp_path / "contexts").mkdir()
+    (tmp_path / "contexts" / "c.toml").write_text('nsqd-tcp-address = ["127.0.0.1:1"]\n')
+    r = run_in_process(["pub", "t", "", "--context", "c"], {"NSQCLI_CONFIG_DIR": str(tmp_path)})
+    assert r.returncode == 2 and b"the message is empty" in r.stderr, r
+    assert run_in_process(["pub", "t", ""]).returncode == 2  # the fast path: its exit is os._exit otherwise
+    assert (dict(os.environ), signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM), sys.stdout,
+            sys.stderr, list(logging.root.handlers), nsqcli.exits.exit_now) == before
 
 
 #: the test files holding the bad-input table (issue 12's), one per command
@@ -132,7 +169,7 @@ def test_the_table_is_the_issue_s_size():
     (["qqqqq"], r"No such command 'qqqqq'"),
 ])
 def test_unknown_command_is_one_line_with_a_suggestion(args, pattern):
-    refused(run_nsqcli(args), 2, pattern)
+    refused(run_in_process(args), 2, pattern)
 
 
 # -- help: `help COMMAND` is `COMMAND --help`; an unknown command loads no command module -----------------

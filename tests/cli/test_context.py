@@ -55,6 +55,7 @@ def test_contexts_add_select_override_and_remove(nsqd, topic, tmp_path):
 import re  # noqa: E402
 
 import pytest  # noqa: E402
+from inprocess import run_in_process  # noqa: E402
 from refusals import FILE, argv_footgun, bad_input, fill, ids, refused, untouched  # noqa: E402
 
 BAD_INPUT = [
@@ -119,7 +120,7 @@ def test_a_context_that_cannot_be_used_is_one_usage_line(nsqd, topic, tmp_path, 
     cfg.mkdir()
     _files(cfg, files)
     env = {"NSQCLI_CONFIG_DIR": str(cfg), **{k: v.format(file=FILE) for k, v in env.items()}}
-    refused(run_nsqcli(fill(args, nsqd, topic, FILE), env, input=b"", timeout=30), 2, pattern)
+    refused(run_in_process(fill(args, nsqd, topic, FILE), env, input=b""), 2, pattern)
     untouched(nsqd, topic)
 
 
