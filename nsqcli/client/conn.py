@@ -23,8 +23,8 @@ that sent it resolves it - OK, nsqd's error, or a TransportError when the connec
 first (``not_processed`` True when nsqd certainly did not publish it). Nothing else can answer
 it: a replacement connection to the same address has its own session.
 
-The delegate (:class:`ConnectionDelegate`: Consumer, Producer) hears from the I/O loop, and must
-not block it: every connection of the loop waits meanwhile.
+The delegate (:class:`ConnectionDelegate`: the consumer's private adapter, the producer) hears
+from the I/O loop, and must not block it: every connection of the loop waits meanwhile.
 """
 
 from __future__ import annotations

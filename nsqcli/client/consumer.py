@@ -97,7 +97,29 @@ def _req_ms(address: str, delay: float) -> int:
     return ms if cap is None else min(ms, int(cap * 1000))
 
 
-class Consumer(ConnectionDelegate):
+class _ConnEvents(ConnectionDelegate):
+    """What its connections tell a consumer (go-nsq's consumerConnDelegate): the
+    ConnectionDelegate interface, forwarded to the consumer. On the I/O loop: never blocks."""
+
+    __slots__ = ("_consumer",)
+
+    def __init__(self, consumer: "Consumer"):
+        self._consumer = consumer
+
+    def on_messages(self, conn: Connection, msgs: list, nbytes: int) -> None:
+        self._consumer._on_messages(conn, msgs, nbytes)
+
+    def on_response(self, conn: Connection, data: bytes) -> None:
+        pass  # OK to SUB is read during connect; CLOSE_WAIT sets conn.close_wait_event
+
+    def on_server_error(self, conn: Connection, err: ServerError) -> None:
+        self._consumer._on_server_error(conn, err)
+
+    def on_close(self, conn: Connection, error: BaseException | None) -> None:
+        self._consumer._on_close(conn, error)
+
+
+class Consumer:
     """Subscribe ``topic``/``channel``. Give exactly one of ``handler`` (per message),
     ``batch_handler`` (per recv batch) or ``pull=True`` (held batches: take messages with
     :meth:`poll`, answer them with :meth:`finish_many` / :meth:`requeue_many` /
@@ -152,6 +174,7 @@ class Consumer(ConnectionDelegate):
                                       on_give_up=on_give_up)
         self._mode = self._pull or self._handlers
         self._timer_on = False
+        self._events = _ConnEvents(self)  # the delegate of every connection
         self._stopping = False     # no new connections (drain() or stop() began)
         self._stop_called = False
         self._stopped = threading.Event()
@@ -393,7 +416,7 @@ class Consumer(ConnectionDelegate):
         with self._lock:
             if self._stopping or address in self._handles or address in self._connecting:
                 return None
-            conn = Connection(address, self.config, self, name=self.channel, dial=self._dial)
+            conn = Connection(address, self.config, self._events, name=self.channel, dial=self._dial)
             handle = _Handle(conn, self)
             conn.responder = handle
             self._connecting[address] = conn
@@ -493,8 +516,8 @@ class Consumer(ConnectionDelegate):
                 wait = min(wait, when - now)
         return wait
 
-    # -- delegate callbacks (the I/O loop: never block) --------------------------------------
-    def on_messages(self, conn: Connection, msgs: list, nbytes: int) -> None:
+    # -- connection events, through _ConnEvents (the I/O loop: never block) -----------------
+    def _on_messages(self, conn: Connection, msgs: list, nbytes: int) -> None:
         """``msgs`` from one read, ``nbytes`` the bytes of their bodies."""
         handle = conn.responder  # already attached to each message by the decoder
         mode = self._mode
@@ -506,10 +529,7 @@ class Consumer(ConnectionDelegate):
             mode.arrived(work)
         mode.dispatch(handle, work)
 
-    def on_response(self, conn: Connection, data: bytes) -> None:
-        pass  # OK to SUB is read during connect; CLOSE_WAIT sets conn.close_wait_event
-
-    def on_server_error(self, conn: Connection, err: ServerError) -> None:
+    def _on_server_error(self, conn: Connection, err: ServerError) -> None:
         """An error frame. The non-fatal ones (a FIN/REQ/TOUCH for a message that had already
         timed out on nsqd) leave the connection open: counted and reported."""
         if not err.fatal:  # only E_FIN_FAILED, E_REQ_FAILED, E_TOUCH_FAILED: answered too late
@@ -517,7 +537,7 @@ class Consumer(ConnectionDelegate):
                 conn.timed_out += 1
         self._report(err)
 
-    def on_close(self, conn: Connection, error: BaseException | None) -> None:
+    def _on_close(self, conn: Connection, error: BaseException | None) -> None:
         lookupd_found = False
         with self._lock:
             handle = self._handles.get(conn.address)
