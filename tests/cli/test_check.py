@@ -196,9 +196,12 @@ def test_sigterm_ends_a_check_at_once():
         silent.listen()
         p = subprocess.Popen(NSQCLI + ["check", "--nsqd-http-address", "127.0.0.1:%d" % silent.getsockname()[1]],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=clean_env())
-        time.sleep(1.0)
-        p.send_signal(signal.SIGTERM)
-        out, err = p.communicate(timeout=3)  # the request timeout is 5 s
+        silent.settimeout(20)
+        conn, _ = silent.accept()
+        with conn:
+            assert conn.recv(4096).startswith(b"GET ")  # the check is inside its request
+            p.send_signal(signal.SIGTERM)
+            out, err = p.communicate(timeout=3)  # the request timeout is 5 s
     assert (p.returncode, out, err) == (143, b"", b"nsqcli: interrupted (SIGTERM)\n")
 
 

@@ -7,7 +7,7 @@ import subprocess
 import threading
 import time
 
-from helpers import NSQCLI, http_post, lookup_producers, run_nsqcli, wait_for
+from helpers import NSQCLI, channel_stats, http_post, lookup_producers, run_nsqcli, wait_for
 from helpers import run_nsqcli as run
 from hung import cluster, stopped  # noqa: F401 - cluster: the fixture
 
@@ -73,7 +73,13 @@ def test_stat_numbers_match_what_happened(nsqd, extra_nsqd, topic):
     c.start()
     try:
         wait_for(lambda: len(handled) == 10, what="10 handled")
-        time.sleep(0.3)
+
+        def settled():  # nsqd has the 6 FINs and the 2 REQs: 2 in flight, 3 deferred (+ the DPUB)
+            chans = [channel_stats(s, topic, "c") for s in nodes]
+            return (sum(ch["in_flight_count"] for ch in chans), sum(ch["deferred_count"] for ch in chans),
+                    sum(ch["requeue_count"] for ch in chans)) == (2, 3, 2)
+
+        wait_for(settled, what="the handler's answers seen by nsqd")
         r = run(["stat", "-t", topic, "-c", "c", "--json", "--count", "1", "--interval", "0.3s",
                  "--nsqd-http-address", nsqd.http_address, "--nsqd-http-address", other.http_address])
         assert r.returncode == 0, r.stderr

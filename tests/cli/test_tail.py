@@ -246,7 +246,8 @@ def test_tail_finds_a_topic_published_after_it_started(lookupd, nsqd, topic):
     proc = subprocess.Popen(NSQCLI + ["tail", topic, "-n", "1", "--timeout", "20s", "--lookupd-http-address",
                                       lookupd.http_address], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env=clean_env())
-    time.sleep(1.5)
+    said = proc.stderr.readline()  # it asked nsqlookupd, which knows no nsqd with the topic yet
+    assert said.startswith(b"nsqcli: waiting for topic"), said
     http_post(nsqd.http_address, "/pub", b"late", topic=topic)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0 and out == b"late\n", err

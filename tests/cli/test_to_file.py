@@ -395,11 +395,15 @@ def test_json_format_envelope(nsqd, topic, tmp_path):
     http_post(nsqd.http_address, "/pub", body, topic=topic)
     p = start(["-t", topic, "--nsqd-tcp-address", nsqd.tcp_address, "--output-dir", str(out),
                "--format", "json", "--sync-interval", "0.2s", "--status-interval", "0.3s"])
+    log = StderrLog(p)
     try:
         wait_for(lambda: drained(nsqd, topic, total=1), what="drained")
-        time.sleep(0.7)
+        wait_for(lambda: f"topic {topic}: 1 messages".encode() in log.text, what="a status line")
     finally:
-        rc, _, err = stop(p)
+        p.send_signal(signal.SIGTERM)
+        rc = p.wait(timeout=30)
+        log.thread.join(5)
+        err = log.text
     assert rc == 0
     (f,) = list(out.iterdir())
     (rec,) = [json.loads(x) for x in f.read_bytes().splitlines()]
@@ -926,8 +930,12 @@ def test_to_file_topic_dot_dot_does_not_leave_output_dir(nsqd_factory, tmp_path)
                                    "<TOPIC>/<REV>escaped.log", "--sync-interval", "200ms", "--no-live",
                                    "--nsqd-tcp-address", nsqd.tcp_address],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=clean_env())
+    def archived() -> bool:  # the message FINed: written and synced where to-file writes it
+        c = channel_stats(nsqd, "..", "nsqcli_to_file") or {}
+        return c.get("message_count") == 1 and c["depth"] + c["in_flight_count"] + c["deferred_count"] == 0
+
     try:
-        time.sleep(3)
+        wait_for(lambda: p.poll() is not None or archived(), timeout=20, what="the message archived")
         p.send_signal(signal.SIGINT)
         p.communicate(timeout=20)
     finally:

@@ -136,7 +136,8 @@ def test_sigterm_stops_cleanly(nsqd_factory, topic):
     p.send_signal(signal.SIGTERM)
     _, err = p.communicate(timeout=30)
     assert p.returncode == 0, err
-    time.sleep(0.5)
+    # what was in flight when the connection closed goes back to the channel (nsqd does it on the close)
+    wait_for(lambda: topic_stats(src, topic)["channels"][0]["in_flight_count"] == 0, what="nothing in flight")
     ch = topic_stats(src, topic)["channels"][0]
     # every message is either FINed (copied) or back in the channel; nothing in flight
     assert ch["in_flight_count"] == 0 and ch["depth"] + count(dst, topic) >= 20000
@@ -158,7 +159,8 @@ def test_destination_with_its_own_tls_and_auth(nsqd_factory, topic, tmp_path):
                        timeout=60)
         assert r.returncode == 0 and b"E_AUTH_FAILED" in r.stderr and b"wrong" not in r.stderr
         assert count(dst, topic) == 0 and topic_stats(src, topic)["channels"][0]["requeue_count"] >= 1
-        time.sleep(1.5)  # the requeued batch comes back after its delay
+        wait_for(lambda: (c := topic_stats(src, topic)["channels"][0])["deferred_count"] == 0 and c["depth"] == 3,
+                 what="the requeued batch back after its delay")
         r = run_nsqcli(base + ["--destination-auth-secret-file", str(secret), "--destination-snappy", "-n", "3"],
                        timeout=120)
         assert r.returncode == 0, r.stderr

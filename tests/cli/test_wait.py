@@ -217,10 +217,13 @@ def test_sigterm_and_sigint_end_the_wait_at_once():
             silent.bind(("127.0.0.1", 0))
             silent.listen()
             p = start_wait("--ready", "--nsqd-http-address", "127.0.0.1:%d" % silent.getsockname()[1])
-            time.sleep(1.0)
-            p.send_signal(sig)
-            sent = time.monotonic()
-            rc, seen, out, err = exited_at(p)
+            silent.settimeout(20)
+            conn, _ = silent.accept()
+            with conn:
+                assert conn.recv(4096).startswith(b"GET ")  # the wait is inside its request
+                p.send_signal(sig)
+                sent = time.monotonic()
+                rc, seen, out, err = exited_at(p)
         assert (rc, out) == (code, b"") and seen - sent < 1.0, (rc, err)
         assert err == f"nsqcli: interrupted ({sig.name})\n"
 

@@ -12,6 +12,7 @@ import time
 
 import pytest
 from fakes import HTTPEndpoint
+from helpers import wait_for
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -149,7 +150,7 @@ def test_close_finishes_what_started_and_hands_back_the_rest(servers):
     answered = []
     for i in range(6):
         d.submit(b"c%d" % i, answered.append, token=i)
-    time.sleep(0.1)  # two started, four queued
+    wait_for(lambda: len(s.requests) == 2, what="two started, four queued")
     left = d.close(5)
     assert answered == [None, None] and sorted(left) == [2, 3, 4, 5]
     with pytest.raises(RuntimeError):
@@ -400,7 +401,7 @@ def test_abort_gives_up_what_is_in_flight_at_once(servers):
     silent.bind(("127.0.0.1", 0))
     silent.listen(50)  # the kernel accepts, nobody answers
     d = make([f"http://127.0.0.1:{silent.getsockname()[1]}/x"], timeout=20, concurrency=3)
-    got, done = [], threading.Event()
+    got, done, held = [], threading.Event(), []
 
     def on_done(e):
         got.append(e)
@@ -410,13 +411,16 @@ def test_abort_gives_up_what_is_in_flight_at_once(servers):
     try:
         for i in range(5):
             d.submit(b"%d" % i, on_done, token=i)
-        time.sleep(0.3)
+        silent.settimeout(10)
+        held += [silent.accept()[0] for _ in range(3)]  # three in flight (--concurrency 3), unanswered
         t0 = time.monotonic()
         d.abort("given up: --timeout passed")
         assert done.wait(2)
         left = d.close(2)
         took = time.monotonic() - t0
     finally:
+        for conn in held:
+            conn.close()
         silent.close()
     assert d.finished and took < 1.0, took
     assert all(e.abandoned and "given up" in str(e) for e in got) and sorted(left) == [3, 4]
