@@ -156,42 +156,41 @@ def test_create_through_lookupd_registers_the_topic(sandbox, topic):
     assert r.returncode == 0 and http_get_json(sandbox.lookupd.http_address, "/channels", topic=topic)["channels"] == ["ch"]
 
 
-def test_destructive_actions_ask_on_a_terminal(nsqd, topic):
-    """On a TTY delete lists the calls and asks; 'n' changes nothing, 'y' deletes."""
+def answer_on_tty(argv, answer: bytes) -> tuple[int, str]:
+    """nsqcli ``argv`` on a terminal (stdin and stderr a pty): ``answer`` typed at its [y/N] prompt;
+    (exit code, what the terminal showed)."""
     import os
     import pty
     import subprocess
 
     from helpers import NSQCLI, clean_env
 
+    master, slave = pty.openpty()
+    p = subprocess.Popen(NSQCLI + list(argv), stdin=slave, stdout=subprocess.PIPE, stderr=slave, env=clean_env())
+    os.close(slave)
+    seen = b""
+    deadline = time.monotonic() + 20
+    while b"[y/N]" not in seen and time.monotonic() < deadline:
+        seen += os.read(master, 4096)
+    os.write(master, answer + b"\n")
+    p.wait(timeout=20)
+    try:
+        while chunk := os.read(master, 4096):
+            seen += chunk
+    except OSError:
+        pass
+    os.close(master)
+    return p.returncode, seen.decode(errors="replace")
+
+
+def test_destructive_actions_ask_on_a_terminal(nsqd, topic):
+    """On a TTY delete lists the calls and asks; 'n' changes nothing, 'y' deletes."""
     http_post(nsqd.http_address, "/pub", b"x", topic=topic)
-
-    def run_on_tty(answer: bytes) -> tuple[int, str]:
-        master, slave = pty.openpty()
-        p = subprocess.Popen(NSQCLI + ["topic", "delete", topic, "--nsqd-http-address", nsqd.http_address],
-                             stdin=slave, stdout=subprocess.PIPE, stderr=slave, env=clean_env())
-        os.close(slave)
-        seen = b""
-        deadline = time.monotonic() + 20
-        while b"[y/N]" not in seen and time.monotonic() < deadline:
-            seen += os.read(master, 4096)
-        os.write(master, answer + b"\n")
-        p.wait(timeout=20)
-        try:
-            while True:
-                chunk = os.read(master, 4096)
-                if not chunk:
-                    break
-                seen += chunk
-        except OSError:
-            pass
-        os.close(master)
-        return p.returncode, seen.decode(errors="replace")
-
-    code, screen = run_on_tty(b"n")
+    argv = ["topic", "delete", topic, "--nsqd-http-address", nsqd.http_address]
+    code, screen = answer_on_tty(argv, b"n")
     assert code == 1 and f"nsqd {nsqd.http_address}: POST /topic/delete topic={topic}" in screen  # declined: exit 1
     assert "Delete (with every message in it) topic" in screen and topic_stats(nsqd, topic) is not None
-    code, screen = run_on_tty(b"y")
+    code, screen = answer_on_tty(argv, b"y")
     assert code == 0 and topic_stats(nsqd, topic) is None
 
 
@@ -208,11 +207,7 @@ def test_channel_create_before_its_topic_says_to_create_the_topic_first(sandbox,
 
 
 # -- refusals: bad input, footguns, grammar, a port mix-up (one line, the documented exit code) ---------
-import os  # noqa: E402
-import pty  # noqa: E402
-import subprocess  # noqa: E402
-
-from helpers import NSQCLI, channel_stats, clean_env  # noqa: E402
+from helpers import channel_stats  # noqa: E402
 from refusals import DEAD, address_footgun, bad_input, grammar_row, ids, port_mix_up  # noqa: E402
 
 BAD_INPUT = [
@@ -290,24 +285,9 @@ def test_declined_confirmation_exits_1_and_changes_nothing(argv, nsqd, topic):
     http_post(nsqd.http_address, "/topic/create", topic=topic)
     http_post(nsqd.http_address, "/channel/create", topic=topic, channel="ch")
     http_post(nsqd.http_address, "/pub", b"y", topic=topic)
-    master, slave = pty.openpty()
-    p = subprocess.Popen(NSQCLI + [a.format(t=topic) for a in argv] + ["--nsqd-http-address", nsqd.http_address],
-                         stdin=slave, stdout=subprocess.PIPE, stderr=slave, env=clean_env())
-    os.close(slave)
-    seen = b""
-    deadline = time.monotonic() + 20
-    while b"[y/N]" not in seen and time.monotonic() < deadline:
-        seen += os.read(master, 4096)
-    os.write(master, b"n\n")
-    p.wait(timeout=20)
-    try:
-        while chunk := os.read(master, 4096):
-            seen += chunk
-    except OSError:
-        pass
-    os.close(master)
-    assert p.returncode == 1, seen
-    assert b"nsqcli: error: not confirmed" in seen and b"Traceback" not in seen
+    code, screen = answer_on_tty([a.format(t=topic) for a in argv] + ["--nsqd-http-address", nsqd.http_address], b"n")
+    assert code == 1, screen
+    assert "nsqcli: error: not confirmed" in screen and "Traceback" not in screen
     assert topic_stats(nsqd, topic) is not None and channel_stats(nsqd, topic, "ch")["depth"] == 1
 
 
