@@ -37,8 +37,7 @@ class _Node:
         self.responder = None           # of its last message: the connection's RDY
 
     def rdy(self, default: int) -> int:
-        conn = getattr(self.responder, "conn", None)
-        return getattr(conn, "rdy", None) or default
+        return getattr(self.responder, "rdy", None) or default
 
 
 class Peek:

@@ -46,7 +46,6 @@ from ..protocol.session import (CLOSE_WAIT_EVENT, MUST_CLOSE, NOT_PROCESSED, Ans
                                 Session, Unanswered, Upgrade, refused_identify_field)
 from . import limits
 from .message import Message
-from .record import Record, field
 from .transport import Stream
 
 
@@ -63,25 +62,6 @@ HANDSHAKE, IO, LINGER, DRAIN, DONE = "handshake", "io", "linger", "drain", "done
 #: seconds to read nsqd's last words after a half-close or a failed write
 LINGER_TIME = 2.0
 NEVER = float("inf")
-
-
-class ConnStats(Record):
-    """A snapshot of one connection for live tables (all counts since connect)."""
-
-    address: str
-    state: str
-    rdy: int = 0
-    in_flight: int = 0
-    received: int = 0
-    finished: int = 0
-    requeued: int = 0
-    timed_out: int = 0
-    last_message: float | None = None  # time.time()
-    connected_at: float | None = None
-    features: dict = field(default_factory=dict)
-    backoff: str = ""
-    lost: int = 0            # FIN/REQ not delivered (connection gone)
-    late: int = 0            # messages that arrived after CLS, left for nsqd to redeliver
 
 
 class ConnectionDelegate:
@@ -122,17 +102,10 @@ class Connection:
         self.close_error: BaseException | None = None
         self.closed_event = threading.Event()
         self.close_wait_event = threading.Event()
-        self.responder = None  # attached to every message at decode (the consumer's handle)
-        # counters (written by the I/O loop, or under the consumer's lock)
-        self.rdy = 0
-        self.rdy_sent = 0
-        self.received = 0
-        self.finished = 0
-        self.requeued = 0
-        self.timed_out = 0
-        self.lost = 0            # FIN/REQ that could not be written: the connection was gone
-        self.late_messages = 0
-        self.last_message: float | None = None
+        # attached to every message at decode (a consumer's record of this connection,
+        # nsqcli.client.links.Link: it routes the message's FIN/REQ/TOUCH, and keeps the counts)
+        self.responder = None
+        self.late_messages = 0   # arrived after our half-close: not delivered, nsqd redelivers them
         self.connected_at: float | None = None
         self.session = Session(address)
         self._stream: Stream | None = None
@@ -566,7 +539,7 @@ class Connection:
                 self._closing = True              # wakes on it must not reuse this connection
                 self.state = CLOSING
         if msgs:
-            self._deliver(msgs, nbytes, delegate)
+            delegate.on_messages(self, msgs, nbytes)
         fatal = None
         for event in events:
             if type(event) is Answered:
@@ -600,11 +573,6 @@ class Connection:
         err = TransportError(f"connection lost before nsqd answered ({cause or 'closed'})", self.address)
         err.not_processed = False
         return err
-
-    def _deliver(self, msgs: list, nbytes: int, delegate) -> None:
-        self.received += len(msgs)
-        self.last_message = time.time()
-        delegate.on_messages(self, msgs, nbytes)
 
     # -- writing (on the loop) ------------------------------------------------------------------
     def _queue_out(self, wire: bytes) -> None:
@@ -836,13 +804,6 @@ class Connection:
         """Usable: connected, not closing, and opened by this process (after os.fork the
         child must make its own: the loop that drives this one is not in the child)."""
         return self.state in (CONNECTED, CLOSING) and not self._closing and self._pid == os.getpid()
-
-    def snapshot(self, backoff: str = "", in_flight: int = 0) -> ConnStats:
-        """In-flight counts live in the consumer's flow control, which passes them in."""
-        return ConnStats(self.address, self.state, self.rdy, in_flight, self.received,
-                         self.finished, self.requeued, self.timed_out, self.last_message,
-                         self.connected_at, dict(self.features), backoff, self.lost,
-                         self.late_messages)
 
 
 def _resolve(token, error: BaseException | None) -> None:

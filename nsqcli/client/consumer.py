@@ -31,17 +31,19 @@ import time
 from collections.abc import Callable
 
 from .config import Config
-from .conn import CLOSED, Connection, ConnectionDelegate, ConnStats
+from .conn import CLOSED, Connection, ConnectionDelegate
 from ..errors import ConnectError, NSQError, ServerError, TransportError
 from .flow import Flow
-from . import fdlimit, limits, workers
+from . import fdlimit, workers
 from . import loop as loop_pool
 from .discovery import Discovery
 from .handlers import Handlers
+from .links import ConnStats, Link
 from .loop import SWEEP
 from .pull import Pull
+from .responses import Responses
 from .workers import HandlerPool
-from ..protocol import encode_fins, encode_rdy, encode_req, encode_touch, validate_channel, validate_topic
+from ..protocol import encode_rdy, validate_channel, validate_topic
 
 log = logging.getLogger("nsqcli.client.consumer")
 
@@ -54,47 +56,6 @@ START_GRACE = 0.5
 #: leaves one: tests/conftest.py)
 CHECK_RDY_TOTAL = False
 RDY_BREACHES: list[str] = []
-
-
-class _Handle:
-    """The responder attached to each message: routes FIN/REQ/TOUCH to its connection."""
-
-    __slots__ = ("conn", "consumer", "address", "topic", "channel")
-
-    def __init__(self, conn: Connection, consumer: "Consumer"):
-        self.conn = conn
-        self.consumer = consumer
-        self.address = conn.address
-        self.topic = consumer.topic
-        self.channel = consumer.channel
-
-    def finish(self, msg) -> None:
-        consumer = self.consumer
-        if consumer.pull:
-            consumer._pull.forget(msg)
-        consumer._respond(self, encode_fins([msg.id]), 1, "fin")
-
-    def requeue(self, msg, delay: float | None, backoff: bool) -> None:
-        cfg = self.consumer.config
-        if delay is None:
-            delay = min(msg.attempts * cfg.default_requeue_delay, cfg.max_requeue_delay)
-        kind = "req_backoff" if backoff else "req"
-        if self.consumer.pull:
-            self.consumer._pull.forget(msg)
-        self.consumer._respond(self, encode_req(msg.id, _req_ms(self.address, delay)), 1, kind)
-
-    def touch(self, msg) -> None:
-        if self.consumer.touch_many([msg]):
-            raise TransportError("cannot TOUCH: the connection is gone (nsqd will redeliver)", self.address)
-
-
-def _req_ms(address: str, delay: float) -> int:
-    """A REQ delay in ms within what nsqd ``address`` accepts: nsqd <= 1.2 closes the connection
-    on a REQ above its --max-req-timeout (E_INVALID), 1.3 clamps it; capped where /config told
-    it (nsqcli.client.limits), else left to nsqd."""
-    ms = max(0, int(delay * 1000))
-    cap = limits.value(address, "max_req_timeout")
-    return ms if cap is None else min(ms, int(cap * 1000))
 
 
 class _ConnEvents(ConnectionDelegate):
@@ -155,7 +116,7 @@ class Consumer:
                          redistribute_interval=cfg.rdy_redistribute_interval,
                          max_in_flight_bytes=cfg.max_in_flight_bytes, rng=self.rng)
         self._lock = threading.RLock()
-        self._handles: dict[str, _Handle] = {}
+        self._links: dict[str, Link] = {}  # address -> the connection, once connected
         self._connecting: dict[str, Connection] = {}   # address -> attempt in progress
         self._attempts: dict[Connection, tuple[bool, bool]] = {}  # -> (direct, report)
         self._settling = threading.Condition(self._lock)  # an attempt ended
@@ -168,9 +129,11 @@ class Consumer:
         if self.pull:
             self._pull = Pull(cfg, lock=self._lock, touch=lambda msgs: self.touch_many(msgs),
                               msg_timeouts=lambda: self.msg_timeouts())
-        else:
+        # FIN/REQ/TOUCH, settled here (flow control, counts)
+        self._responses = Responses(cfg, lock=self._lock, settle=lambda *a: self._settle(*a), pull=self._pull)
+        if not self.pull:
             self._handlers = Handlers(handler, batch_handler, cfg, handlers, lock=self._lock,
-                                      respond=lambda *a: self._respond(*a), report=lambda e: self._report(e),
+                                      respond=self._responses.respond, report=lambda e: self._report(e),
                                       on_give_up=on_give_up)
         self._mode = self._pull or self._handlers
         self._timer_on = False
@@ -178,11 +141,11 @@ class Consumer:
         self._stopping = False     # no new connections (drain() or stop() began)
         self._stop_called = False
         self._stopped = threading.Event()
-        self._pending_up: dict[Connection, tuple[int, float]] = {}  # delayed RDY raises
+        self._pending_up: dict[Link, tuple[int, float]] = {}  # delayed RDY raises
         # lookupd polls and (re)connects, on the shared timer thread; callbacks looked up at call time
         self.discovery = Discovery(self.topic, self.lookupd_addresses, self.nsqd_addresses, cfg, lock=self._lock,
                                    rng=self.rng, connect=lambda *a, **k: self._try_connect(*a, **k),
-                                   connected=self._handles.keys, stopping=lambda: self._stopping,
+                                   connected=self._links.keys, stopping=lambda: self._stopping,
                                    report=lambda e: self._report(e))
         self.lost_responses = 0   # FIN/REQ/TOUCH that could not be delivered: nsqd redelivers
         self._late_closed = 0     # late_messages / timed_out of connections already closed
@@ -229,7 +192,7 @@ class Consumer:
         with self._lock:
             errors += self._start_errors or []
             self._start_errors = None
-        if fail_fast and not self._handles and errors and not self._connecting and not (
+        if fail_fast and not self._links and errors and not self._connecting and not (
                 self.lookupd_addresses and len(errors) < len(self.lookupd_addresses)):
             self._shutdown_threads()
             raise errors[0]
@@ -251,7 +214,7 @@ class Consumer:
         with self._lock:
             while self._connecting:
                 now = time.monotonic()
-                if self._handles and not graced:
+                if self._links and not graced:
                     graced = True
                     end = now + START_GRACE if end is None else min(end, now + START_GRACE)
                 if end is not None and now >= end:
@@ -271,14 +234,14 @@ class Consumer:
         # nsqd may still send a message it had in hand when CLS arrived: give it a moment,
         # so that it is handled and answered instead of left to time out
         for _ in range(5):
-            received = sum(h.conn.received for h in handles)
+            received = sum(h.received for h in handles)
             time.sleep(0.02)
-            if sum(h.conn.received for h in handles) == received:
+            if sum(h.received for h in handles) == received:
                 break
             self._wait_settled(deadline)
         self._shutdown_threads()
         with self._lock:  # a connection the discovery thread finished meanwhile is closed too
-            handles = list({id(h): h for h in handles + list(self._handles.values())}.values())
+            handles = list({id(h): h for h in handles + list(self._links.values())}.values())
         end = max(time.monotonic() + 0.1, deadline)
         for h in handles:  # every connection closes at once; one deadline for all of them
             h.conn.close(end - time.monotonic(), wait=False)
@@ -304,10 +267,10 @@ class Consumer:
         for conn in connecting:
             conn.abort()
 
-    def _close_wait(self, deadline: float) -> list[_Handle]:
+    def _close_wait(self, deadline: float) -> list[Link]:
         """CLS to every connection, then wait (bounded) for each CLOSE_WAIT."""
         with self._lock:
-            handles = list(self._handles.values())
+            handles = list(self._links.values())
         for h in handles:
             try:
                 h.conn.send_cls()
@@ -358,7 +321,7 @@ class Consumer:
     def msg_timeouts(self) -> list[float]:
         """The msg_timeout (seconds) nsqd granted each live connection in IDENTIFY."""
         with self._lock:
-            return [h.conn.negotiated.msg_timeout for h in self._handles.values()
+            return [h.conn.negotiated.msg_timeout for h in self._links.values()
                     if h.conn.negotiated is not None and h.conn.negotiated.msg_timeout]
 
     @property
@@ -372,13 +335,13 @@ class Consumer:
 
     @property
     def connections(self) -> list[str]:
-        return list(self._handles)
+        return list(self._links)
 
     @property
     def late_messages(self) -> int:
         """Messages that arrived after CLS and could not be answered (nsqd redelivers them)."""
         with self._lock:
-            return self._late_closed + sum(h.conn.late_messages for h in self._handles.values())
+            return self._late_closed + sum(h.conn.late_messages for h in self._links.values())
 
     def stats(self) -> list[ConnStats]:
         """One snapshot per live connection (for live tables)."""
@@ -386,15 +349,15 @@ class Consumer:
         with self._lock:
             state = self.flow.backoff_state(now)
             out = []
-            for h in self._handles.values():
-                f = self.flow.conns.get(h.conn)
-                out.append(h.conn.snapshot(state, f.in_flight if f is not None else 0))
+            for h in self._links.values():
+                f = self.flow.conns.get(h)
+                out.append(h.snapshot(state, f.in_flight if f is not None else 0))
             return out
 
     def totals(self) -> dict:
         """Counts over the consumer's life, for JSON status and summaries."""
         with self._lock:
-            conns = [h.conn for h in self._handles.values()]
+            conns = list(self._links.values())
             received, finished, requeued = self._closed_counts
             return {"connections": len(conns), "given_up": self.given_up,
                     "lost_responses": self.lost_responses, "late_messages": self.late_messages,
@@ -414,11 +377,10 @@ class Consumer:
             self._connect_failed(address, err, direct, report)
             return err
         with self._lock:
-            if self._stopping or address in self._handles or address in self._connecting:
+            if self._stopping or address in self._links or address in self._connecting:
                 return None
             conn = Connection(address, self.config, self._events, name=self.channel, dial=self._dial)
-            handle = _Handle(conn, self)
-            conn.responder = handle
+            conn.responder = Link(conn, self.topic, self.channel, self._responses)
             self._connecting[address] = conn
             self._attempts[conn] = (direct, report)
         try:
@@ -443,9 +405,9 @@ class Consumer:
             if error is None and self._stopping:  # stop() began during the handshake
                 conn.close(0)
             elif error is None:
-                self._handles[address] = conn.responder
+                self._links[address] = conn.responder
                 self.discovery.connected(address)
-                self._send_rdy(self.flow.add(conn, conn.max_rdy_count, time.monotonic()))
+                self._send_rdy(self.flow.add(conn.responder, conn.max_rdy_count, time.monotonic()))
             self._settling.notify_all()
         if error is None:
             if conn.max_rdy_count < self.config.max_in_flight:
@@ -481,37 +443,37 @@ class Consumer:
         if not changes:
             return
         now = time.monotonic()
-        has_down = any(n < conn.rdy_sent for conn, n in changes)
-        for conn, n in changes:
-            if n < conn.rdy_sent or not has_down:
-                self._pending_up.pop(conn, None)
-                self._write_rdy(conn, n)
+        has_down = any(n < link.rdy for link, n in changes)
+        for link, n in changes:
+            if n < link.rdy or not has_down:
+                self._pending_up.pop(link, None)
+                self._write_rdy(link, n)
             else:
-                self._pending_up[conn] = (n, now + RDY_SETTLE)
+                self._pending_up[link] = (n, now + RDY_SETTLE)
         if self._pending_up:
             self._wake()
 
-    def _write_rdy(self, conn: Connection, n: int) -> None:
-        raised = n > conn.rdy_sent
-        conn.rdy = conn.rdy_sent = n
+    def _write_rdy(self, link: Link, n: int) -> None:
+        raised = n > link.rdy
+        link.rdy = n
         if CHECK_RDY_TOTAL and raised:  # (a cut never breaches, even while the others' cuts are on their way)
-            total = sum(h.conn.rdy_sent for h in self._handles.values() if h.conn is not conn) + n
+            total = sum(h.rdy for h in self._links.values() if h is not link) + n
             if total > self.flow.max_in_flight:
-                RDY_BREACHES.append(f"RDY {n} to {conn.address} makes {total} in all, above max_in_flight "
+                RDY_BREACHES.append(f"RDY {n} to {link.address} makes {total} in all, above max_in_flight "
                                     f"{self.flow.max_in_flight}")
         try:
-            conn.send(encode_rdy(min(n, conn.max_rdy_count)))
+            link.conn.send(encode_rdy(min(n, link.conn.max_rdy_count)))
         except TransportError:
             pass
 
     def _flush_pending_rdy(self, now: float) -> float:
         """Send the delayed raises that are due; returns seconds until the next one."""
         wait = 1.0
-        for conn, (n, when) in list(self._pending_up.items()):
+        for link, (n, when) in list(self._pending_up.items()):
             if now >= when:
-                del self._pending_up[conn]
-                if conn.state != CLOSED:
-                    self._write_rdy(conn, n)
+                del self._pending_up[link]
+                if link.conn.state != CLOSED:
+                    self._write_rdy(link, n)
             else:
                 wait = min(wait, when - now)
         return wait
@@ -519,38 +481,40 @@ class Consumer:
     # -- connection events, through _ConnEvents (the I/O loop: never block) -----------------
     def _on_messages(self, conn: Connection, msgs: list, nbytes: int) -> None:
         """``msgs`` from one read, ``nbytes`` the bytes of their bodies."""
-        handle = conn.responder  # already attached to each message by the decoder
+        link = conn.responder  # already attached to each message by the decoder
+        link.received += len(msgs)
+        link.last_message = time.time()
         mode = self._mode
         work = mode.split(msgs)
         with self._lock:  # one lock a batch: flow, held messages, outstanding batches
-            changes = self.flow.received(conn, len(msgs), time.monotonic(), nbytes)
+            changes = self.flow.received(link, len(msgs), time.monotonic(), nbytes)
             if changes:
                 self._send_rdy(changes)
             mode.arrived(work)
-        mode.dispatch(handle, work)
+        mode.dispatch(link, work)
 
     def _on_server_error(self, conn: Connection, err: ServerError) -> None:
         """An error frame. The non-fatal ones (a FIN/REQ/TOUCH for a message that had already
         timed out on nsqd) leave the connection open: counted and reported."""
         if not err.fatal:  # only E_FIN_FAILED, E_REQ_FAILED, E_TOUCH_FAILED: answered too late
             with self._lock:
-                conn.timed_out += 1
+                conn.responder.timed_out += 1
         self._report(err)
 
     def _on_close(self, conn: Connection, error: BaseException | None) -> None:
         lookupd_found = False
         with self._lock:
-            handle = self._handles.get(conn.address)
-            if handle is not None and handle.conn is conn:
-                del self._handles[conn.address]
-                self._pending_up.pop(conn, None)
+            link = self._links.get(conn.address)
+            if link is not None and link.conn is conn:
+                del self._links[conn.address]
+                self._pending_up.pop(link, None)
                 self._late_closed += conn.late_messages
-                self._timed_out_closed += conn.timed_out
+                self._timed_out_closed += link.timed_out
                 closed = self._closed_counts
-                closed[0] += conn.received
-                closed[1] += conn.finished
-                closed[2] += conn.requeued
-                self._send_rdy(self.flow.remove(conn, time.monotonic()))
+                closed[0] += link.received
+                closed[1] += link.finished
+                closed[2] += link.requeued
+                self._send_rdy(self.flow.remove(link, time.monotonic()))
                 lookupd_found = conn.address not in self.nsqd_addresses
                 if self._pull is not None:
                     self._pull.forget_conn(conn)
@@ -563,97 +527,41 @@ class Consumer:
         if lookupd_found and self.lookupd_addresses:
             self.discovery.lost_lookupd_producer(conn.address)
 
-    # -- responses (any thread) --------------------------------------------------------------
-    def _respond(self, handle: _Handle, command: bytes, n: int, kind: str) -> bool:
-        """Write a FIN/REQ for ``n`` messages; False (and counted in lost_responses) when the
-        connection is gone: nsqd will redeliver those messages.
-
-        Written under the consumer lock, as TOUCHes are (touch_many): the message is marked
-        responded before this, so a TOUCH either goes out before the FIN/REQ or sees the mark
-        and is skipped - never a TOUCH after the FIN of its message (E_TOUCH_FAILED)."""
-        with self._lock:
-            ok = self._write(handle.conn, command)
-            self._settle(handle, n, kind if ok else "lost")
-        return ok
-
-    @staticmethod
-    def _write(conn: Connection, command: bytes) -> bool:
-        """Queue a command on its connection; False when the connection is gone."""
-        if conn.state == CLOSED:
-            return False
-        try:
-            conn.send(command)
-        except TransportError:
-            return False
-        return True
-
-    def _settle(self, handle: _Handle, n: int, kind: str) -> None:
-        conn = handle.conn
+    # -- responses (any thread: nsqcli.client.responses) -------------------------------------
+    def _settle(self, link: Link, n: int, kind: str) -> None:
+        """``n`` messages of ``link`` answered (kind "fin", "req", "req_backoff") or not
+        (kind "lost": the connection was gone): flow control and counts."""
         with self._lock:
             flow = self.flow
-            flow.settled(conn, n)
+            flow.settled(link, n)
             if kind == "fin":
-                conn.finished += n
+                link.finished += n
                 if flow.in_backoff:
                     self._send_rdy(flow.success(time.monotonic()))
             elif kind == "lost":
-                conn.lost += n
+                link.lost += n
                 self.lost_responses += n
             else:
-                conn.requeued += n
+                link.requeued += n
                 now = time.monotonic()
                 self._send_rdy(flow.failure(now) if kind == "req_backoff" else flow.neutral(now))
         if flow.backoff_until is not None:
             self._wake()
 
-    def _by_handle(self, msgs: list, claim: bool = True) -> dict:
-        """Un-answered messages grouped by connection; ``claim`` marks them answered."""
-        by_handle: dict[_Handle, list] = {}
-        held = self._pull.held if claim and self._pull is not None and self._pull.held else None
-        last = group = None
-        for m in msgs:  # hot path (to-file FINs every message here): runs of one connection
-            if m.responded:
-                continue
-            if claim:
-                m.responded = True
-                if held is not None:
-                    held.pop(id(m), None)
-            if m.responder is not last:
-                last = m.responder
-                group = by_handle.setdefault(last, [])
-            group.append(m)
-        return by_handle
-
     def finish_many(self, msgs: list) -> list:
         """FIN many messages, one write per connection (batch handlers, held batches). Returns
         the messages whose FIN could not be delivered (their connection is gone: nsqd will
         deliver them again)."""
-        lost = []
-        for handle, ms in self._by_handle(msgs).items():
-            if not self._respond(handle, encode_fins([m.id for m in ms]), len(ms), "fin"):
-                lost += ms
-        return lost
+        return self._responses.finish_many(msgs)
 
     def requeue_many(self, msgs: list, delay: float = 0.0, backoff: bool = False) -> list:
         """REQ many messages (after ``delay`` seconds); returns those that could not be delivered."""
-        lost = []
-        for handle, ms in self._by_handle(msgs).items():
-            ms_delay = _req_ms(handle.address, delay)
-            command = b"".join([encode_req(m.id, ms_delay) for m in ms])
-            if not self._respond(handle, command, len(ms), "req_backoff" if backoff else "req"):
-                lost += ms
-        return lost
+        return self._responses.requeue_many(msgs, delay, backoff)
 
     def touch_many(self, msgs: list) -> list:
         """TOUCH many un-answered messages (resets nsqd's timeout); returns those whose
-        connection is gone. The un-answered check and the write happen under the lock that
-        FIN/REQ writes take (see _respond)."""
-        lost = []
-        with self._lock:
-            for handle, ms in self._by_handle(msgs, claim=False).items():
-                if not self._write(handle.conn, b"".join([encode_touch(m.id) for m in ms])):
-                    lost += ms
-        return lost
+        connection is gone."""
+        return self._responses.touch_many(msgs)
 
     # -- held batches (pull=True) ----------------------------------------------------------------
     def poll(self, max_messages: int, timeout: float | None = None) -> list:

@@ -36,7 +36,7 @@ class _Msg:
     def __init__(self, node: _Node, id: bytes):
         self.node, self.id, self.body = node, id, id
         self.nsqd, self.topic = node.address, "orders"
-        self.responder = node  # what Peek reads the RDY from: responder.conn.rdy
+        self.responder = node.conn  # what Peek reads the RDY from: responder.rdy
         self.responded = False
         self.auto_response = True
 

@@ -119,7 +119,7 @@ def test_output_buffer_chosen_for_the_consumer(nsqd_factory, topic, server_max, 
         while len(got) < len(BODIES) and time.monotonic() < deadline:
             time.sleep(0.02)
         assert sorted(m.body for m in got) == sorted(BODIES)
-        (handle,) = c._handles.values()
+        (handle,) = c._links.values()
         assert handle.conn.features["output_buffer_size"] == want
     finally:
         c.stop()

@@ -49,9 +49,9 @@ def test_non_fatal_error_frames_keep_the_connection_and_are_counted(nsqd_factory
                  config=Config(max_in_flight=1, msg_timeout=1.0, max_backoff_duration=0))
     c.start()
     try:
-        conn = c._handles[nsqd.tcp_address].conn
+        conn = c._links[nsqd.tcp_address].conn
         wait_for(lambda: c.totals()["timed_out"] >= 1, timeout=30, what="an E_FIN_FAILED counted")
-        assert c._handles[nsqd.tcp_address].conn is conn and conn.alive  # same connection, alive
+        assert c._links[nsqd.tcp_address].conn is conn and conn.alive  # same connection, alive
         assert any(getattr(e, "code", "") == "E_FIN_FAILED" for e in reported), reported
         assert not any(isinstance(e, TypeError) for e in reported)
         assert c.stats()[0].timed_out >= 1
@@ -377,7 +377,7 @@ def test_heartbeats_answered_while_handler_is_slow(nsqd, topic):
         assert c.connections == [nsqd.tcp_address]  # still connected: heartbeats were answered
         (snap,) = c.stats()
         assert snap.finished == 2
-        assert c._handles[nsqd.tcp_address].conn.heartbeats >= 3  # nsqd sent them, we answered NOP
+        assert c._links[nsqd.tcp_address].conn.heartbeats >= 3  # nsqd sent them, we answered NOP
     finally:
         c.stop()
 

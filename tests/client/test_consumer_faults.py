@@ -107,7 +107,7 @@ def test_touch_never_follows_the_fin_of_its_message(monkeypatch):
     between the un-answered check and the write - and given a second to go out first."""
     from fakes import FRAME_RESPONSE, MemoryStream, frame, message
 
-    from nsqcli.client import consumer as consumer_module
+    from nsqcli.client import responses as responses_module  # where TOUCHes are encoded
 
     ids = [b"a" * 16, b"b" * 16]
     stream = MemoryStream()
@@ -118,7 +118,7 @@ def test_touch_never_follows_the_fin_of_its_message(monkeypatch):
     c.start()
     try:
         got = wait_for(lambda: c.held == 2 and c.poll(10, timeout=0.5), what="two held messages")
-        real_encode, racing = consumer_module.encode_touch, []
+        real_encode, racing = responses_module.encode_touch, []
 
         def encode_touch_racing_a_fin(msg_id):
             if not racing:
@@ -127,7 +127,7 @@ def test_touch_never_follows_the_fin_of_its_message(monkeypatch):
                 racing[0].join(1.0)
             return real_encode(msg_id)
 
-        monkeypatch.setattr(consumer_module, "encode_touch", encode_touch_racing_a_fin)
+        monkeypatch.setattr(responses_module, "encode_touch", encode_touch_racing_a_fin)
         c.touch_many(got)
         racing[0].join(5)
         for i in ids:

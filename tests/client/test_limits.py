@@ -128,7 +128,7 @@ def test_a_requeue_delay_is_capped_at_nsqds_max_req_timeout(tmp_path):
     """nsqd <= 1.1 closes the connection on a REQ above its --max-req-timeout (1.2+ clamps it
     and logs): where /config told it, the consumer asks for no more than that; elsewhere nsqd
     decides. The message asked back in 10 min is redelivered within seconds."""
-    from nsqcli.client.consumer import _req_ms
+    from nsqcli.client.responses import req_ms as _req_ms
 
     from nsqcli import Consumer
     from helpers import http_post

@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from nsqcli.client.config import Config, TLSConfig
-from nsqcli.client.conn import ConnStats
+from nsqcli.client.links import ConnStats
 from nsqcli.client.record import FrozenInstanceError, Record, field
 
 
