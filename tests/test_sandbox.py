@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from helpers import NSQCLI, clean_env, http_get_json, http_post, one_error_line, run_nsqcli, topic_stats, wait_for
+from inprocess import run_in_process
 
 from nsqcli import sandbox as sbmod
 from nsqcli.errors import SandboxError
@@ -253,7 +254,7 @@ def test_sandbox_msg_timeout_takes_a_duration_or_bare_seconds(tmp_path):
             assert json.loads(answer.read()) == 1_000_000_000  # ns: 1 s
     finally:
         os.kill(doc["pid"], 15)
-    one_error_line(run_nsqcli(["sandbox", "--msg-timeout", "soon"]), 2, r"'soon' is not a duration")
+    one_error_line(run_in_process(["sandbox", "--msg-timeout", "soon"]), 2, r"'soon' is not a duration")
 
 
 # -- refusals: bad input (one line, exit 2, nothing started) ---------------------------------------------

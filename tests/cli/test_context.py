@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from helpers import one_error_line, run_nsqcli, topic_stats
+from inprocess import run_in_process
 
 
 # -- contexts --------------------------------------------------------------------------------------
@@ -17,7 +18,7 @@ def test_contexts_add_select_override_and_remove(nsqd, topic, tmp_path):
     assert r.returncode == 0, r.stderr
     run_nsqcli(["context", "add", "dead", "--nsqd-tcp-address", "127.0.0.1:1"], cfg)
     # one_error_line: adding it again without --force
-    one_error_line(run_nsqcli(["context", "add", "dead", "--nsqd-tcp-address", "127.0.0.1:1"], cfg), 2,
+    one_error_line(run_in_process(["context", "add", "dead", "--nsqd-tcp-address", "127.0.0.1:1"], cfg), 2,
                    r"context 'dead' exists \(use --force")
     # the secret is stored by reference and never shown
     toml = (tmp_path / "cfg" / "contexts" / "live.toml").read_text()
@@ -42,12 +43,12 @@ def test_contexts_add_select_override_and_remove(nsqd, topic, tmp_path):
     # stat takes the context's nsqd HTTP address
     r = run_nsqcli(["stat", "-t", topic, "-n", "1", "--no-live", "--context", "live"], cfg)
     assert r.returncode == 0 and r.stdout.decode().splitlines()[2].split("|")[1].split()[0] == "6"
-    one_error_line(run_nsqcli(["--context", "nope", "pub", topic, "x"], cfg), 2,
+    one_error_line(run_in_process(["--context", "nope", "pub", topic, "x"], cfg), 2,
                    r"no context named 'nope' \(known: dead, live")
     assert run_nsqcli(["context", "rm", "dead"], cfg).returncode == 0
     assert json.loads(run_nsqcli(["context", "ls", "--json"], cfg).stdout) == [
         {"name": "live", "selected": False, "description": "the test nsqd"}]
-    one_error_line(run_nsqcli(["context", "add", "x", "--auth-secret", "inline"], cfg), 2,
+    one_error_line(run_in_process(["context", "add", "x", "--auth-secret", "inline"], cfg), 2,
                    r"No such option '--auth-secret'\. \(Did you mean one of: '--auth-secret-file'")
 
 
@@ -55,7 +56,6 @@ def test_contexts_add_select_override_and_remove(nsqd, topic, tmp_path):
 import re  # noqa: E402
 
 import pytest  # noqa: E402
-from inprocess import run_in_process  # noqa: E402
 from refusals import FILE, argv_footgun, bad_input, fill, ids, refused, untouched  # noqa: E402
 
 BAD_INPUT = [

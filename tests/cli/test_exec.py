@@ -11,6 +11,7 @@ import subprocess
 import time
 
 from helpers import NSQCLI, channel_stats, clean_env, http_post, run_nsqcli, topic_stats, wait_for
+from inprocess import run_in_process
 
 SCRIPT = ('b=$(cat); case "$b" in *bad*) echo "no good: $b" >&2; exit 1;; esac; '
           'echo "$NSQ_TOPIC $NSQ_CHANNEL $NSQ_ATTEMPTS $b"')
@@ -241,7 +242,7 @@ def test_usage_errors_are_one_line_exit_2():
         (["exec", "t", "-c", "c", "--command-timeout", "0", "--", "cat"], r"'--command-timeout': must be more than 0"),
     ]
     for args, pattern in cases:
-        one_error_line(run_nsqcli(args), 2, pattern)
+        one_error_line(run_in_process(args), 2, pattern)
 
 
 def _on_a_terminal(args) -> tuple[int, bytes]:

@@ -10,6 +10,7 @@ import pytest
 from fakes import FakeNsqd
 from faultproxy import FaultProxy
 from helpers import NSQCLI, clean_env, lookup_producers, run_nsqcli, topic_stats, wait_for
+from inprocess import run_in_process
 from hung import cluster  # noqa: F401 - the fixture
 from helpers import run_nsqcli as run
 
@@ -40,14 +41,14 @@ def test_pub_argument_and_stdin(nsqd, env, topic):
 
 
 def test_pub_errors_are_one_line_with_exit_codes(env, topic):
-    r = run(["pub", "-t", "bad topic", "x"], env)
+    r = run_in_process(["pub", "-t", "bad topic", "x"], env)  # usage errors: in this process (tests/inprocess.py)
     assert r.returncode == 2 and r.stderr.count(b"\n") == 1 and b"invalid topic name 'bad topic'" in r.stderr
     r = run(["pub", "-t", topic, "--nsqd-tcp-address", "127.0.0.1:1", "x"])
     assert r.returncode == 1 and r.stderr.count(b"\n") == 1
     assert b"127.0.0.1:1: cannot connect: Connection refused" in r.stderr and b"Traceback" not in r.stderr
-    r = run(["pub", "-t", topic], env, input=b"")
+    r = run_in_process(["pub", "-t", topic], env, input=b"")
     assert r.returncode == 2 and b"empty" in r.stderr
-    r = run(["pub", "-t", topic, "--defer", "soon", "x"], env)
+    r = run_in_process(["pub", "-t", topic, "--defer", "soon", "x"], env)
     assert r.returncode == 2 and b"not a duration" in r.stderr
 
 

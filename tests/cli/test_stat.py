@@ -8,6 +8,7 @@ import threading
 import time
 
 from helpers import NSQCLI, channel_stats, http_post, lookup_producers, run_nsqcli, wait_for
+from inprocess import run_in_process
 from helpers import run_nsqcli as run
 from hung import cluster, stopped  # noqa: F401 - cluster: the fixture
 
@@ -32,7 +33,7 @@ def test_stat_uses_nsqd_and_lookupd_addresses_together(sandbox, extra_nsqd, topi
 
 
 def test_stat_bad_address_is_a_usage_error():
-    r = run(["stat", "--nsqd-http-address", ":"])
+    r = run_in_process(["stat", "--nsqd-http-address", ":"])
     assert r.returncode == 2 and b"invalid address ':'" in r.stderr and b"Traceback" not in r.stderr
 
 

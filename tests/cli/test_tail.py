@@ -21,6 +21,7 @@ from helpers import (
     topic_stats,
     wait_for,
 )
+from inprocess import run_in_process
 from helpers import run_nsqcli as run
 from hung import cluster, stopped  # noqa: F401 - cluster: the fixture
 from nsq_fixtures import default_layout_nsqd
@@ -84,7 +85,7 @@ def test_tail_format_template_and_print_topic(nsqd, env, topic):
     http_post(nsqd.http_address, "/pub", b"body2", topic=topic)
     r = run(["tail", "-t", topic, "-n", "1", "-c", "c", "--print-topic"], env)
     assert r.stdout == f"{topic} | body2\n".encode()
-    r = run(["tail", "-t", topic, "-n", "1", "--format", "{nope}"], env)
+    r = run_in_process(["tail", "-t", topic, "-n", "1", "--format", "{nope}"], env)
     assert r.returncode == 2 and b"unknown field" in r.stderr
 
 
@@ -318,7 +319,7 @@ def test_tail_warns_only_when_a_durable_channel_has_other_consumers(nsqd, topic)
 def test_lookupd_poll_interval_option():
     r = run(["tail", "--help"])
     assert b"--lookupd-poll-interval" in r.stdout and b"NSQCLI_LOOKUPD_POLL_INTERVAL" in r.stdout
-    r = run(["tail", "-t", "t", "--lookupd-poll-interval", "soon"])
+    r = run_in_process(["tail", "-t", "t", "--lookupd-poll-interval", "soon"])
     assert r.returncode == 2 and r.stderr.count(b"\n") == 1 and b"is not a duration" in r.stderr
 
 

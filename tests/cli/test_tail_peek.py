@@ -9,6 +9,7 @@ import subprocess
 import pytest
 
 from helpers import NSQCLI, channel_stats, clean_env, http_get_json, http_post, one_error_line, topic_stats, wait_for
+from inprocess import run_in_process
 from helpers import run_nsqcli as run
 from hung import cluster  # noqa: F401 - the fixture
 
@@ -93,7 +94,7 @@ def test_peek_refuses_a_channel_that_does_not_exist_and_needs_one(nsqd, topic):
     r = run(["tail", topic, "-c", "nope", "--peek", "-n", "1"], _env(nsqd))
     one_error_line(r, 1, r"--peek: channel .*/nope does not exist .*nothing to peek at")
     assert topic_stats(nsqd, topic)["channels"] == []  # not created by a subscription
-    r = run(["tail", topic, "--peek", "-n", "1"], _env(nsqd))
+    r = run_in_process(["tail", topic, "--peek", "-n", "1"], _env(nsqd))
     one_error_line(r, 2, r"--peek looks at the backlog of an existing channel: give it with -c CHANNEL")
 
 
@@ -107,11 +108,11 @@ def test_grep_without_peek_fins_what_does_not_match_and_counts_it(nsqd, topic):
 
 
 def test_bad_filters_are_usage_errors(nsqd, topic):
-    r = run(["tail", topic, "--where", ".a == "], _env(nsqd))
+    r = run_in_process(["tail", topic, "--where", ".a == "], _env(nsqd))
     one_error_line(r, 2, r"Invalid value for '--where': invalid --where '.a == ': expected a value")
-    r = run(["tail", topic, "--where", "import os"], _env(nsqd))
+    r = run_in_process(["tail", topic, "--where", "import os"], _env(nsqd))
     one_error_line(r, 2, r"unknown name 'import'")
-    r = run(["tail", topic, "--grep", "(unclosed"], _env(nsqd))
+    r = run_in_process(["tail", topic, "--grep", "(unclosed"], _env(nsqd))
     one_error_line(r, 2, r"Invalid value for '--grep'.*missing \)")
     assert topic_stats(nsqd, topic) is None
 
@@ -232,13 +233,13 @@ def test_topic_pattern_tails_matching_topics_and_those_that_appear_later(lookupd
 
 
 def test_topic_pattern_usage_errors(lookupd, topic):
-    r = run(["tail", "--topic-pattern", "^x"], {})
+    r = run_in_process(["tail", "--topic-pattern", "^x"], {})
     one_error_line(r, 2, r"--topic-pattern needs --lookupd-http-address")
-    r = run(["tail", topic, "--topic-pattern", "^x", "--lookupd-http-address", lookupd.http_address], {})
+    r = run_in_process(["tail", topic, "--topic-pattern", "^x", "--lookupd-http-address", lookupd.http_address], {})
     one_error_line(r, 2, r"TOPIC and --topic-pattern cannot be used together")
-    r = run(["tail", "--topic-pattern", "(", "--lookupd-http-address", lookupd.http_address], {})
+    r = run_in_process(["tail", "--topic-pattern", "(", "--lookupd-http-address", lookupd.http_address], {})
     one_error_line(r, 2, r"Invalid value for '--topic-pattern': invalid regular expression")
-    r = run(["tail"], {})
+    r = run_in_process(["tail"], {})
     one_error_line(r, 2, r"missing TOPIC")
 
 

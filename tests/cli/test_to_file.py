@@ -27,6 +27,7 @@ from helpers import (
     topic_stats,
     wait_for,
 )
+from inprocess import run_in_process
 from helpers import run_nsqcli as run
 
 from nsqcli import Producer
@@ -422,9 +423,8 @@ def test_json_format_envelope(nsqd, topic, tmp_path):
     (["-t", "x", "--rotate-size", "lots"], b"is not a size"),
 ])
 def test_usage_errors(args, words):
-    p = start(args)
-    _, err = p.communicate(timeout=20)
-    assert p.returncode == 2 and words in err and err.count(b"\n") == 1
+    r = run_in_process(["to-file", *args])
+    assert r.returncode == 2 and words in r.stderr and r.stderr.count(b"\n") == 1
 
 
 def test_read_archive_reads_what_to_file_and_nsq_to_file_wrote(nsqd, topic, tmp_path):

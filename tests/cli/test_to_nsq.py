@@ -12,6 +12,7 @@ import time
 import pytest
 
 from helpers import NSQCLI, clean_env, http_post, one_error_line, plain_lines, run_nsqcli, topic_stats, wait_for
+from inprocess import run_in_process
 from nsq_fixtures import default_layout_nsqd
 
 
@@ -122,7 +123,7 @@ def test_destination_found_through_lookupd(sandbox, nsqd_factory, topic):
                     "--destination-lookupd-http-address", sandbox.lookupd.http_address, "-n", "2"], timeout=60)
     assert r.returncode == 0, r.stderr
     assert count(sandbox.nsqd, topic) == 2
-    r = run_nsqcli(["to-nsq", "-t", topic, "--nsqd-tcp-address", src.tcp_address])
+    r = run_in_process(["to-nsq", "-t", topic, "--nsqd-tcp-address", src.tcp_address])
     assert r.returncode == 2 and b"give --destination-nsqd-tcp-address or --destination-lookupd-http-address" in r.stderr
 
 

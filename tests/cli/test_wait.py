@@ -11,6 +11,7 @@ import time
 
 from helpers import (NSQCLI, channel_stats, clean_env, http_post, lookup_producers, one_error_line, run_nsqcli,
                      wait_for)
+from inprocess import run_in_process
 
 from nsqcli import Config, Consumer
 
@@ -147,12 +148,12 @@ def test_ready_waits_for_a_stopped_then_a_killed_nsqd(nsqd_factory):
 
 
 def test_usage_errors():
-    r = run_nsqcli(["wait"])
+    r = run_in_process(["wait"])
     one_error_line(r, 2, r"nothing to wait for: give --ready, --exists, --drained or --depth-below "
                          r"\(see 'nsqcli wait --help'\)")
-    r = run_nsqcli(["wait", "--drained"])
+    r = run_in_process(["wait", "--drained"])
     one_error_line(r, 2, r"--drained needs a TOPIC")
-    r = run_nsqcli(["wait", "--ready", "--timeout", "0"])
+    r = run_in_process(["wait", "--ready", "--timeout", "0"])
     assert r.returncode == 2
 
 
