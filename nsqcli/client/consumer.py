@@ -19,6 +19,13 @@ Handlers: ``handler(message)`` per message (auto FIN on return, REQ with backoff
 unless the handler responded or called ``message.disable_auto_response()``), or
 ``batch_handler(messages)`` for commands that write and sync a batch before FINing it
 (nsqcli.client.handlers); or ``pull=True``: held batches taken with poll() (nsqcli.client.pull).
+
+The Consumer itself keeps the lifecycle and the connection registry, and composes its parts,
+each given what it needs at construction: the handler mode, Responses (FIN/REQ/TOUCH writes,
+nsqcli.client.responses), RdyWriter (RDY on the wire, delayed raises: nsqcli.client.rdy),
+Discovery (lookupd polls and reconnects: nsqcli.client.discovery). Each connection has a Link
+(nsqcli.client.links: the consumer's counts for it, every message's responder); its events
+come through the private adapter _ConnEvents.
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ import time
 from collections.abc import Callable
 
 from .config import Config
-from .conn import CLOSED, Connection, ConnectionDelegate
+from .conn import Connection, ConnectionDelegate
 from ..errors import ConnectError, NSQError, ServerError, TransportError
 from .flow import Flow
 from . import fdlimit, workers
@@ -41,14 +48,13 @@ from .handlers import Handlers
 from .links import ConnStats, Link
 from .loop import SWEEP
 from .pull import Pull
+from .rdy import RdyWriter
 from .responses import Responses
 from .workers import HandlerPool
-from ..protocol import encode_rdy, validate_channel, validate_topic
+from ..protocol import validate_channel, validate_topic
 
 log = logging.getLogger("nsqcli.client.consumer")
 
-#: seconds between cutting RDY on some connections and raising it on others
-RDY_SETTLE = 0.05
 #: seconds start() waits for the other attempts once one connection is up
 START_GRACE = 0.5
 #: check, at every RDY written, that the RDY of all connections adds up to no more than
@@ -109,10 +115,8 @@ class Consumer:
         self.rng = rng or random.Random()
         self._dial = dial
         self.flow = Flow(cfg.max_in_flight, backoff_multiplier=cfg.backoff_multiplier,
-                         max_backoff_duration=cfg.max_backoff_duration,
-                         backoff_strategy=cfg.backoff_strategy,
-                         low_rdy_idle_timeout=cfg.low_rdy_idle_timeout,
-                         low_rdy_timeout=cfg.low_rdy_timeout,
+                         max_backoff_duration=cfg.max_backoff_duration, backoff_strategy=cfg.backoff_strategy,
+                         low_rdy_idle_timeout=cfg.low_rdy_idle_timeout, low_rdy_timeout=cfg.low_rdy_timeout,
                          redistribute_interval=cfg.rdy_redistribute_interval,
                          max_in_flight_bytes=cfg.max_in_flight_bytes, rng=self.rng)
         self._lock = threading.RLock()
@@ -121,36 +125,41 @@ class Consumer:
         self._attempts: dict[Connection, tuple[bool, bool]] = {}  # -> (direct, report)
         self._settling = threading.Condition(self._lock)  # an attempt ended
         self._start_errors: list | None = None  # start() collects the attempts' errors
-        # pull mode holds batches for poll(); the handler modes run them on a pool of handler
-        # threads (this consumer's own, or one shared by many consumers). Callbacks are looked
-        # up at call time (tests replace _report)
-        self._pull: Pull | None = None
-        self._handlers: Handlers | None = None
-        if self.pull:
-            self._pull = Pull(cfg, lock=self._lock, touch=lambda msgs: self.touch_many(msgs),
-                              msg_timeouts=lambda: self.msg_timeouts())
-        # FIN/REQ/TOUCH, settled here (flow control, counts)
-        self._responses = Responses(cfg, lock=self._lock, settle=lambda *a: self._settle(*a), pull=self._pull)
-        if not self.pull:
-            self._handlers = Handlers(handler, batch_handler, cfg, handlers, lock=self._lock,
-                                      respond=self._responses.respond, report=lambda e: self._report(e),
-                                      on_give_up=on_give_up)
-        self._mode = self._pull or self._handlers
         self._timer_on = False
-        self._events = _ConnEvents(self)  # the delegate of every connection
         self._stopping = False     # no new connections (drain() or stop() began)
         self._stop_called = False
         self._stopped = threading.Event()
-        self._pending_up: dict[Link, tuple[int, float]] = {}  # delayed RDY raises
-        # lookupd polls and (re)connects, on the shared timer thread; callbacks looked up at call time
-        self.discovery = Discovery(self.topic, self.lookupd_addresses, self.nsqd_addresses, cfg, lock=self._lock,
-                                   rng=self.rng, connect=lambda *a, **k: self._try_connect(*a, **k),
-                                   connected=self._links.keys, stopping=lambda: self._stopping,
-                                   report=lambda e: self._report(e))
+        self._rdy = RdyWriter(self.flow, self._links, wake=lambda: self._wake(), check=lambda: CHECK_RDY_TOTAL,
+                              breaches=RDY_BREACHES)  # RDY on the wire, delayed raises
         self.lost_responses = 0   # FIN/REQ/TOUCH that could not be delivered: nsqd redelivers
         self._late_closed = 0     # late_messages / timed_out of connections already closed
         self._timed_out_closed = 0
         self._closed_counts = [0, 0, 0]  # received, finished, requeued of closed connections
+        self._compose(handler, batch_handler, handlers, on_give_up)
+
+    def _compose(self, handler, batch_handler, handlers: HandlerPool | None, on_give_up) -> None:
+        """The parts, each given what it needs (callbacks are looked up at call time: tests
+        replace _report). Pull mode holds batches for poll(); the handler modes run them on a
+        pool of handler threads (this consumer's own, or one shared by many consumers)."""
+        cfg, lock = self.config, self._lock
+        self._pull: Pull | None = None
+        self._handlers: Handlers | None = None
+        if self.pull:
+            self._pull = Pull(cfg, lock=lock, touch=lambda msgs: self.touch_many(msgs),
+                              msg_timeouts=lambda: self.msg_timeouts())
+        # FIN/REQ/TOUCH, settled here (flow control, counts)
+        self._responses = Responses(cfg, lock=lock, settle=lambda *a: self._settle(*a), pull=self._pull)
+        if not self.pull:
+            self._handlers = Handlers(handler, batch_handler, cfg, handlers, lock=lock,
+                                      respond=self._responses.respond, report=lambda e: self._report(e),
+                                      on_give_up=on_give_up)
+        self._mode = self._pull or self._handlers
+        self._events = _ConnEvents(self)  # the delegate of every connection
+        # lookupd polls and (re)connects, on the shared timer thread
+        self.discovery = Discovery(self.topic, self.lookupd_addresses, self.nsqd_addresses, cfg, lock=lock,
+                                   rng=self.rng, connect=lambda *a, **k: self._try_connect(*a, **k),
+                                   connected=self._links.keys, stopping=lambda: self._stopping,
+                                   report=lambda e: self._report(e))
 
     def _report(self, err: BaseException) -> None:
         """Tell the user's on_error - from any thread, the I/O loop included: a callback that
@@ -316,7 +325,7 @@ class Consumer:
 
     def set_max_in_flight(self, n: int) -> None:
         with self._lock:
-            self._send_rdy(self.flow.set_max_in_flight(n, time.monotonic()))
+            self._rdy.send(self.flow.set_max_in_flight(n, time.monotonic()))
 
     def msg_timeouts(self) -> list[float]:
         """The msg_timeout (seconds) nsqd granted each live connection in IDENTIFY."""
@@ -407,7 +416,7 @@ class Consumer:
             elif error is None:
                 self._links[address] = conn.responder
                 self.discovery.connected(address)
-                self._send_rdy(self.flow.add(conn.responder, conn.max_rdy_count, time.monotonic()))
+                self._rdy.send(self.flow.add(conn.responder, conn.max_rdy_count, time.monotonic()))
             self._settling.notify_all()
         if error is None:
             if conn.max_rdy_count < self.config.max_in_flight:
@@ -433,51 +442,6 @@ class Consumer:
         if report and not collecting:
             self._report(err)
 
-    def _send_rdy(self, changes: list) -> None:
-        """Write RDY changes (called with the lock held).
-
-        Decreases go out at once. When the same change set also raises RDY elsewhere, the
-        raises wait RDY_SETTLE seconds: each nsqd reads its own socket, so without the pause a
-        raise on one nsqd could take effect before the matching cut on another and the total
-        ready count seen by the nsqds would briefly exceed max_in_flight."""
-        if not changes:
-            return
-        now = time.monotonic()
-        has_down = any(n < link.rdy for link, n in changes)
-        for link, n in changes:
-            if n < link.rdy or not has_down:
-                self._pending_up.pop(link, None)
-                self._write_rdy(link, n)
-            else:
-                self._pending_up[link] = (n, now + RDY_SETTLE)
-        if self._pending_up:
-            self._wake()
-
-    def _write_rdy(self, link: Link, n: int) -> None:
-        raised = n > link.rdy
-        link.rdy = n
-        if CHECK_RDY_TOTAL and raised:  # (a cut never breaches, even while the others' cuts are on their way)
-            total = sum(h.rdy for h in self._links.values() if h is not link) + n
-            if total > self.flow.max_in_flight:
-                RDY_BREACHES.append(f"RDY {n} to {link.address} makes {total} in all, above max_in_flight "
-                                    f"{self.flow.max_in_flight}")
-        try:
-            link.conn.send(encode_rdy(min(n, link.conn.max_rdy_count)))
-        except TransportError:
-            pass
-
-    def _flush_pending_rdy(self, now: float) -> float:
-        """Send the delayed raises that are due; returns seconds until the next one."""
-        wait = 1.0
-        for link, (n, when) in list(self._pending_up.items()):
-            if now >= when:
-                del self._pending_up[link]
-                if link.conn.state != CLOSED:
-                    self._write_rdy(link, n)
-            else:
-                wait = min(wait, when - now)
-        return wait
-
     # -- connection events, through _ConnEvents (the I/O loop: never block) -----------------
     def _on_messages(self, conn: Connection, msgs: list, nbytes: int) -> None:
         """``msgs`` from one read, ``nbytes`` the bytes of their bodies."""
@@ -489,7 +453,7 @@ class Consumer:
         with self._lock:  # one lock a batch: flow, held messages, outstanding batches
             changes = self.flow.received(link, len(msgs), time.monotonic(), nbytes)
             if changes:
-                self._send_rdy(changes)
+                self._rdy.send(changes)
             mode.arrived(work)
         mode.dispatch(link, work)
 
@@ -507,14 +471,14 @@ class Consumer:
             link = self._links.get(conn.address)
             if link is not None and link.conn is conn:
                 del self._links[conn.address]
-                self._pending_up.pop(link, None)
+                self._rdy.forget(link)
                 self._late_closed += conn.late_messages
                 self._timed_out_closed += link.timed_out
                 closed = self._closed_counts
                 closed[0] += link.received
                 closed[1] += link.finished
                 closed[2] += link.requeued
-                self._send_rdy(self.flow.remove(link, time.monotonic()))
+                self._rdy.send(self.flow.remove(link, time.monotonic()))
                 lookupd_found = conn.address not in self.nsqd_addresses
                 if self._pull is not None:
                     self._pull.forget_conn(conn)
@@ -537,14 +501,14 @@ class Consumer:
             if kind == "fin":
                 link.finished += n
                 if flow.in_backoff:
-                    self._send_rdy(flow.success(time.monotonic()))
+                    self._rdy.send(flow.success(time.monotonic()))
             elif kind == "lost":
                 link.lost += n
                 self.lost_responses += n
             else:
                 link.requeued += n
                 now = time.monotonic()
-                self._send_rdy(flow.failure(now) if kind == "req_backoff" else flow.neutral(now))
+                self._rdy.send(flow.failure(now) if kind == "req_backoff" else flow.neutral(now))
         if flow.backoff_until is not None:
             self._wake()
 
@@ -590,8 +554,8 @@ class Consumer:
             return 1.0
         try:
             with self._lock:
-                self._send_rdy(self.flow.tick(now))
-                self._flush_pending_rdy(now)
+                self._rdy.send(self.flow.tick(now))
+                self._rdy.flush_due(now)
             if self._pull is not None:
                 self._pull.touch_due(now)
         except Exception as e:  # report, keep going
@@ -601,7 +565,7 @@ class Consumer:
     def _control_timeout(self) -> float:
         now = time.monotonic()
         with self._lock:
-            t = min(self.flow.next_wakeup(now), self._flush_pending_rdy(now))
+            t = min(self.flow.next_wakeup(now), self._rdy.flush_due(now))
         touch_in = None if self._pull is None else self._pull.next_touch_in(now)
         if touch_in is not None:
             t = min(t, touch_in)
