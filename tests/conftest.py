@@ -40,6 +40,15 @@ os.environ["NSQCLI_CONFIG_DIR"] = tempfile.mkdtemp(prefix="nsqcli-test-config-")
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
+# Every Spark driver the tests start (their session, `nsqcli replay/query/to-parquet`, driver
+# scripts, the Connect server) starts with the quick compiler and, when `make test` made one,
+# a class-data-sharing archive of Spark's classes (scripts/spark-cds): start-up is most of what
+# the short Spark tests spend. nsqcli itself sets neither.
+_cds = Path(sys.prefix) / "spark-cds.jsa"
+os.environ["SPARK_SUBMIT_OPTS"] = " ".join(filter(None, (
+    os.environ.get("SPARK_SUBMIT_OPTS"), "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+    f"-XX:SharedArchiveFile={_cds}" if _cds.exists() else "", "-Xlog:disable -Xlog:all=error:stderr")))
+
 import nsqcli.client.consumer  # noqa: E402
 from nsqcli.nsq_install import NSQ_VERSION, version_dir  # noqa: E402
 
@@ -113,11 +122,10 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("spark") is not None:
             # under pytest-xdist (make test's Spark pass: -m spark -n 2 --dist loadgroup) the Spark
-            # tests run on two workers, whole files each, in file order: the ones that start JVMs
-            # of their own (a standalone cluster, a Connect server, the spark commands) on one, the
-            # ones on the session's local[2,3] on the other. (A third worker, the commands apart from
-            # the servers, was no faster: 7m23s against 7m08s; serial 8m09s.)
-            own_jvms = item.path.name in ("test_cluster.py", "test_connect.py", "test_spark_commands.py")
+            # tests run on two workers, whole files each: the spark commands (a JVM per run) and
+            # the Connect server on one; on the other the ones on the session's local[2,3] and the
+            # standalone cluster - the two halves take about as long (--durations=0 per file).
+            own_jvms = item.path.name in ("test_connect.py", "test_spark_commands.py")
             item.add_marker(pytest.mark.xdist_group("spark-own-jvms" if own_jvms else "spark-session"))
     for item in items:
         mark = item.get_closest_marker("nsq_1_3")

@@ -40,7 +40,9 @@ def cluster(tmp_path_factory):
         pytest.fail("Java is missing: the Spark tests need a JDK 17 on PATH (or JAVA_HOME)", pytrace=False)
     base = tmp_path_factory.mktemp("cluster")
     env = clean_env({"SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
-                     "SPARK_LOG_DIR": str(base), "SPARK_WORKER_DIR": str(base / "work")})
+                     "SPARK_LOG_DIR": str(base), "SPARK_WORKER_DIR": str(base / "work"),
+                     # the master and worker start as the tests' drivers do (tests/conftest.py)
+                     "SPARK_DAEMON_JAVA_OPTS": os.environ.get("SPARK_SUBMIT_OPTS", "")})
     ports: set[int] = set()
     while len(ports) < 3:  # three distinct ports (a released port can come back at once)
         ports.add(free_port())
