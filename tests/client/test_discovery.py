@@ -107,3 +107,25 @@ def test_lookupd_pre_1_0_envelope_is_unwrapped():
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_discovery_knows_its_consumer_only_through_the_callbacks_it_is_given(nsqd, lookupd, topic):
+    """No Consumer here: a lookupd poll asks connect() for each producer that connected() does
+    not list, a dead lookupd goes to report(), and a producer already connected is left alone."""
+    import random
+
+    from nsqcli.client.discovery import Discovery
+
+    http_post(nsqd.http_address, "/topic/create", topic=topic)
+    wait_for(lambda: lookup_producers(lookupd, topic), what="registered")
+    asked, reported, connected = [], [], set()
+    d = Discovery(topic, ["127.0.0.1:1", lookupd.http_address], [], Config(lookupd_poll_timeout=2.0),
+                  lock=threading.RLock(), rng=random.Random(1),
+                  connect=lambda address, direct, report=True, deadline=None: asked.append((address, direct)),
+                  connected=lambda: connected, stopping=lambda: False, report=reported.append)
+    errors = d.poll_lookupd(report=True)
+    assert asked == [(nsqd.tcp_address, False)]
+    assert len(errors) == 1 and "127.0.0.1:1" in str(errors[0]) and reported == errors
+    connected.add(nsqd.tcp_address)
+    asked.clear()
+    assert d.poll_lookupd(report=False) and asked == []  # the dead lookupd again, and nothing to dial
