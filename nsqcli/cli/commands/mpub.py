@@ -281,8 +281,10 @@ class BodyReader:
         stats = self.stats
         if acked > self.acked:
             stats.handled = self.numbers.record(acked - 1)
+            # counted before the runs are forgotten: a forced exit's handler may run in between
+            # (mpub._forced_lines) and looks up the first unacknowledged one
+            self.acked = stats.published = acked
             self.numbers.forget_before(acked)
-            self.acked = acked
         stats.published = acked
         if not self.outstanding:
             stats.handled = max(stats.handled, self.last_done)
