@@ -9,12 +9,12 @@ import time
 
 import click
 
+from .. import topic_checks
 from ..command import command, option
 from ..harness import Job
 from ..options import (build_config, connection_options, daemon_options, nsqd_addresses, pop_connection, pop_run,
                        topic_arguments)
 from ..types import DURATION, HTTP_ADDRESS
-from ...clock import left
 from ...filters import WHERE_HELP
 from ...records import FORMAT_HELP
 
@@ -235,21 +235,21 @@ def tail(app, topics, channel, max_in_flight, count, fmt, print_topic, null, dra
     if channel is None:
         channel = f"nsqcli_tail{random.randrange(1_000_000):06d}#ephemeral"
     if pattern is not None:
-        topics = _matching_topics(conn, pattern, check_by)
+        topics = topic_checks.matching_topics(conn, pattern, check_by)
     if pattern is not None and peek:
-        asked = {t: _channel_depth(t, channel, conn, list(nsqd_http), check_by) for t in topics}
+        asked = {t: topic_checks.channel_depth(t, channel, conn, list(nsqd_http), check_by) for t in topics}
         backlogs = {t: depths for t, (_, depths) in asked.items()}
         topics = tuple(t for t in topics if backlogs[t] is not None)  # a topic without the channel: not peeked
         for t in topics:
-            _warn_not_counted(app, t, asked[t][0])
+            topic_checks.warn_not_counted(app, t, asked[t][0])
     elif peek:
         backlogs = {}
         for topic in topics:
-            backlogs[topic], problems = _require_channel(topic, channel, conn, list(nsqd_http), check_by)
-            _warn_not_counted(app, topic, problems)
+            backlogs[topic], problems = topic_checks.require_channel(topic, channel, conn, list(nsqd_http), check_by)
+            topic_checks.warn_not_counted(app, topic, problems)
     elif not channel.endswith("#ephemeral"):
         for topic in topics:
-            _warn_shared_channel(app, topic, channel, conn, list(nsqd_http), check_by)
+            topic_checks.warn_shared_channel(app, topic, channel, conn, list(nsqd_http), check_by)
     rdy_total = max_in_flight
     if peek and topics:
         # a node whose backlog was looked at holds what comes round again there (in flight, so
@@ -260,7 +260,7 @@ def tail(app, topics, channel, max_in_flight, count, fmt, print_topic, null, dra
     unchecked = {}  # topic -> why its backlog could not be checked (said once it is connected)
     if channel.endswith("#ephemeral") and not drain_backlog:
         for topic in topics:
-            unchecked[topic] = _refuse_backlog(topic, conn, list(nsqd_http), check_by)
+            unchecked[topic] = topic_checks.refuse_backlog(topic, conn, list(nsqd_http), check_by)
     checks = dict(peek=peek, drain_backlog=drain_backlog, nsqd_http=list(nsqd_http))
     if deadline is not None and time.monotonic() >= deadline:
         raise DeadlineExceeded("--timeout passed while asking nsqd/nsqlookupd about the topics, before subscribing "
@@ -336,7 +336,7 @@ class Tail(Job):
         pattern, refresh, checks = self.discovery
         while not self.done.wait(refresh):
             try:
-                found = _matching_topics(self.conn, pattern, time.monotonic() + min(refresh, 5.0))
+                found = topic_checks.matching_topics(self.conn, pattern, time.monotonic() + min(refresh, 5.0))
             except NSQError as e:
                 self.app.debug(str(e))
                 continue
@@ -361,7 +361,7 @@ class Tail(Job):
 
         by = time.monotonic() + 3.0
         if checks["peek"]:
-            problems, depths = _channel_depth(topic, self.channel, self.conn, checks["nsqd_http"], by)
+            problems, depths = topic_checks.channel_depth(topic, self.channel, self.conn, checks["nsqd_http"], by)
             if depths is None:
                 self.app.debug(f"topic {topic}: no channel {self.channel} to peek at ({'; '.join(problems)})")
                 return False
@@ -369,12 +369,12 @@ class Tail(Job):
             self.peek_at(topic, depths)
         elif self.channel.endswith("#ephemeral") and not checks["drain_backlog"]:
             try:
-                self.unchecked[topic] = _refuse_backlog(topic, self.conn, checks["nsqd_http"], by)
+                self.unchecked[topic] = topic_checks.refuse_backlog(topic, self.conn, checks["nsqd_http"], by)
             except NSQError as e:
                 self.app.warn(f"not tailing topic {topic}: {e}")
                 return False
         else:
-            _warn_shared_channel(self.app, topic, self.channel, self.conn, checks["nsqd_http"], by)
+            topic_checks.warn_shared_channel(self.app, topic, self.channel, self.conn, checks["nsqd_http"], by)
         return True
 
     def consumers(self) -> list:
@@ -496,204 +496,6 @@ def _same_terminal() -> bool:
     except (OSError, ValueError):
         return False
     return (a.st_dev, a.st_ino, a.st_rdev) == (b.st_dev, b.st_ino, b.st_rdev)
-
-
-def _left(by: float) -> float:
-    return left(by, float("inf"))
-
-
-def _http_addresses(topic: str, conn: dict, nsqd_http: list[str], by: float) -> tuple[list[str], list[str]]:
-    """nsqd HTTP addresses to check for ``topic`` and the problems met (see :func:`_http_nodes`)."""
-    nodes, problems = _http_nodes(topic, conn, nsqd_http, by)
-    return list(nodes), problems
-
-
-def _http_nodes(topic: str, conn: dict, nsqd_http: list[str], by: float) -> tuple[dict, list[str]]:
-    """nsqd HTTP addresses to check for ``topic``, each with its TCP address as the consumer
-    names it (None: not known): given ones (their TCP address is asked later, by /info); lookupd's
-    producers; else the TCP port + 1 convention, used only where that port's /info names the TCP
-    port given (another nsqd there, or a port forward, would answer for the wrong node). Every
-    node's /info and the lookups are asked at once, by ``by``. Returns ({http: tcp}, problems)."""
-    if nsqd_http:
-        return dict.fromkeys(nsqd_http), []
-    from ...client import limits
-    from ...client.fanout import ask_all
-    from ...client.http import lookup_all
-    from ...client.transport import split_address
-    from ...defaults import NSQD_TCP_ADDRESS
-
-    tcps = list(dict.fromkeys(conn.get("nsqd_tcp_addresses")
-                              or (() if conn.get("lookupd_http_addresses") else (NSQD_TCP_ADDRESS,))))
-    lookupds = list(conn.get("lookupd_http_addresses") or ())
-    jobs = [("tcp", a) for a in tcps] + ([("lookup", None)] if lookupds else [])
-
-    def ask(job):
-        kind, tcp = job
-        if kind == "lookup":
-            return lookup_all(lookupds, topic, _left(by))
-        return limits.http_address_of(tcp, by)
-
-    out, problems = {}, []
-    # slack: lookup_all's own round (its hung nsqlookupd named) ends before this one does
-    answers = ask_all(jobs, ask, _left(by), slack=0.6,
-                      name=lambda job: f"nsqd {job[1]}" if job[1] else ", ".join(lookupds))
-    for (kind, tcp), a in zip(jobs, answers):
-        if kind == "lookup":
-            producers, errors = a.value if a.ok else ([], [a.error])
-            for p in producers:
-                out.setdefault(p.http_address, p.tcp_address)
-            problems += [str(e) for e in errors]
-        elif a.ok and a.value:
-            out.setdefault(a.value, tcp)
-        else:
-            try:
-                host, port = split_address(tcp)
-                guess = (f"[{host}]" if ":" in host else host) + f":{port + 1}"
-                problems.append(f"nsqd {tcp}: its HTTP address is not known ({guess}, TCP port + 1, "
-                                f"did not answer /info as the nsqd of TCP port {port})")
-            except ValueError:
-                problems.append(f"nsqd {tcp}: its HTTP address is not known")
-    return out, problems
-
-
-def _refuse_backlog(topic: str, conn: dict, nsqd_http: list[str], by: float) -> list[str]:
-    """Refuse (exit 1) to subscribe an ephemeral channel to a topic that has a backlog and no
-    channel: the first channel takes the whole backlog, an ephemeral one drops most of it.
-    Returns what could not be checked."""
-    from ...errors import NSQError
-
-    addresses, problems = _http_addresses(topic, conn, nsqd_http, by)
-    for address, a in zip(addresses, _stats_of(addresses, {"topic": topic}, _left(by))):
-        if a.error is not None or not isinstance(a.value or {}, dict):
-            problems.append(str(a.error) if a.error is not None else f"{address}: /stats is not a JSON object")
-            continue
-        for t in (a.value or {}).get("topics") or []:
-            if t.get("topic_name") != topic:
-                continue
-            depth = int(t.get("depth", 0))
-            if depth > 0 and not t.get("channels"):
-                raise NSQError(
-                    f"topic {topic!r} on nsqd {address} has {depth} messages and no channel yet: the first channel "
-                    "takes that backlog from every channel created later, and tail's ephemeral channel keeps "
-                    "at most nsqd's --mem-queue-size of it. Read it durably with --channel NAME, or take "
-                    "it anyway with --drain-backlog")
-    return problems
-
-
-def _channel_depth(topic: str, channel: str, conn: dict, nsqd_http: list[str], by: float):
-    """(problems, depths) of the channel on every node carrying the topic: {nsqd TCP address (None
-    when not known): depth}, or None when no node that answered has the channel. Depth: what can
-    be delivered now (deferred are not)."""
-    nodes, problems = _http_nodes(topic, conn, nsqd_http, by)
-    tcps = nsqd_addresses(conn) if conn.get("nsqd_tcp_addresses") else []
-
-    def ask(address):
-        from ...client.http import http_json
-
-        stats = http_json(address, "/stats", {"format": "json", "topic": topic, "channel": channel},
-                          timeout=_left(by))
-        tcp = nodes[address]
-        if tcp is None:  # a given HTTP address: its TCP port, matched to an address the consumer uses
-            info = http_json(address, "/info", timeout=_left(by))
-            tcp = _tcp_of(address, info.get("tcp_port") if isinstance(info, dict) else None, tcps)
-        return stats, tcp
-
-    from ...client.http import ask_http
-
-    depths = None
-    for address, a in zip(nodes, ask_http(list(nodes), ask, _left(by))):
-        stats, tcp = a.value if a.error is None else (None, None)
-        if a.error is not None or not isinstance(stats, dict):
-            problems.append(str(a.error) if a.error is not None else f"{address}: /stats is not a JSON object")
-            continue
-        for t in stats.get("topics") or []:
-            for c in t.get("channels") or []:
-                if t.get("topic_name") == topic and c.get("channel_name") == channel:
-                    depths = depths if depths is not None else {}
-                    depths[tcp] = depths.get(tcp, 0) + int(c.get("depth", 0))
-    if depths is None and not problems:
-        problems.append(f"no nsqd ({', '.join(nodes) or 'none found'}) has it")
-    return problems, depths
-
-
-def _tcp_of(http: str, tcp_port, tcps: list[str]) -> str | None:
-    """The TCP address, among the consumer's ``tcps``, of the nsqd at ``http`` whose /info said
-    ``tcp_port``: the same host and port, else the only one with that port; None when unsure."""
-    from ...client.transport import split_address
-
-    if not isinstance(tcp_port, int):
-        return None
-    try:
-        host, _ = split_address(http)
-        same = (f"[{host}]" if ":" in host else host) + f":{tcp_port}"
-        ports = [t for t in tcps if split_address(t)[1] == tcp_port]
-    except ValueError:
-        return None
-    if same in tcps or not tcps:
-        return same
-    return ports[0] if len(ports) == 1 else None
-
-
-def _warn_not_counted(app, topic: str, problems: list[str]) -> None:
-    """--peek: a node (or nsqlookupd) that did not answer: its backlog is not counted, so the peek
-    can end, or say every message was looked at, without its messages (said, not silent)."""
-    for p in problems:
-        app.warn(f"--peek: topic {topic}: {p}: a backlog there is not counted, and may not be looked at (the "
-                 "peek connects to the nodes that said they have the channel)")
-
-
-def _require_channel(topic: str, channel: str, conn: dict, nsqd_http: list[str], by: float) -> tuple[dict, list]:
-    """--peek: the channel must exist on some node (subscribing would create it, and a new channel
-    keeps a copy of everything published from then on). Returns (its depth on each node, the
-    problems of the nodes that did not answer)."""
-    from ...errors import NSQError
-
-    problems, depths = _channel_depth(topic, channel, conn, nsqd_http, by)
-    if depths is None:
-        raise NSQError(f"--peek: channel {topic}/{channel} does not exist ({'; '.join(problems)}): there is nothing "
-                       "to peek at, and subscribing would create it")
-    return depths, problems
-
-
-def _matching_topics(conn: dict, pattern, by: float) -> tuple:
-    """--topic-pattern: the topics any nsqlookupd knows that match (NSQError when none answered)."""
-    from ...client.http import ask_http, http_json
-    from ...errors import NSQError
-
-    lookupds = list(conn.get("lookupd_http_addresses") or ())
-    found, errors = set(), []
-    for a in ask_http(lookupds, lambda address: http_json(address, "/topics", timeout=_left(by)), _left(by)):
-        if a.error is not None or not isinstance(a.value, dict):
-            errors.append(str(a.error) if a.error is not None else "/topics is not a JSON object")
-            continue
-        found |= set(a.value.get("topics") or [])
-    if errors and len(errors) == len(lookupds):
-        raise NSQError(f"--topic-pattern: no nsqlookupd answered /topics ({'; '.join(errors)})")
-    return tuple(sorted(t for t in found if isinstance(t, str) and pattern.search(t)))
-
-
-def _warn_shared_channel(app, topic: str, channel: str, conn: dict, nsqd_http: list[str], by: float) -> None:
-    """A durable channel that already has consumers: what tail shows (and FINs) they never get."""
-    addresses, _ = _http_addresses(topic, conn, nsqd_http, by)
-    others = 0
-    for a in _stats_of(addresses, {"topic": topic, "channel": channel}, _left(by)):
-        if a.error is not None or not isinstance(a.value, dict):
-            continue
-        for t in a.value.get("topics") or []:
-            for c in t.get("channels") or []:
-                if t.get("topic_name") == topic and c.get("channel_name") == channel:
-                    others += int(c.get("client_count", 0))
-    if others:
-        app.warn(f"channel {topic}/{channel} has {others} other consumer(s): the messages tail shows are "
-                 "FINed here and never reach them (leave out --channel for a copy of every message)")
-
-
-def _stats_of(addresses: list[str], params: dict, timeout: float) -> list:
-    """Every node's /stats (``params``) at once, in one round of ``timeout``: one Answer each."""
-    from ...client.http import ask_http, http_json
-
-    return ask_http(addresses, lambda a: http_json(a, "/stats", {"format": "json", **params}, timeout=timeout),
-                    timeout)
 
 
 def _waiting_reason(consumers, conn: dict) -> str | None:
