@@ -215,7 +215,7 @@ CLOSED_STDOUT = [
     ["mpub", "-t", "{t}", "--json", "--nsqd-tcp-address", "{tcp}"],
     ["tail", "{t}", "-n", "1", "--drain-backlog", "--nsqd-tcp-address", "{tcp}"],
     ["lookup"], ["lookup", "--json"], ["lookup", "--nodes"],
-    ["stat", "-n", "1", "--no-live"], ["stat", "-n", "1", "--json"],
+    ["stat", "-n", "1", "--no-live", "--interval", "0.2s"], ["stat", "-n", "1", "--json", "--interval", "0.2s"],
     ["topic", "create", "{t}_admin", "--nsqd-http-address", "{http}"], ["topic", "pause", "{t}", "--dry-run"],
     ["doctor", "--nsqd-tcp-address", "{tcp}", "--nsqd-http-address", "{http}"],
     ["context", "ls", "--json"], ["version"], ["completion", "bash"], ["man", "pub"],

@@ -230,7 +230,8 @@ BAD_INPUT = [
     (["stat", "--interval", "0"], 2, r"'--interval': must be more than 0"),
     (["stat", "-n", "0"], 2, r"'-n' / '--count': 0 is not in the range x>=1"),
     (["stat", "--nsqd-http-address", ":"], 2, r"'--nsqd-http-address': invalid address ':'"),
-    (["stat", "--nsqd-http-address", DEAD, "-n", "1", "--no-live"], 1, r"no nsqd answered /stats: 127\.0\.0\.1:1"),
+    (["stat", "--nsqd-http-address", DEAD, "-n", "1", "--no-live", "--interval", "0.2s"], 1,
+     r"no nsqd answered /stats: 127\.0\.0\.1:1"),  # --interval: the report waits one (2 s by default)
     (["stat", "--json", "--live"], 2, r"--json and --live cannot be used together"),
 ]
 
@@ -275,10 +276,10 @@ def test_address_footgun_is_refused_naming_the_fix(nsqd, topic, env, args, patte
     address_footgun(nsqd, topic, env, args, pattern)
 
 
-PORT_MIX_UPS = [  # {tcp}/{http}: the nsqd's ports, {lhttp}: nsqlookupd's HTTP port
-    (["stat", "-n", "1", "--no-live", "--nsqd-http-address", "{tcp}"],
+PORT_MIX_UPS = [  # {tcp}/{http}: the nsqd's ports, {lhttp}: nsqlookupd's HTTP port (--interval: see BAD_INPUT)
+    (["stat", "-n", "1", "--no-live", "--interval", "0.2s", "--nsqd-http-address", "{tcp}"],
      r"no nsqd answered /stats: {tcp} \(this port speaks TCP, not HTTP: give nsqd's HTTP port, usually 4151\)"),
-    (["stat", "-n", "1", "--no-live", "--nsqd-http-address", "{lhttp}"],
+    (["stat", "-n", "1", "--no-live", "--interval", "0.2s", "--nsqd-http-address", "{lhttp}"],
      r"\(it answered 404 like nsqlookupd HTTP port: give nsqd's HTTP port, usually 4151\)"),
     (["stat", "-n", "1", "--no-live", "--lookupd-http-address", "{tcp}"],
      r"no nsqlookupd answered \({tcp}\) \(this port speaks TCP, not HTTP: give nsqlookupd's HTTP port, usually 4161\)"),
