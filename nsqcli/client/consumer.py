@@ -238,24 +238,24 @@ class Consumer:
         self._stop_called = self._stopping = True
         self._abort_connecting()
         deadline = time.monotonic() + timeout
-        handles = self._close_wait(deadline)
+        links = self._close_wait(deadline)
         self._wait_settled(deadline)
         # nsqd may still send a message it had in hand when CLS arrived: give it a moment,
         # so that it is handled and answered instead of left to time out
         for _ in range(5):
-            received = sum(h.received for h in handles)
+            received = sum(link.received for link in links)
             time.sleep(0.02)
-            if sum(h.received for h in handles) == received:
+            if sum(link.received for link in links) == received:
                 break
             self._wait_settled(deadline)
         self._shutdown_threads()
         with self._lock:  # a connection the discovery thread finished meanwhile is closed too
-            handles = list({id(h): h for h in handles + list(self._links.values())}.values())
+            links = list({id(link): link for link in links + list(self._links.values())}.values())
         end = max(time.monotonic() + 0.1, deadline)
-        for h in handles:  # every connection closes at once; one deadline for all of them
-            h.conn.close(end - time.monotonic(), wait=False)
-        for h in handles:
-            h.conn.closed_event.wait(max(0.0, end - time.monotonic()) + 0.5)
+        for link in links:  # every connection closes at once; one deadline for all of them
+            link.conn.close(end - time.monotonic(), wait=False)
+        for link in links:
+            link.conn.closed_event.wait(max(0.0, end - time.monotonic()) + 0.5)
         self._stopped.set()
 
     def drain(self, timeout: float = 30.0) -> None:
@@ -279,16 +279,16 @@ class Consumer:
     def _close_wait(self, deadline: float) -> list[Link]:
         """CLS to every connection, then wait (bounded) for each CLOSE_WAIT."""
         with self._lock:
-            handles = list(self._links.values())
-        for h in handles:
+            links = list(self._links.values())
+        for link in links:
             try:
-                h.conn.send_cls()
+                link.conn.send_cls()
             except TransportError:
                 pass
         end = min(deadline, time.monotonic() + 5.0)  # one wait for every node, not one each
-        for h in handles:
-            h.conn.close_wait_event.wait(max(0.0, end - time.monotonic()))
-        return handles
+        for link in links:
+            link.conn.close_wait_event.wait(max(0.0, end - time.monotonic()))
+        return links
 
     def _wait_settled(self, deadline: float) -> None:
         while time.monotonic() < deadline:

@@ -5,8 +5,8 @@ that write and sync a batch before FINing it). Batches run on the threads of a
 :class:`~nsqcli.client.workers.HandlerPool` (the consumer's own, or one shared by many
 consumers); this object is what the pool is fed with and calls back (:meth:`Handlers.handle`).
 
-Everything that reaches nsqd goes through the consumer's ``respond(handle, command, n, kind)``
-(nsqcli.client.consumer), which writes the FIN/REQ and settles the flow control.
+Everything that reaches nsqd goes through ``respond(link, command, n, kind)``
+(nsqcli.client.responses), which writes the FIN/REQ and has the consumer settle it.
 """
 
 from __future__ import annotations
@@ -67,9 +67,9 @@ class Handlers:
         """(under the lock) ``chunks`` will be handled."""
         self.outstanding += len(chunks)
 
-    def dispatch(self, handle, chunks: list) -> None:
+    def dispatch(self, link, chunks: list) -> None:
         for chunk in chunks:
-            self.pool.put((self, handle, chunk))
+            self.pool.put((self, link, chunk))
 
     def wait_idle(self, deadline: float) -> None:
         """Until every batch queued so far was handled (or ``deadline``, time.monotonic())."""
@@ -78,13 +78,14 @@ class Handlers:
                 self.idle.wait(left)
 
     # -- a handler thread ----------------------------------------------------------------------
-    def handle(self, handle, msgs: list) -> None:
-        """(a handler thread) One batch, then one batch fewer outstanding."""
+    def handle(self, link, msgs: list) -> None:
+        """(a handler thread) One batch of ``link`` (nsqcli.client.links.Link), then one batch
+        fewer outstanding."""
         try:
             if self.batch_handler is not None:
-                self._run_batch(handle, msgs)
+                self._run_batch(link, msgs)
             else:
-                self._run_each(handle, msgs)
+                self._run_each(link, msgs)
         except BaseException as e:  # never let a handler thread die silently
             self._report(e)
         finally:
@@ -101,7 +102,7 @@ class Handlers:
             log.warning("giving up on message %s after %d attempts", msg.id.decode(errors="replace"),
                         msg.attempts)
 
-    def _run_each(self, handle, msgs: list) -> None:
+    def _run_each(self, link, msgs: list) -> None:
         handler, max_attempts = self.handler, self.config.max_attempts
         fins = []
         for m in msgs:
@@ -122,9 +123,9 @@ class Handlers:
                 m.responded = True
                 fins.append(m.id)
         if fins:
-            self._respond(handle, encode_fins(fins), len(fins), "fin")
+            self._respond(link, encode_fins(fins), len(fins), "fin")
 
-    def _run_batch(self, handle, msgs: list) -> None:
+    def _run_batch(self, link, msgs: list) -> None:
         max_attempts = self.config.max_attempts
         if max_attempts:
             keep = []
@@ -152,4 +153,4 @@ class Handlers:
                 m.responded = True
                 ids.append(m.id)
         if ids:
-            self._respond(handle, encode_fins(ids), len(ids), "fin")
+            self._respond(link, encode_fins(ids), len(ids), "fin")

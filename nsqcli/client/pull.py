@@ -42,8 +42,8 @@ class Pull:
         for m in msgs:
             held[id(m)] = m
 
-    def dispatch(self, handle, msgs: list) -> None:
-        self._queue.put((handle, msgs))
+    def dispatch(self, link, msgs: list) -> None:
+        self._queue.put((link, msgs))
 
     def forget(self, msg) -> None:
         """``msg`` is answered (FIN/REQ): no more TOUCHes for it."""
