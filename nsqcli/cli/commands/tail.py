@@ -181,51 +181,14 @@ def tail(app, topics, channel, max_in_flight, count, fmt, print_topic, null, dra
     ephemeral one would keep only --mem-queue-size of it and drop the rest for every
     channel created later. Use --channel NAME, or --drain-backlog to go ahead.
     """
-    from ..app import DeadlineExceeded
-    from ...records import Formatter
-
     settings = pop_run(kwargs)
     conn = pop_connection(kwargs)
-    topics = tuple(topics)
-    pattern = None
-    if topic_pattern is not None:
-        import re
-
-        if topics:
-            raise click.UsageError("TOPIC and --topic-pattern cannot be used together (a pattern already chooses "
-                                   "the topics)")
-        if not conn.get("lookupd_http_addresses"):
-            raise click.UsageError("--topic-pattern needs --lookupd-http-address (nsqlookupd knows the topics)")
-        try:
-            pattern = re.compile(topic_pattern)
-        except re.error as e:
-            raise click.BadParameter(f"invalid regular expression {topic_pattern!r}: {e}",
-                                     param_hint="'--topic-pattern'") from None
-        if topic_refresh <= 0:
-            raise click.BadParameter("must be more than 0", param_hint="'--topic-refresh'")
-    elif not topics:
-        raise click.UsageError("missing TOPIC (nsqcli tail TOPIC..., or -t TOPIC), or --topic-pattern REGEX")
-    try:
-        formatter = Formatter(fmt, print_topic)
-    except ValueError as e:
-        raise click.BadParameter(str(e), param_hint="'--format'") from None
-    if print_topic and fmt != "raw":
-        raise click.UsageError("--print-topic goes with --format raw (a template can use {topic})")
-    from ...filters import FilterError, make_filter
-
-    try:
-        accept = make_filter(grep, where)
-    except FilterError as e:
-        raise click.BadParameter(str(e), param_hint=f"'{e.option}'") from None
+    topics, pattern = _topics_or_pattern(tuple(topics), topic_pattern, topic_refresh, conn)
+    formatter, accept = _output(fmt, print_topic, grep, where)
     if peek and (channel is None or channel.endswith("#ephemeral")):
         raise click.UsageError("--peek looks at the backlog of an existing channel: give it with -c CHANNEL "
                                "(a new or ephemeral channel has nothing to peek at)")
-    same_terminal = app.stderr_is_tty and sys.stdout.isatty() and _same_terminal()
-    if settings.live and same_terminal:
-        raise click.UsageError("--live draws on the terminal that also gets the messages: redirect stdout "
-                               "(nsqcli tail TOPIC --live > FILE) or leave out --live")
-    if same_terminal:
-        settings.live = False  # the messages have the terminal
+    _live_or_messages(app, settings)
     deadline = settings.deadline
     # the pre-checks (backlog, shared channel) of every topic share one budget: 3 s, or what is
     # left of --timeout; a hung nsqlookupd or nsqd costs that once, not once per topic and stage
@@ -234,22 +197,8 @@ def tail(app, topics, channel, max_in_flight, count, fmt, print_topic, null, dra
         max_in_flight = count
     if channel is None:
         channel = f"nsqcli_tail{random.randrange(1_000_000):06d}#ephemeral"
-    if pattern is not None:
-        topics = topic_checks.matching_topics(conn, pattern, check_by)
-    if pattern is not None and peek:
-        asked = {t: topic_checks.channel_depth(t, channel, conn, list(nsqd_http), check_by) for t in topics}
-        backlogs = {t: depths for t, (_, depths) in asked.items()}
-        topics = tuple(t for t in topics if backlogs[t] is not None)  # a topic without the channel: not peeked
-        for t in topics:
-            topic_checks.warn_not_counted(app, t, asked[t][0])
-    elif peek:
-        backlogs = {}
-        for topic in topics:
-            backlogs[topic], problems = topic_checks.require_channel(topic, channel, conn, list(nsqd_http), check_by)
-            topic_checks.warn_not_counted(app, topic, problems)
-    elif not channel.endswith("#ephemeral"):
-        for topic in topics:
-            topic_checks.warn_shared_channel(app, topic, channel, conn, list(nsqd_http), check_by)
+    nsqd_http = list(nsqd_http)
+    topics, backlogs = _ask_before_subscribing(app, topics, pattern, channel, peek, conn, nsqd_http, check_by)
     rdy_total = max_in_flight
     if peek and topics:
         # a node whose backlog was looked at holds what comes round again there (in flight, so
@@ -260,29 +209,111 @@ def tail(app, topics, channel, max_in_flight, count, fmt, print_topic, null, dra
     unchecked = {}  # topic -> why its backlog could not be checked (said once it is connected)
     if channel.endswith("#ephemeral") and not drain_backlog:
         for topic in topics:
-            unchecked[topic] = topic_checks.refuse_backlog(topic, conn, list(nsqd_http), check_by)
-    checks = dict(peek=peek, drain_backlog=drain_backlog, nsqd_http=list(nsqd_http))
+            unchecked[topic] = topic_checks.refuse_backlog(topic, conn, nsqd_http, check_by)
     if deadline is not None and time.monotonic() >= deadline:
-        raise DeadlineExceeded("--timeout passed while asking nsqd/nsqlookupd about the topics, before subscribing "
-                               f"({'; '.join(p for ps in unchecked.values() for p in ps) or 'no answer in time'})")
-    terminal = not raw_terminal and sys.stdout.isatty()
-    book = None
-    if peek:
-        from ..peek import Peek
-
-        book = Peek(count, max_in_flight)
-        for topic in topics:
-            book.add_backlog(topic, backlogs[topic])
-    sink = Sink(formatter, b"\0" if null else b"\n", count, None, accept=accept, peek=book, terminal=terminal)
+        _passed_before_subscribing(unchecked)
+    book = _peek_book(count, max_in_flight, topics, backlogs) if peek else None
+    sink = Sink(formatter, b"\0" if null else b"\n", count, None, accept=accept, peek=book,
+                terminal=not raw_terminal and sys.stdout.isatty())
     job = Tail(app, topics, channel, conn, cfg, sink, unchecked)
     if peek:
         for topic in topics:
             job.peek_at(topic, backlogs[topic])
     if pattern is not None:
-        job.discovery = (pattern, topic_refresh, checks)
+        job.discovery = (pattern, topic_refresh, dict(peek=peek, drain_backlog=drain_backlog, nsqd_http=nsqd_http))
     from ..harness import run
 
     return run(app, job, settings)
+
+
+def _passed_before_subscribing(unchecked: dict):
+    from ..app import DeadlineExceeded
+
+    raise DeadlineExceeded("--timeout passed while asking nsqd/nsqlookupd about the topics, before subscribing "
+                           f"({'; '.join(p for ps in unchecked.values() for p in ps) or 'no answer in time'})")
+
+
+def _peek_book(count: int, max_in_flight: int, topics, backlogs: dict):
+    """(--peek) the book of what was looked at, with every topic's backlog per node."""
+    from ..peek import Peek
+
+    book = Peek(count, max_in_flight)
+    for topic in topics:
+        book.add_backlog(topic, backlogs[topic])
+    return book
+
+
+def _topics_or_pattern(topics: tuple, topic_pattern, topic_refresh, conn: dict):
+    """(usage) TOPIC(s) or --topic-pattern, not both and not neither: (topics, compiled pattern or None)."""
+    if topic_pattern is None:
+        if not topics:
+            raise click.UsageError("missing TOPIC (nsqcli tail TOPIC..., or -t TOPIC), or --topic-pattern REGEX")
+        return topics, None
+    import re
+
+    if topics:
+        raise click.UsageError("TOPIC and --topic-pattern cannot be used together (a pattern already chooses "
+                               "the topics)")
+    if not conn.get("lookupd_http_addresses"):
+        raise click.UsageError("--topic-pattern needs --lookupd-http-address (nsqlookupd knows the topics)")
+    try:
+        pattern = re.compile(topic_pattern)
+    except re.error as e:
+        raise click.BadParameter(f"invalid regular expression {topic_pattern!r}: {e}",
+                                 param_hint="'--topic-pattern'") from None
+    if topic_refresh <= 0:
+        raise click.BadParameter("must be more than 0", param_hint="'--topic-refresh'")
+    return topics, pattern
+
+
+def _output(fmt: str, print_topic: bool, grep, where):
+    """(usage) --format, --print-topic, --grep/--where: (formatter, accept or None)."""
+    from ...filters import FilterError, make_filter
+    from ...records import Formatter
+
+    try:
+        formatter = Formatter(fmt, print_topic)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="'--format'") from None
+    if print_topic and fmt != "raw":
+        raise click.UsageError("--print-topic goes with --format raw (a template can use {topic})")
+    try:
+        accept = make_filter(grep, where)
+    except FilterError as e:
+        raise click.BadParameter(str(e), param_hint=f"'{e.option}'") from None
+    return formatter, accept
+
+
+def _live_or_messages(app, settings) -> None:
+    """(usage) --live and the messages cannot share one terminal; without --live there the messages have it."""
+    same_terminal = app.stderr_is_tty and sys.stdout.isatty() and _same_terminal()
+    if settings.live and same_terminal:
+        raise click.UsageError("--live draws on the terminal that also gets the messages: redirect stdout "
+                               "(nsqcli tail TOPIC --live > FILE) or leave out --live")
+    if same_terminal:
+        settings.live = False  # the messages have the terminal
+
+
+def _ask_before_subscribing(app, topics, pattern, channel, peek, conn, nsqd_http, check_by):
+    """--topic-pattern's topics; with --peek each topic's backlog per node (a pattern keeps only the topics
+    that have the channel); a durable channel's other consumers are warned about. (topics, backlogs)."""
+    backlogs = {}
+    if pattern is not None:
+        topics = topic_checks.matching_topics(conn, pattern, check_by)
+    if pattern is not None and peek:
+        asked = {t: topic_checks.channel_depth(t, channel, conn, nsqd_http, check_by) for t in topics}
+        backlogs = {t: depths for t, (_, depths) in asked.items()}
+        topics = tuple(t for t in topics if backlogs[t] is not None)  # a topic without the channel: not peeked
+        for t in topics:
+            topic_checks.warn_not_counted(app, t, asked[t][0])
+    elif peek:
+        for topic in topics:
+            backlogs[topic], problems = topic_checks.require_channel(topic, channel, conn, nsqd_http, check_by)
+            topic_checks.warn_not_counted(app, topic, problems)
+    elif not channel.endswith("#ephemeral"):
+        for topic in topics:
+            topic_checks.warn_shared_channel(app, topic, channel, conn, nsqd_http, check_by)
+    return topics, backlogs
 
 
 class Tail(Job):
