@@ -1,0 +1,43 @@
+"""to-nsq's Copier (nsqcli/relay/copier.py) on its own: what it FINs and counts for what the
+destination acknowledged (the runs against real nsqd: tests/cli/test_to_nsq.py)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from nsqcli.client.producer import PublishResult
+from nsqcli.relay.copier import Copier, DestinationError
+
+
+class _Msg:
+    def __init__(self, body, topic="t"):
+        self.body, self.topic, self.attempts, self.id = body, topic, 1, b"0123456789abcdef"
+        self.answer = None
+
+    def requeue(self, delay=None, backoff=True):
+        self.answer = "REQ"
+
+    def finish(self):
+        self.answer = "FIN"
+
+
+def test_a_batch_is_fined_only_when_the_destination_acknowledged_all_of_it():
+    """multi_publish's PublishResult decides: fewer acknowledged than sent raises (the consumer
+    requeues the batch) and nothing is counted as copied."""
+    class Producer:
+        def __init__(self, acked):
+            self.acked = acked
+
+        def multi_publish(self, topic, bodies):
+            return PublishResult(min(self.acked, len(bodies)), 1, ["dst:4150"])
+
+    msgs = [_Msg(b"a"), _Msg(b"b"), _Msg(b"c")]
+    copier = Copier(Producer(2), None, "hostpool", None, (), None, 0, threading.Event())
+    with pytest.raises(DestinationError, match="acknowledged 2 of 3"):
+        copier(msgs)
+    assert copier.copied == 0 and copier.failed_batches == 1 and copier.active == 0
+    copier = Copier(Producer(3), None, "hostpool", None, (), None, 0, threading.Event())
+    copier(msgs)
+    assert copier.copied == 3 and copier.wait_idle(0)
