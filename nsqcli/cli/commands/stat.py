@@ -90,40 +90,22 @@ def stat(app, topic, channel, nsqd, lookupd, interval, count, per_node, clients,
     --tls-key; an nsqd started with --tls-required=true answers plain HTTP with its HTTPS port,
     which is then asked instead.
     """
-    from ...errors import NSQError
     from ...client.stats import Poller, compute_rows
     from ..app import DeadlineExceeded
 
-    if interval <= 0:
-        raise click.BadParameter("must be more than 0", param_hint="'--interval'")
-    if request_timeout <= 0:
-        raise click.BadParameter("must be more than 0", param_hint="'--http-client-request-timeout'")
-    if as_json and live:
-        raise click.UsageError("--json and --live cannot be used together")
-    if channel and not topic:
-        raise click.UsageError("--channel needs --topic")
+    _refuse_usage(interval, request_timeout, as_json, live, topic, channel)
     check_timeout(timeout)
     setup_http_tls(tls)
     deadline = deadline_of(timeout)
     nsqd, lookupd = list(nsqd), list(lookupd)
     if not nsqd and not lookupd:
         nsqd = ["127.0.0.1:4151"]
-    asked_live = live
-    live = sys.stdout.isatty() and not as_json if live is None else live
-    if live:
-        from rich import get_console
-
-        from ..views import cannot_draw_live
-
-        why = cannot_draw_live(get_console())
-        if why:  # rich would show a blank screen until the end: the plain rows instead
-            if asked_live:
-                app.warn(f"--live: no live view here ({why}): rows every --interval instead")
-            live = False
+    live = _live(app, live, as_json)
     stop = threading.Event()
     from ..signals import GracefulStop
 
     stopper = GracefulStop(stop).install()
+    # the poll loop is one state machine over these locals (baseline, reports, nodes down): kept whole
     history: dict = {}
     last = None  # latest answer of every node, for rates
     reports = 0
@@ -136,14 +118,7 @@ def stat(app, topic, channel, nsqd, lookupd, interval, count, per_node, clients,
     try:
         while not stop.is_set():
             with stopper.blocking():  # a node that never answers: a signal ends the wait (130)
-                try:
-                    nodes = discover(app, nsqd, lookupd, topic, lookupd_errors, first=last is None,
-                                     timeout=_left(request_timeout, deadline))
-                except NSQError:
-                    if deadline is not None and time.monotonic() >= deadline - 0.05:
-                        raise DeadlineExceeded(f"--timeout passed before any nsqlookupd answered "
-                                               f"({', '.join(lookupd)})") from None
-                    raise
+                nodes = _nodes(app, nsqd, lookupd, topic, lookupd_errors, last is None, request_timeout, deadline)
                 sample = poller.poll(nodes, _left(request_timeout, deadline))
             down = sample.down
             if topic and last is None:
@@ -155,12 +130,7 @@ def stat(app, topic, channel, nsqd, lookupd, interval, count, per_node, clients,
             down_before = set(sample.down)
             if last is not None or view is not None:
                 reports += 1
-                if view is not None:
-                    view.update(rows, sample, interval)
-                elif as_json:
-                    _json(rows, sample, clients)
-                else:
-                    _plain(rows, reports, topic and channel and not per_node)
+                _report(view, rows, sample, interval, as_json, clients, reports, topic and channel and not per_node)
             last = _merge(last, sample)
             if count and reports >= count:
                 break
@@ -175,12 +145,73 @@ def stat(app, topic, channel, nsqd, lookupd, interval, count, per_node, clients,
         if view is not None:
             view.stop()
     if not answered:
-        from ..footguns import with_hint
-
-        text = "no nsqd answered /stats: " + (", ".join(nsqd) or "none found through nsqlookupd")
-        hinted = with_hint(text, down.values(), "nsqd")
-        raise NSQError(hinted if hinted != text else with_hint(text, lookupd_errors, "nsqlookupd"))
+        _none_answered(nsqd, lookupd_errors, down)
     return 0
+
+
+def _refuse_usage(interval: float, request_timeout: float, as_json: bool, live, topic, channel) -> None:
+    if interval <= 0:
+        raise click.BadParameter("must be more than 0", param_hint="'--interval'")
+    if request_timeout <= 0:
+        raise click.BadParameter("must be more than 0", param_hint="'--http-client-request-timeout'")
+    if as_json and live:
+        raise click.UsageError("--json and --live cannot be used together")
+    if channel and not topic:
+        raise click.UsageError("--channel needs --topic")
+
+
+def _live(app, live, as_json: bool) -> bool:
+    """--live/--no-live, else a terminal on stdout without --json; rows where rich cannot draw
+    (said only when --live was asked for)."""
+    asked_live = live
+    live = sys.stdout.isatty() and not as_json if live is None else live
+    if live:
+        from rich import get_console
+
+        from ..views import cannot_draw_live
+
+        why = cannot_draw_live(get_console())
+        if why:  # rich would show a blank screen until the end: the plain rows instead
+            if asked_live:
+                app.warn(f"--live: no live view here ({why}): rows every --interval instead")
+            live = False
+    return live
+
+
+def _nodes(app, nsqd: list, lookupd: list, topic, lookupd_errors: set, first: bool, request_timeout: float,
+           deadline: float | None) -> list[str]:
+    """This poll's nodes (see :func:`discover`); no lookupd answering the first poll once --timeout passed: exit 3."""
+    from ...errors import NSQError
+    from ..app import DeadlineExceeded
+
+    try:
+        return discover(app, nsqd, lookupd, topic, lookupd_errors, first=first,
+                        timeout=_left(request_timeout, deadline))
+    except NSQError:
+        if deadline is not None and time.monotonic() >= deadline - 0.05:
+            raise DeadlineExceeded(f"--timeout passed before any nsqlookupd answered "
+                                   f"({', '.join(lookupd)})") from None
+        raise
+
+
+def _report(view, rows, sample, interval: float, as_json: bool, clients: bool, reports: int, one_channel) -> None:
+    """One report: the live view, an NDJSON snapshot, or the plain rows."""
+    if view is not None:
+        view.update(rows, sample, interval)
+    elif as_json:
+        _json(rows, sample, clients)
+    else:
+        _plain(rows, reports, one_channel)
+
+
+def _none_answered(nsqd: list, lookupd_errors: set, down: dict):
+    """No node answered during the whole run: exit 1, with the port or lookupd hint."""
+    from ...errors import NSQError
+    from ..footguns import with_hint
+
+    text = "no nsqd answered /stats: " + (", ".join(nsqd) or "none found through nsqlookupd")
+    hinted = with_hint(text, down.values(), "nsqd")
+    raise NSQError(hinted if hinted != text else with_hint(text, lookupd_errors, "nsqlookupd"))
 
 
 def _left(request_timeout: float, deadline: float | None) -> float:
