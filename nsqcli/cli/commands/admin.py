@@ -47,69 +47,110 @@ class NotConfirmed(click.ClickException):
 
 def run_action(app, action: str, topic: str, channel: str | None, nsqd, lookupd, dry_run: bool, yes: bool,
                as_json: bool, node: str | None = None, timeout: float | None = None, tls: dict | None = None) -> int:
-    import time
-
-    from ...client.admin import DESTRUCTIVE, apply, plan
-    from ...errors import NSQError
-    from ..app import DeadlineExceeded, write_stdout
+    from ...client.admin import DESTRUCTIVE, apply
+    from ..app import DeadlineExceeded
 
     check_timeout(timeout)
     setup_http_tls(tls or {})
     deadline = deadline_of(timeout)
-
-    def left() -> float:
-        if deadline is None:
-            return REQUEST_TIMEOUT
-        return min(REQUEST_TIMEOUT, deadline - time.monotonic())
-
-    def passed() -> bool:
-        return deadline is not None and time.monotonic() >= deadline - 0.05
-
     nsqd, lookupd = list(nsqd), list(lookupd)
     if not nsqd and not lookupd:
         nsqd = ["127.0.0.1:4151"]
-    from ...errors import LookupdError
+    steps = _plan(app, action, topic, channel, nsqd, lookupd, node, deadline)
+    name = f"{'channel' if channel else 'topic'} {topic}{'/' + channel if channel else ''}"
+    if dry_run:
+        _print_plan(action, steps, as_json)
+        return 0
+    if action in DESTRUCTIVE and not yes:
+        _confirm(action, name, steps)
+    if _left(deadline) <= 0:  # the confirmation took the time: nothing was done
+        raise DeadlineExceeded(f"--timeout passed before {action} started: nothing was changed")
+    apply(steps, REQUEST_TIMEOUT, deadline)
+    _print_results(action, topic, channel, steps, as_json)
+    _refuse_unfinished(action, name, topic, channel, steps, lookupd, deadline)
+    app.info(f"{name}: {action} done on {len(steps)} node(s)")
+    return 0
+
+
+def _left(deadline: float | None) -> float:
+    """What one request is given: REQUEST_TIMEOUT, cut to what is left of --timeout."""
+    import time
+
+    if deadline is None:
+        return REQUEST_TIMEOUT
+    return min(REQUEST_TIMEOUT, deadline - time.monotonic())
+
+
+def _passed(deadline: float | None) -> bool:
+    import time
+
+    return deadline is not None and time.monotonic() >= deadline - 0.05
+
+
+def _plan(app, action: str, topic: str, channel, nsqd: list, lookupd: list, node, deadline) -> list:
+    """The steps (one HTTP call per node), its warnings said; a bad name is a usage error."""
+    from ...client.admin import plan
+    from ...errors import LookupdError, NSQError
+    from ..app import DeadlineExceeded
     from ..footguns import with_hint
 
-    if left() <= 0:
+    if _left(deadline) <= 0:
         raise DeadlineExceeded(f"--timeout passed before {action} started: nothing was changed")
     try:
-        steps, warnings = plan(action, topic, channel, nsqd, lookupd, node, timeout=left())
+        steps, warnings = plan(action, topic, channel, nsqd, lookupd, node, timeout=_left(deadline))
     except ValueError as e:
         raise click.UsageError(str(e)) from None
     except LookupdError as e:  # e.g. an nsqd port given as --lookupd-http-address
-        if passed():
+        if _passed(deadline):
             raise DeadlineExceeded(f"--timeout passed before nsqlookupd answered: nothing was changed ({e})") from None
         raise NSQError(with_hint(str(e), [e], "nsqlookupd")) from None
     for w in warnings:
         app.warn(w)
-    name = f"{'channel' if channel else 'topic'} {topic}{'/' + channel if channel else ''}"
-    if dry_run:
-        if as_json:
-            write_stdout(json.dumps({"action": action, "dry_run": True, "steps": [s.to_json() for s in steps]}) + "\n")
-        else:
-            write_stdout("".join(f"would {s.describe()}\n" for s in steps))
-        return 0
-    if action in DESTRUCTIVE and not yes:
-        if not sys.stdin.isatty():
-            raise click.UsageError(f"{action} is destructive: add --yes to {WHAT[action]} {name} "
-                                   f"on {len(steps)} node(s) (--dry-run lists them)")
-        for s in steps:
-            click.echo(f"  {s.describe()}", err=True)
-        if not click.confirm(f"{WHAT[action].capitalize()} {name} as above?", err=True):
-            raise NotConfirmed(f"not confirmed: {name} was not changed")
-    if left() <= 0:  # the confirmation took the time: nothing was done
-        raise DeadlineExceeded(f"--timeout passed before {action} started: nothing was changed")
-    apply(steps, REQUEST_TIMEOUT, deadline)
+    return steps
+
+
+def _print_plan(action: str, steps: list, as_json: bool) -> None:
+    """--dry-run: what would change."""
+    from ..app import write_stdout
+
+    if as_json:
+        write_stdout(json.dumps({"action": action, "dry_run": True, "steps": [s.to_json() for s in steps]}) + "\n")
+    else:
+        write_stdout("".join(f"would {s.describe()}\n" for s in steps))
+
+
+def _confirm(action: str, name: str, steps: list) -> None:
+    """A destructive action without --yes: asked on a terminal, refused elsewhere."""
+    if not sys.stdin.isatty():
+        raise click.UsageError(f"{action} is destructive: add --yes to {WHAT[action]} {name} "
+                               f"on {len(steps)} node(s) (--dry-run lists them)")
+    for s in steps:
+        click.echo(f"  {s.describe()}", err=True)
+    if not click.confirm(f"{WHAT[action].capitalize()} {name} as above?", err=True):
+        raise NotConfirmed(f"not confirmed: {name} was not changed")
+
+
+def _print_results(action: str, topic: str, channel, steps: list, as_json: bool) -> None:
+    """Every step's result on stdout (JSON, or one line each)."""
+    from ..app import write_stdout
+
     if as_json:
         write_stdout(json.dumps({"action": action, "topic": topic, "channel": channel,
                                  "steps": [s.to_json() for s in steps]}) + "\n")
     else:
         write_stdout("".join(f"{'SKIP' if s.skipped else 'ok  ' if s.ok else 'FAIL'} {s.describe()}"
                              f"{'  ' + s.error if s.error else ''}\n" for s in steps))
+
+
+def _refuse_unfinished(action: str, name: str, topic: str, channel, steps: list, lookupd: list, deadline) -> None:
+    """Exit 3 when --timeout passed before every node was done, 1 when a node failed (how to finish)."""
+    from ...errors import NSQError
+    from ..app import DeadlineExceeded
+    from ..footguns import with_hint
+
     failed = [s for s in steps if s.ok is False]
     ran = [s for s in steps if not s.skipped]
-    if passed() and (failed or len(ran) < len(steps)):
+    if _passed(deadline) and (failed or len(ran) < len(steps)):
         done = sum(bool(s.ok) for s in steps)
         text = f"--timeout passed before {action} was done on every node ({done} of {len(steps)} done)"
         if action == "delete" and len(ran) < len(steps):
@@ -127,8 +168,6 @@ def run_action(app, action: str, topic: str, channel: str | None, nsqd, lookupd,
                      f"{topic}), then run this again"
                      + (f" (nsqlookupd {', '.join(lk)} already lists the channel)" if lk else ""))
         raise NSQError(text)
-    app.info(f"{name}: {action} done on {len(steps)} node(s)")
-    return 0
 
 
 def _how_to_finish(name: str, topic: str, channel: str | None, failed: list[str], lookupd: list[str]) -> str:
