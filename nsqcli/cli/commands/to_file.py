@@ -68,12 +68,44 @@ def to_file(app, topics, topic_pattern, topic_refresh, channel, max_in_flight, o
     """
     settings = pop_run(kwargs)
     conn = pop_connection(kwargs)
+    lookupd = list(conn.get("lookupd_http_addresses") or ())
+    _refuse_usage(settings, topics, topic_pattern, lookupd, sync_interval, grep, where, use_gzip)
+    file_options = dict(output_dir=output_dir, work_dir=work_dir, filename_format=filename_format,
+                        datetime_format=datetime_format, host_identifier=host_identifier,
+                        local_time=local_time, gzip=use_gzip, gzip_level=gzip_level,
+                        rotate_size=rotate_size, rotate_interval=rotate_interval,
+                        skip_empty_files=skip_empty_files)
+    _check_files(file_options, topics)
+    cfg = build_config(conn, max_in_flight=max_in_flight, max_attempts=0)
+    if cfg.msg_timeout is not None and sync_interval >= cfg.msg_timeout:
+        app.warn("--sync-interval should stay below --msg-timeout, or messages time out before they are FINed")
+    from .. import archiving, handoff
+
+    from ..harness import can_draw
+
+    show_live = settings.live is not False and can_draw(app)
+    spec = dict(version=archiving.SPEC_VERSION, topics=list(topics), topic_pattern=topic_pattern,
+                topic_refresh=topic_refresh, channel=channel, file_options=file_options,
+                config=archiving.config_spec(cfg), lookupd=lookupd,
+                nsqd=nsqd_addresses(conn) if not lookupd or conn.get("nsqd_tcp_addresses") else [],
+                sync_interval=sync_interval, status_interval=settings.status_interval,
+                live=settings.live, log_level=settings.log_level,
+                log_format=settings.log_format, metrics_address=settings.metrics_address,
+                status_file=settings.status_file, format=fmt, json=settings.as_json, verbosity=app.verbosity,
+                filter={"grep": grep, "where": where})
+    if not show_live:  # a daemon: the rest runs in a fresh image without click (nsqcli.cli.handoff)
+        handoff.hand_off("to-file", spec)
+    return archiving.run(app, spec)
+
+
+def _refuse_usage(settings, topics, topic_pattern, lookupd: list, sync_interval: float, grep, where,
+                  use_gzip: bool) -> None:
+    """(usage) --log-format, TOPIC or --topic-pattern, --sync-interval, --grep/--where, --gzip-level."""
     if settings.log_format == "plain":
         raise click.BadParameter("to-file logs as 'text' or 'json' (a daemon's lines carry their time)",
                                  param_hint="'--log-format'")
     if not topics and not topic_pattern:
         raise click.UsageError("give --topic or --topic-pattern")
-    lookupd = list(conn.get("lookupd_http_addresses") or ())
     if sync_interval <= 0:
         raise click.BadParameter("must be more than 0", param_hint="'--sync-interval'")
     if topics and topic_pattern:
@@ -97,11 +129,10 @@ def to_file(app, topics, topic_pattern, topic_refresh, channel, max_in_flight, o
             re.compile(topic_pattern)
         except re.error as e:
             raise click.UsageError(f"invalid --topic-pattern {topic_pattern!r}: {e}") from None
-    file_options = dict(output_dir=output_dir, work_dir=work_dir, filename_format=filename_format,
-                        datetime_format=datetime_format, host_identifier=host_identifier,
-                        local_time=local_time, gzip=use_gzip, gzip_level=gzip_level,
-                        rotate_size=rotate_size, rotate_interval=rotate_interval,
-                        skip_empty_files=skip_empty_files)
+
+
+def _check_files(file_options: dict, topics) -> None:
+    """(usage) the file options, the names they make, the directories (writable, one filesystem)."""
     from ...archive.writer import FileOptions
 
     opts = FileOptions(**file_options)
@@ -110,28 +141,8 @@ def to_file(app, topics, topic_pattern, topic_refresh, channel, max_in_flight, o
     except ValueError as e:
         raise click.UsageError(str(e)) from None
     _check_names_stay_inside(opts, topics or ["x"])
-    _check_writable(output_dir, work_dir)
-    _check_same_filesystem(output_dir, work_dir)
-    cfg = build_config(conn, max_in_flight=max_in_flight, max_attempts=0)
-    if cfg.msg_timeout is not None and sync_interval >= cfg.msg_timeout:
-        app.warn("--sync-interval should stay below --msg-timeout, or messages time out before they are FINed")
-    from .. import archiving, handoff
-
-    from ..harness import can_draw
-
-    show_live = settings.live is not False and can_draw(app)
-    spec = dict(version=archiving.SPEC_VERSION, topics=list(topics), topic_pattern=topic_pattern,
-                topic_refresh=topic_refresh, channel=channel, file_options=file_options,
-                config=archiving.config_spec(cfg), lookupd=lookupd,
-                nsqd=nsqd_addresses(conn) if not lookupd or conn.get("nsqd_tcp_addresses") else [],
-                sync_interval=sync_interval, status_interval=settings.status_interval,
-                live=settings.live, log_level=settings.log_level,
-                log_format=settings.log_format, metrics_address=settings.metrics_address,
-                status_file=settings.status_file, format=fmt, json=settings.as_json, verbosity=app.verbosity,
-                filter={"grep": grep, "where": where})
-    if not show_live:  # a daemon: the rest runs in a fresh image without click (nsqcli.cli.handoff)
-        handoff.hand_off("to-file", spec)
-    return archiving.run(app, spec)
+    _check_writable(file_options["output_dir"], file_options["work_dir"])
+    _check_same_filesystem(file_options["output_dir"], file_options["work_dir"])
 
 
 def _existing(path: str) -> str:
