@@ -145,8 +145,6 @@ def _http_check(address: str, topic: str | None, deadline: float | None = None, 
                 derived_from: str = "") -> tuple[Check, dict]:
     """nsqd's HTTP API at ``address``; ``derived_from``: the nsqd TCP address whose port + 1
     ``address`` is (then its /info must name that TCP port, or it is another nsqd's)."""
-    from email.utils import parsedate_to_datetime
-
     from ...client.http import base_url, http_get, http_json, tls_required_port
     from ...errors import NSQError
 
@@ -155,46 +153,17 @@ def _http_check(address: str, topic: str | None, deadline: float | None = None, 
         status, headers, body = http_get(address, "/info", timeout=_left(deadline, HTTP_TIMEOUT))
         info = json.loads(body or b"{}")
     except NSQError as e:
-        text = str(e)
-        fix = ("this port speaks TCP: give nsqd's HTTP port (usually 4151)"
-               if "not an HTTP answer" in text or "reset by peer" in text
-               else "" if "TLS" in text  # the TLS failure's own fix is in the text
-               else HUNG if "no complete answer within" in text
-               else "is nsqd running and is this its HTTP address (usually port 4151)?")
-        if fix == HUNG and deadline is not None and time.monotonic() >= deadline - 0.05:
-            fix = "not done before --timeout: give a longer --timeout"
-        if "TLS" in text and ": give " in text:
-            text, _, fix = text.partition(": give ")
-            fix = "give " + fix
-        return Check(target, FAIL, text, fix), {}
+        return _info_failed(target, str(e), deadline), {}
     except ValueError:
         return Check(target, FAIL, f"/info is not JSON: {body[:60]!r}", "is this nsqd's HTTP address?"), {}
     https_port = tls_required_port(status, body)
     if https_port is not None and base_url(address).startswith("http://"):
-        # nsqd --tls-required: its HTTP API is on HTTPS only; check that instead, and say so
-        host = base_url(address)[len("http://"):].rsplit(":", 1)[0]
-        https = f"https://{host}:{https_port}"
-        check, info = _http_check(https, topic, deadline, target, derived_from)
-        note = f"this nsqd requires TLS for its HTTP API (403 TLS_REQUIRED): use {https}"
-        if check.status == FAIL:
-            return Check(target, FAIL, f"{note}; there: {check.detail}", check.fix), info
-        return Check(target, check.status, f"{check.detail}, HTTPS only: {https}", check.fix), info
+        return _https_instead(address, https_port, topic, deadline, target, derived_from)
     if status != 200 or "tcp_port" not in info:
         return Check(target, FAIL, f"/info answered HTTP {status} without nsqd's fields ({str(info)[:60]})",
                      "this looks like nsqlookupd or another server: give nsqd's HTTP port (usually 4151)"), {}
     parts = [f"v{info.get('version', '?')}", f"TCP port {info.get('tcp_port')}"]
-    status_, fix = OK, ""
-    if headers.get("date"):
-        try:
-            # Date has whole seconds: nsqd's clock was somewhere in [date, date + 1)
-            skew = time.time() - (parsedate_to_datetime(headers["date"]).timestamp() + 0.5)
-            whole = round(skew)
-            parts.append(f"clock skew {whole:+d}s (±1s)" if whole else "clock skew 0s (±1s)")
-            if abs(skew) > 2:
-                status_, fix = WARN, ("this machine's clock and nsqd's differ: message timestamps, --since/--until "
-                                      "and rates will be off; run NTP on both")
-        except (TypeError, ValueError):
-            pass
+    status_, fix = _clock_skew(headers, parts)
     try:
         stats = http_json(address, "/stats", {"format": "json"} | ({"topic": topic} if topic else {}),
                           timeout=_left(deadline, HTTP_TIMEOUT))
@@ -204,15 +173,7 @@ def _http_check(address: str, topic: str | None, deadline: float | None = None, 
     except NSQError as e:
         return Check(target, FAIL, f"/stats failed: {e}", "check nsqd's log"), info
     if topic:
-        mine = [t for t in topics if t.get("topic_name") == topic]
-        if mine:
-            t = mine[0]
-            names = [c.get("channel_name") for c in t.get("channels") or []]
-            parts.append(f"topic {topic!r}: depth {t.get('depth', 0)}, channels {', '.join(names) or 'none'}")
-            if t.get("paused"):
-                status_, fix = WARN, f"topic {topic!r} is paused: nothing is delivered until it is unpaused"
-        else:
-            parts.append(f"no topic {topic!r}")
+        status_, fix = _topic_part(topic, topics, parts, status_, fix)
     mismatch = _derived_mismatch(derived_from, info.get("tcp_port"))
     if mismatch:
         parts[1] = mismatch
@@ -220,6 +181,67 @@ def _http_check(address: str, topic: str | None, deadline: float | None = None, 
         fix = "; ".join(f for f in (f"give nsqd {derived_from}'s HTTP address with --nsqd-http-address (its "
                                     "TCP port + 1 is another nsqd's, or a port forward's)", fix) if f)
     return Check(target, status_, ", ".join(p for p in parts if p), fix), info
+
+
+def _info_failed(target: str, text: str, deadline: float | None) -> Check:
+    """nsqd's /info could not be asked: the failure with the fix its words point to."""
+    fix = ("this port speaks TCP: give nsqd's HTTP port (usually 4151)"
+           if "not an HTTP answer" in text or "reset by peer" in text
+           else "" if "TLS" in text  # the TLS failure's own fix is in the text
+           else HUNG if "no complete answer within" in text
+           else "is nsqd running and is this its HTTP address (usually port 4151)?")
+    if fix == HUNG and deadline is not None and time.monotonic() >= deadline - 0.05:
+        fix = "not done before --timeout: give a longer --timeout"
+    if "TLS" in text and ": give " in text:
+        text, _, fix = text.partition(": give ")
+        fix = "give " + fix
+    return Check(target, FAIL, text, fix)
+
+
+def _https_instead(address: str, https_port, topic, deadline, target: str, derived_from: str) -> tuple[Check, dict]:
+    """nsqd --tls-required: its HTTP API is on HTTPS only; check that instead, and say so."""
+    from ...client.http import base_url
+
+    host = base_url(address)[len("http://"):].rsplit(":", 1)[0]
+    https = f"https://{host}:{https_port}"
+    check, info = _http_check(https, topic, deadline, target, derived_from)
+    note = f"this nsqd requires TLS for its HTTP API (403 TLS_REQUIRED): use {https}"
+    if check.status == FAIL:
+        return Check(target, FAIL, f"{note}; there: {check.detail}", check.fix), info
+    return Check(target, check.status, f"{check.detail}, HTTPS only: {https}", check.fix), info
+
+
+def _clock_skew(headers, parts: list) -> tuple[str, str]:
+    """The clock skew against nsqd's Date header, added to ``parts``: (status, fix)."""
+    from email.utils import parsedate_to_datetime
+
+    status, fix = OK, ""
+    if headers.get("date"):
+        try:
+            # Date has whole seconds: nsqd's clock was somewhere in [date, date + 1)
+            skew = time.time() - (parsedate_to_datetime(headers["date"]).timestamp() + 0.5)
+            whole = round(skew)
+            parts.append(f"clock skew {whole:+d}s (±1s)" if whole else "clock skew 0s (±1s)")
+            if abs(skew) > 2:
+                status, fix = WARN, ("this machine's clock and nsqd's differ: message timestamps, --since/--until "
+                                     "and rates will be off; run NTP on both")
+        except (TypeError, ValueError):
+            pass
+    return status, fix
+
+
+def _topic_part(topic: str, topics: list, parts: list, status: str, fix: str) -> tuple[str, str]:
+    """--topic on this nsqd (depth, channels, paused), added to ``parts``: (status, fix)."""
+    mine = [t for t in topics if t.get("topic_name") == topic]
+    if mine:
+        t = mine[0]
+        names = [c.get("channel_name") for c in t.get("channels") or []]
+        parts.append(f"topic {topic!r}: depth {t.get('depth', 0)}, channels {', '.join(names) or 'none'}")
+        if t.get("paused"):
+            status, fix = WARN, f"topic {topic!r} is paused: nothing is delivered until it is unpaused"
+    else:
+        parts.append(f"no topic {topic!r}")
+    return status, fix
 
 
 def _derived_mismatch(derived_from: str, tcp_port) -> str:
@@ -311,9 +333,6 @@ def doctor(app, topic, nsqd_http, as_json, timeout, **kwargs):
     https:// HTTP addresses are verified with --tls-ca-file/--tls-cert/--tls-key; an nsqd started
     with --tls-required (its HTTP API on HTTPS only) is checked on its HTTPS port.
     """
-    from ...client.transport import split_address
-    from ..app import write_stdout
-
     check_timeout(timeout)
     deadline = deadline_of(timeout)
     conn = pop_connection(kwargs)
@@ -323,17 +342,7 @@ def doctor(app, topic, nsqd_http, as_json, timeout, **kwargs):
     if app.context:
         checks.append(Check(f"context {app.context}", OK, "settings from the context (flags and NSQCLI_* override)"))
     tcp = list(nsqd_addresses(conn))
-    http = list(nsqd_http)
-    derived: dict[str, str] = {}  # HTTP address -> the TCP address it was derived from
-    if not nsqd_http:  # by convention nsqd's HTTP port is its TCP port + 1 (confirmed by its /info)
-        for a in tcp:
-            try:
-                host, port = split_address(a)
-            except ValueError:
-                continue
-            guess = (f"[{host}]" if ":" in host else host) + f":{port + 1}"
-            http.append(guess)
-            derived.setdefault(guess, a)
+    http, derived = _http_addresses(tcp, nsqd_http)
     # every node at once, each check under its own deadline: a hung node costs one deadline
     lookupds = list(conn.get("lookupd_http_addresses") or ())
     for check, nodes in _at_once([(f"nsqlookupd {a}", lambda a=a: _lookupd_check(a, deadline)) for a in lookupds],
@@ -355,6 +364,33 @@ def doctor(app, topic, nsqd_http, as_json, timeout, **kwargs):
     spark = _spark_check()  # last: the estate first
     if spark is not None:
         checks.append(spark)
+    _report(app, checks, as_json, deadline)
+    return 0
+
+
+def _http_addresses(tcp: list, nsqd_http) -> tuple[list, dict]:
+    """The nsqd HTTP addresses to check: those given, else by convention each TCP port + 1
+    (confirmed by its /info). (addresses, {derived HTTP address: the TCP address it came from})."""
+    from ...client.transport import split_address
+
+    http = list(nsqd_http)
+    derived: dict[str, str] = {}  # HTTP address -> the TCP address it was derived from
+    if not nsqd_http:
+        for a in tcp:
+            try:
+                host, port = split_address(a)
+            except ValueError:
+                continue
+            guess = (f"[{host}]" if ":" in host else host) + f":{port + 1}"
+            http.append(guess)
+            derived.setdefault(guess, a)
+    return http, derived
+
+
+def _report(app, checks: list, as_json: bool, deadline: float | None) -> None:
+    """The checklist (or JSON) on stdout; exit 1 if a check failed, 3 if --timeout passed first."""
+    from ..app import write_stdout
+
     failed = [c for c in checks if c.status == FAIL]
     if as_json:
         write_stdout(json.dumps({"ok": not failed, "context": app.context,
@@ -370,7 +406,6 @@ def doctor(app, topic, nsqd_http, as_json, timeout, **kwargs):
             raise DeadlineExceeded(f"--timeout passed before every check was done "
                                    f"({len(failed)} of {len(checks)} checks failed)")
         raise NSQError(f"{len(failed)} of {len(checks)} checks failed")
-    return 0
 
 
 def _stdout_tty() -> bool:
