@@ -64,14 +64,7 @@ def _report(results, size, as_json, app):
 
 def run_bench(app, mode, topic, channel, size, count, duration, batch_size, publishers, consumers, max_in_flight,
               processes, as_json, conn):
-    if size < STAMP.size:
-        raise click.BadParameter(f"must be at least {STAMP.size} (the timestamp)", param_hint="'--size'")
-    if duration is not None and duration <= 0:
-        raise click.BadParameter("must be more than 0", param_hint="'--duration'")
-    if count and duration:
-        raise click.UsageError("give --count or --duration, not both")
-    if not count and not duration:
-        count = 100_000
+    count = _check_amount(size, count, duration)
     import multiprocessing as mp
 
     ctx = mp.get_context("fork")
@@ -101,6 +94,36 @@ def run_bench(app, mode, topic, channel, size, count, duration, batch_size, publ
         for i in range(publishers):
             workers.append(make(guarded(publisher), (i, addresses, pub_cfg, topic, size, per, duration, batch_size,
                                              progress, pub_stop, out)))
+    _start(workers, mode, consumers, ready)
+    expected = (publishers if mode != "sub" else 0) + (consumers if mode != "pub" else 0)
+    bar = _Bar(app, mode, count, publishers, progress, received) if app.stderr_is_tty and not as_json else None
+    results = _collect(workers, out, expected, stop, bar)
+    from ...errors import NSQError
+
+    errors = [r for r in results if r[0] == "error"]
+    if errors:
+        raise NSQError(f"{len(errors)} bench client(s) failed: {errors[0][2]}")
+    if len(results) < expected:
+        raise NSQError(f"{expected - len(results)} bench client(s) ended without a result")
+    _report(results, size, as_json, app)
+    return 0
+
+
+def _check_amount(size: int, count, duration):
+    """(usage) --size, --count or --duration: the count (100000 when neither was given)."""
+    if size < STAMP.size:
+        raise click.BadParameter(f"must be at least {STAMP.size} (the timestamp)", param_hint="'--size'")
+    if duration is not None and duration <= 0:
+        raise click.BadParameter("must be more than 0", param_hint="'--duration'")
+    if count and duration:
+        raise click.UsageError("give --count or --duration, not both")
+    if not count and not duration:
+        count = 100_000
+    return count
+
+
+def _start(workers: list, mode: str, consumers: int, ready) -> None:
+    """Start the clients; pubsub: the consumers first (up to 15 s for them to be ready)."""
     if mode == "pubsub":
         # consumers first: the channel exists before the first message, so none is a backlog
         for w in workers[:consumers]:
@@ -113,11 +136,13 @@ def run_bench(app, mode, topic, channel, size, count, duration, batch_size, publ
     else:
         for w in workers:
             w.start()
-    expected = {"pub": publishers if mode != "sub" else 0, "sub": consumers if mode != "pub" else 0}
+
+
+def _collect(workers: list, out, expected: int, stop, bar) -> list:
+    """Every client's result (fewer when all ended without one); then the clients are told to stop."""
     results = []
-    bar = _Bar(app, mode, count, publishers, progress, received) if app.stderr_is_tty and not as_json else None
     try:
-        while len(results) < sum(expected.values()):
+        while len(results) < expected:
             try:
                 results.append(out.get(timeout=0.2))
             except Exception:
@@ -125,21 +150,13 @@ def run_bench(app, mode, topic, channel, size, count, duration, batch_size, publ
             if bar:
                 bar.update()
             alive = [w for w in workers if w.is_alive()]
-            if not alive and out.empty() and len(results) < sum(expected.values()):
+            if not alive and out.empty() and len(results) < expected:
                 break
     finally:
         stop.set()
         if bar:
             bar.stop()
-    from ...errors import NSQError
-
-    errors = [r for r in results if r[0] == "error"]
-    if errors:
-        raise NSQError(f"{len(errors)} bench client(s) failed: {errors[0][2]}")
-    if len(results) < sum(expected.values()):
-        raise NSQError(f"{sum(expected.values()) - len(results)} bench client(s) ended without a result")
-    _report(results, size, as_json, app)
-    return 0
+    return results
 
 
 class _Bar:
