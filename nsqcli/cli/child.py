@@ -51,17 +51,9 @@ def run_child(argv: list[str], env: dict, body: bytes, tick, *, slice: float = 0
                     pass
             for key, _ in events:
                 if key.fileobj is p.stdin:
-                    try:
-                        sent += os.write(p.stdin.fileno(), view[sent:sent + CHUNK])
-                    except BlockingIOError:
-                        continue
-                    except BrokenPipeError:  # COMMAND did not read all of it: its choice
-                        sent = len(view)
-                    if sent >= len(view):
-                        sel.unregister(p.stdin)
-                        p.stdin.close()
-                    continue
-                _read(sel, key)
+                    sent = _feed(sel, p.stdin, view, sent)
+                else:
+                    _read(sel, key)
             now = time.monotonic()
             if exited is None and p.poll() is not None:
                 exited = now
@@ -75,25 +67,50 @@ def run_child(argv: list[str], env: dict, body: bytes, tick, *, slice: float = 0
                 _drain(sel, 2.0)
                 break
     finally:
-        for key in list(sel.get_map().values()):
-            sel.unregister(key.fileobj)
-        sel.close()
-        for f in (p.stdin, p.stdout, p.stderr):
-            try:
-                f.close()
-            except OSError:
-                pass
-    code = p.wait() if why is None else _reap(p)
+        _close(sel, p)
     out_b, err_b = b"".join(out), b"".join(err)
     if why is not None:
+        _reap(p)
         return None, why, out_b, err_b
+    code = p.wait()
+    return code, _how_it_ended(code), out_b, err_b
+
+
+def _feed(sel, stdin, view: memoryview, sent: int) -> int:
+    """One write of the body to COMMAND's stdin; closed once all of it is written (or COMMAND
+    closed its end: it did not read all of it, its choice). Returns how much is written."""
+    try:
+        sent += os.write(stdin.fileno(), view[sent:sent + CHUNK])
+    except BlockingIOError:
+        return sent
+    except BrokenPipeError:
+        sent = len(view)
+    if sent >= len(view):
+        sel.unregister(stdin)
+        stdin.close()
+    return sent
+
+
+def _close(sel, p) -> None:
+    """Nothing more is watched or read: nsqcli's ends of the pipes closed."""
+    for key in list(sel.get_map().values()):
+        sel.unregister(key.fileobj)
+    sel.close()
+    for f in (p.stdin, p.stdout, p.stderr):
+        try:
+            f.close()
+        except OSError:
+            pass
+
+
+def _how_it_ended(code: int) -> str:
     if code < 0:
         try:
             name = signal.Signals(-code).name
         except ValueError:
             name = str(-code)
-        return code, f"killed by {name}", out_b, err_b
-    return code, f"exit code {code}", out_b, err_b
+        return f"killed by {name}"
+    return f"exit code {code}"
 
 
 def _drain(sel, most: float) -> None:
