@@ -138,24 +138,14 @@ class Result:
 
 
 def run_check(topic, channel, nsqd, lookupd, limits, clients_min, request_timeout, deadline) -> Result:
-    from ...client.http import cluster_view
     from ...client.stats import compute_rows, poll_nodes
 
     res = Result(limits, clients_min)
     end = time.monotonic() + left(deadline, request_timeout, floor=0.05)
     nodes = list(nsqd)
     if lookupd:
-        view = cluster_view(lookupd, topic, max(0.05, end - time.monotonic()))
-        res.lookupd_up = list(view.answered)
-        for e in view.errors:
-            address = urllib.parse.urlsplit(e.endpoint).netloc or e.endpoint
-            res.lookupd_down[address] = why(e)
-            res.add(CRITICAL, f"nsqlookupd {address} down: {why(e)}")
-        given = {a.split("://", 1)[-1].rstrip("/") for a in nsqd}
-        found = view.producers(topic) if topic else list(view.nodes.values())
-        nodes += sorted(n.http_address for n in found if n.http_address not in given)
-        if not view.answered and not nsqd:
-            res.unknown = f"no nsqlookupd answered ({'; '.join(str(e) for e in view.errors)})"
+        nodes += _lookupd_nodes(res, topic, nsqd, lookupd, end)
+        if res.unknown:
             return res
     if not nodes:
         if topic:
@@ -182,6 +172,30 @@ def run_check(topic, channel, nsqd, lookupd, limits, clients_min, request_timeou
         res.add(CRITICAL, f"topic {topic} exists on no nsqd (asked {', '.join(res.nodes_up)})")
     elif channel and not any(r.channel == channel for r in res.rows):
         res.add(CRITICAL, f"channel {topic}/{channel} exists on no nsqd (asked {', '.join(res.nodes_up)})")
+    _over_limits(res, limits, clients_min)
+    return res
+
+
+def _lookupd_nodes(res: Result, topic, nsqd, lookupd, end: float) -> list[str]:
+    """The nsqd HTTP addresses nsqlookupd knows (carrying ``topic``), not given already; a lookupd
+    down is CRITICAL; none answering and no nsqd given: UNKNOWN (``res.unknown``)."""
+    from ...client.http import cluster_view
+
+    view = cluster_view(lookupd, topic, max(0.05, end - time.monotonic()))
+    res.lookupd_up = list(view.answered)
+    for e in view.errors:
+        address = urllib.parse.urlsplit(e.endpoint).netloc or e.endpoint
+        res.lookupd_down[address] = why(e)
+        res.add(CRITICAL, f"nsqlookupd {address} down: {why(e)}")
+    given = {a.split("://", 1)[-1].rstrip("/") for a in nsqd}
+    found = view.producers(topic) if topic else list(view.nodes.values())
+    if not view.answered and not nsqd:
+        res.unknown = f"no nsqlookupd answered ({'; '.join(str(e) for e in view.errors)})"
+    return sorted(n.http_address for n in found if n.http_address not in given)
+
+
+def _over_limits(res: Result, limits: dict, clients_min) -> None:
+    """Every row against the --warning/--critical limits of METRICS and --clients-min."""
     for r in res.rows:
         name = f"{r.topic}/{r.channel}" if r.channel else r.topic
         for metric, (attr, words, scope) in METRICS.items():
@@ -197,7 +211,6 @@ def run_check(topic, channel, nsqd, lookupd, limits, clients_min, request_timeou
         if clients_min is not None and r.channel and r.clients < clients_min:
             res.add(CRITICAL, f"{name} has {r.clients} client{'s' if r.clients != 1 else ''} < {clients_min}",
                     topic=r.topic, channel=r.channel, metric="clients", value=r.clients, threshold=clients_min)
-    return res
 
 
 def _perf(label: str, value, warn="", crit="", uom="") -> str:
