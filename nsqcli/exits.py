@@ -159,6 +159,31 @@ def outcome(main, say=exit_line) -> int:
     return rc if isinstance(rc, int) else EXIT_OK
 
 
+def calm_teardown() -> None:
+    """Let a SIGINT/SIGTERM that lands while the process exits leave the exit code alone.
+
+    The interpreter's teardown puts back the default disposition of every signal that had a
+    Python handler, then spends milliseconds unloading modules: a second Ctrl-C (or a SIGTERM
+    from a supervisor) in that window killed a command that had already stopped cleanly and said
+    so, and its status was "killed by signal" (-2/-15) instead of 130/143. From the first
+    ``atexit`` call on (non-daemon threads joined; the commands' own handlers still force an exit
+    until then) both are ignored: teardown keeps a disposition of SIG_IGN, and what is left is
+    only the exit with the code already decided. `pub`'s fast path skips teardown (exit_now)."""
+    import atexit
+
+    atexit.register(_ignore_exit_signals)
+
+
+def _ignore_exit_signals() -> None:
+    import signal
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            signal.signal(sig, signal.SIG_IGN)
+        except (ValueError, OSError):  # not the main thread: nothing to do
+            pass
+
+
 def exit_now(code: int) -> None:
     """Flush and leave without the interpreter's teardown (`pub`'s fast path): teardown restores
     the default signal dispositions first, so a Ctrl-C in those milliseconds killed a pub whose

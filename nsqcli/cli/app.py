@@ -18,7 +18,7 @@ from ..daemon.outages import STABLE_AFTER, Outages, source_error, sources_recove
 # the exit path itself is click-free in nsqcli.exits (pub's fast path shares it); its names are
 # re-exported here, where the commands have always found them
 from ..exits import (EXIT_DEADLINE, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, DeadlineExceeded,  # noqa: F401
-                     Interrupted, StdoutClosed, UsageProblem, Voice, _stderr_lock, exit_line, outcome,
+                     Interrupted, StdoutClosed, UsageProblem, Voice, _stderr_lock, calm_teardown, exit_line, outcome,
                      silence_stdout, write_stderr, write_stdout)
 
 
@@ -182,5 +182,7 @@ def run_guarded(main) -> None:
     """Call ``main()`` and exit with its code; the outcomes every run shares (click's own are
     mapped by :func:`run`) become one line and their exit code (nsqcli.exits.outcome, which
     `pub`'s fast path shares). Click-free: a handed-off process (nsqcli.cli.handoff) exits
-    through here too."""
+    through here too. A signal landing once the process exits no longer kills it
+    (nsqcli.exits.calm_teardown)."""
+    calm_teardown()  # registered first: also when main() leaves by SystemExit (click's usage errors)
     sys.exit(outcome(main, _exit_line))

@@ -80,3 +80,44 @@ def test_a_signal_the_parent_ignores_stays_ignored(argv, nsqd):
             proc.kill()
             proc.communicate()
     assert proc.returncode in (0, 143), err  # SIGTERM's clean stop (stat, tail: 0)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_second_signal_after_the_clean_stop_still_exits_with_128_plus_n(nsqd, topic, sig):
+    """mpub stopped cleanly on the first signal and said so; a second one landing while the
+    process exits (the interpreter's teardown puts back the default dispositions) killed it by
+    the signal (-2/-15) instead of 130/143. A few tries, the second signal at a random moment
+    around the last line."""
+    import random
+
+    from helpers import topic_stats
+
+    rng = random.Random()
+    codes = []
+    deadline = time.monotonic() + 20
+    for attempt in range(8):
+        if time.monotonic() > deadline:
+            break
+        t = f"{topic}_{attempt}"
+        proc = subprocess.Popen(NSQCLI + ["mpub", "-t", t, "--nsqd-tcp-address", nsqd.tcp_address],
+                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                env=clean_env())
+        try:
+            proc.stdin.write(b"a\nb\n")
+            proc.stdin.flush()
+            wait_for(lambda: (topic_stats(nsqd, t) or {}).get("message_count") == 2, 15, what="2 records in nsqd")
+            proc.send_signal(sig)
+            last = proc.stderr.readline()  # the summary: the clean stop is done, the process exits
+            while b"interrupted" not in last and last:
+                last = proc.stderr.readline()
+            time.sleep(rng.uniform(0, 0.03))
+            if proc.poll() is None:
+                proc.send_signal(sig)
+            _, err = proc.communicate(timeout=10)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        assert b"interrupted" in last, (last, err)
+        codes.append(proc.returncode)
+    assert codes and all(c in (130, 143) for c in codes), codes
