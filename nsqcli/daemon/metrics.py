@@ -127,11 +127,20 @@ def _number(value):
 
 def families(snap: dict):
     """The metric families of one snapshot (prometheus_client.core objects)."""
-    from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily,
-                                        InfoMetricFamily)
-    from prometheus_client.utils import floatToGoString
-
     command = str(snap.get("command", ""))
+    yield from _process_families(snap, command)
+    yield from _topic_families(snap.get("topics") or [], command)
+    yield from _connection_families(snap.get("connections") or [], snap.get("depth") or [], command)
+    yield from _named_families(snap, command)
+    latency = snap.get("latency")
+    if latency:
+        yield _latency_family(latency, command)
+
+
+def _process_families(snap: dict, command: str):
+    """nsqcli_info, uptime and start time, healthy."""
+    from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
+
     c = [command]
     info = InfoMetricFamily("nsqcli", "This nsqcli process", labels=["command", "version", "pid"])
     info.add_metric([command, __version__, str(snap.get("pid", ""))], {})
@@ -145,7 +154,11 @@ def families(snap: dict):
     yield _one(GaugeMetricFamily, "nsqcli_healthy", "1 while /healthz answers 200, else 0", c,
                1 if health.get("ok") else 0)
 
-    rows = snap.get("topics") or []
+
+def _topic_families(rows: list, command: str):
+    """The counters of _PER_TOPIC, one sample per topic/channel."""
+    from prometheus_client.core import CounterMetricFamily
+
     for key, name, doc in _PER_TOPIC:
         fam = CounterMetricFamily(f"nsqcli_{name}", doc, labels=["command", "topic", "channel"])
         for row in rows:
@@ -154,8 +167,12 @@ def families(snap: dict):
                 fam.add_metric([command, str(row.get("topic", "")), str(row.get("channel", ""))], value)
         yield fam
 
+
+def _connection_families(rows: list, depth_rows: list, command: str):
+    """Per nsqd connection: up, the gauges of _PER_CONNECTION, then those of _PER_DEPTH."""
+    from prometheus_client.core import GaugeMetricFamily
+
     labels = ["command", "topic", "channel", "nsqd"]
-    rows = snap.get("connections") or []
     up = GaugeMetricFamily("nsqcli_connection_up", "1 while the connection to this nsqd is up, else 0", labels=labels)
     per = [(key, GaugeMetricFamily(f"nsqcli_{name}", doc, labels=labels)) for key, name, doc in _PER_CONNECTION]
     for row in rows:
@@ -168,16 +185,21 @@ def families(snap: dict):
     yield up
     yield from (fam for _, fam in per)
 
-    rows = snap.get("depth") or []
     for key, name, doc in _PER_DEPTH:
         fam = GaugeMetricFamily(f"nsqcli_{name}", doc, labels=labels)
-        for row in rows:
+        for row in depth_rows:
             value = _number(row.get(key))
             if value is not None:
                 fam.add_metric([command, str(row.get("topic", "")), str(row.get("channel", "")),
                                 str(row.get("nsqd", ""))], value)
         yield fam
 
+
+def _named_families(snap: dict, command: str):
+    """The command's own counters and gauges (named from their keys), then errors by kind."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    c = [command]
     used: set = set()
     for key, value in (snap.get("counters") or {}).items():
         value = _number(value)
@@ -197,19 +219,23 @@ def families(snap: dict):
             errors.add_metric([command, str(kind)], value)
     yield errors
 
-    latency = snap.get("latency")
-    if latency:
-        buckets, count = [], 0
-        for le, n in latency.get("buckets") or []:
-            le = "+Inf" if le in ("+Inf", float("inf")) else floatToGoString(float(le))
-            count = n
-            buckets.append((le, n))
-        if not buckets or buckets[-1][0] != "+Inf":
-            buckets.append(("+Inf", latency.get("count", count)))
-        hist = HistogramMetricFamily("nsqcli_delivery_latency_seconds",
-                                     "Delivery latency (message received to destination's answer)", labels=["command"])
-        hist.add_metric(c, buckets, _number(latency.get("sum")) or 0.0)
-        yield hist
+
+def _latency_family(latency: dict, command: str):
+    """The delivery latency histogram (its buckets end with +Inf)."""
+    from prometheus_client.core import HistogramMetricFamily
+    from prometheus_client.utils import floatToGoString
+
+    buckets, count = [], 0
+    for le, n in latency.get("buckets") or []:
+        le = "+Inf" if le in ("+Inf", float("inf")) else floatToGoString(float(le))
+        count = n
+        buckets.append((le, n))
+    if not buckets or buckets[-1][0] != "+Inf":
+        buckets.append(("+Inf", latency.get("count", count)))
+    hist = HistogramMetricFamily("nsqcli_delivery_latency_seconds",
+                                 "Delivery latency (message received to destination's answer)", labels=["command"])
+    hist.add_metric([command], buckets, _number(latency.get("sum")) or 0.0)
+    return hist
 
 
 def _one(cls, name: str, doc: str, labels: list, value):
@@ -271,13 +297,35 @@ def serve(address: str, snapshot) -> MetricsServer:
     and /status from ``snapshot()`` on a daemon thread. Raises ValueError (a bad address, or a
     host that does not resolve) or OSError (cannot listen there: in use, not ours), each with a
     one-line message naming the address."""
-    import socket
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-    from urllib.parse import parse_qs, urlsplit
+    from http.server import ThreadingHTTPServer
 
     _load_prometheus_client()
-    from prometheus_client import CollectorRegistry
-    from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+    family, sockaddr = _resolve(address)
+
+    class Server(ThreadingHTTPServer):
+        address_family = family
+        daemon_threads = True
+        block_on_close = False
+        request_queue_size = 128  # (socketserver's 5 dropped a burst of scrapers: kernel retries 1-3 s later)
+
+        def handle_error(self, request, client_address):  # never a traceback on stderr
+            pass
+
+    try:
+        httpd = Server(sockaddr[:2], _handler(snapshot))
+    except OSError as e:
+        err = OSError(f"cannot listen on {address}: {e.strerror or e}")
+        err.errno = e.errno
+        raise err from None
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.25},
+                              name=f"nsqcli-metrics {address}", daemon=True)
+    thread.start()
+    return MetricsServer(httpd, thread)
+
+
+def _resolve(address: str):
+    """(address family, socket address) to listen on: IPv4 where the host has it."""
+    import socket
 
     host, port = parse_address(address)
     try:
@@ -286,6 +334,16 @@ def serve(address: str, snapshot) -> MetricsServer:
     except socket.gaierror as e:
         raise ValueError(f"metrics address {address!r}: host {host!r} not found ({e.strerror})") from None
     family, _, _, _, sockaddr = next((i for i in infos if i[0] == socket.AF_INET), infos[0])
+    return family, sockaddr
+
+
+def _handler(snapshot):
+    """The request handler class: /metrics (the families of ``snapshot()``), /healthz, /status."""
+    from http.server import BaseHTTPRequestHandler
+    from urllib.parse import parse_qs, urlsplit
+
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
     class Collector:
         def describe(self):
@@ -335,25 +393,7 @@ def serve(address: str, snapshot) -> MetricsServer:
             except OSError:  # the scraper went away
                 pass
 
-    class Server(ThreadingHTTPServer):
-        address_family = family
-        daemon_threads = True
-        block_on_close = False
-        request_queue_size = 128  # (socketserver's 5 dropped a burst of scrapers: kernel retries 1-3 s later)
-
-        def handle_error(self, request, client_address):  # never a traceback on stderr
-            pass
-
-    try:
-        httpd = Server(sockaddr[:2], Handler)
-    except OSError as e:
-        err = OSError(f"cannot listen on {address}: {e.strerror or e}")
-        err.errno = e.errno
-        raise err from None
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.25},
-                              name=f"nsqcli-metrics {address}", daemon=True)
-    thread.start()
-    return MetricsServer(httpd, thread)
+    return Handler
 
 
 def _health(snap: dict, as_json: bool) -> tuple[int, str, bytes]:
