@@ -365,17 +365,8 @@ def topic_arguments(*, many: bool = False, channel: bool | str = False, required
     meta = ("[TOPIC]..." if many else "[TOPIC]") + (" [CHANNEL]" if positional_channel else "")
     if rest:
         meta += f" {rest_metavar or rest.upper()}"
-    topic_help = topic_help or ("Topic (repeatable; or as arguments)." if many else "Topic (or the first argument).")
-    decorators = [
-        click.argument("grammar_args", nargs=-1, metavar=meta),
-        option("-t", "--topic", "grammar_topic", multiple=many, type=TOPIC, help=topic_help,
-               show_default=topic_default if topic_default else False, default=None),
-    ]
-    if channel:
-        where = " (or the second argument)" if positional_channel else ""
-        decorators.append(option("-c", "--channel", "grammar_channel", type=CHANNEL, default=None,
-                                 show_default=channel_default if channel_default else False,
-                                 help=(channel_help or "Channel.") + where))
+    decorators = _grammar_parameters(meta, many, channel, positional_channel, topic_default, channel_default,
+                                     topic_help, channel_help)
 
     def decorate(f):
         @functools.wraps(f)
@@ -411,6 +402,23 @@ def topic_arguments(*, many: bool = False, channel: bool | str = False, required
         return wrapper
 
     return decorate
+
+
+def _grammar_parameters(meta: str, many: bool, channel, positional_channel: bool, topic_default, channel_default,
+                        topic_help, channel_help) -> list:
+    """The click parameters of :func:`topic_arguments`: the words, -t/--topic, -c/--channel."""
+    topic_help = topic_help or ("Topic (repeatable; or as arguments)." if many else "Topic (or the first argument).")
+    decorators = [
+        click.argument("grammar_args", nargs=-1, metavar=meta),
+        option("-t", "--topic", "grammar_topic", multiple=many, type=TOPIC, help=topic_help,
+               show_default=topic_default if topic_default else False, default=None),
+    ]
+    if channel:
+        where = " (or the second argument)" if positional_channel else ""
+        decorators.append(option("-c", "--channel", "grammar_channel", type=CHANNEL, default=None,
+                                 show_default=channel_default if channel_default else False,
+                                 help=(channel_help or "Channel.") + where))
+    return decorators
 
 
 def _usage(ctx: click.Context, meta: str) -> str:
