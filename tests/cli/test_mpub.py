@@ -687,3 +687,31 @@ def test_mpub_json_error_says_the_run_was_interrupted(nsqd, topic):
     doc = json.loads(out)
     assert doc["published"] == 1 and doc["resume_skip"] == 1
     assert doc["error"], doc  # non-empty: the run did not finish
+
+
+@pytest.mark.parametrize("defer", [[], ["--defer", "1s"]], ids=["mpub", "dpub"])
+def test_a_refused_handshake_is_not_blamed_on_a_record(nsqd_factory, topic, defer):
+    """nsqd --max-body-size below mpub's IDENTIFY body (~223 bytes) refuses the handshake
+    itself: the line says what nsqd refused, not "record 1 refused by nsqd" with a --skip that
+    would leave out a record nobody refused."""
+    server = nsqd_factory(max_body_size=150)
+    r = run_nsqcli(["mpub", "-t", topic, "--nsqd-tcp-address", server.tcp_address] + defer,
+                   input=b"a\nb\n", timeout=30)
+    assert r.returncode == 1, r.stderr
+    err = r.stderr.decode()
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("nsqcli: error: "), lines
+    assert "IDENTIFY body too big" in err and "resume with --skip 0" in err, err
+    assert "record 1" not in err and "leaves out" not in err, err
+    assert _held(server, topic) == 0
+
+
+def test_a_dpub_nsqd_refuses_still_names_its_record(nsqd_factory, topic):
+    server = nsqd_factory(max_msg_size=1000)
+    r = run_nsqcli(["mpub", "-t", topic, "--defer", "1s", "--nsqd-tcp-address", server.tcp_address],
+                   input=b"a\nb\n" + b"z" * 2000 + b"\nc\n", timeout=30)
+    assert r.returncode == 1, r.stderr
+    err = r.stderr.decode()
+    assert "record 3 refused by nsqd" in err and "E_BAD_MESSAGE" in err, err
+    assert "resume with --skip 2 (--skip 3 also leaves out record 3)" in err, err
+    assert _held(server, topic) == 2

@@ -357,6 +357,8 @@ def _publish_deferred(producer, topic, records, defer, rate, stop, timeout=10.0)
                 records.on_progress(done)
     except BaseException as e:
         cause = e.cause if isinstance(e, PublishError) and e.cause is not None else e
+        if isinstance(cause, ServerError) and written[0]:  # nsqd's answer to this DPUB, not to a handshake
+            cause.index = done + 1
         err = PublishError(str(cause), done, 0, cause)
         # the DPUB being waited for may be in nsqd: no answer, or the connection lost after it
         err.unanswered = int(written[0] and not isinstance(cause, ServerError)
@@ -525,9 +527,14 @@ def _fail(app, e: BaseException, topic: str, stats: Tally, records: BodyReader, 
         raise Interrupted(stopper.signum or getattr(cause, "signum", 2), where) from None
     bad = getattr(cause, "record", None)
     what = str(cause)
-    if records.outstanding and getattr(cause, "code", "") in ("E_BAD_MESSAGE", "E_BAD_BODY"):
-        bad = records.numbers.record(records.acked)  # the ledger split down to this one record: nsqd refused it alone
-        what = f"record {bad} refused by nsqd: {cause}"
+    if getattr(cause, "code", "") in ("E_BAD_MESSAGE", "E_BAD_BODY"):
+        if records.outstanding and getattr(cause, "index", None) is not None:
+            # it answered a publish: the ledger split down to this one record (or the DPUB of
+            # it), and nsqd refused it alone
+            bad = records.numbers.record(records.acked)
+            what = f"record {bad} refused by nsqd: {cause}"
+        else:  # not a publish's answer (IDENTIFY over nsqd's --max-body-size): no record to blame
+            what = f"nsqd refused: {cause}"
     if bad is not None and bad == records.resume_at + 1:
         where += f" (--skip {bad} also leaves out record {bad})"
     if deadline is not None and time.monotonic() >= deadline - 0.01:
