@@ -66,7 +66,6 @@ def replay(app, topic, rest, since, until, where, from_topics, rate, retry_timeo
 def _replay(app, spark, archives, topic, since, until, where, from_topics, rate, dry_run, fmt, conn,
             as_json=False, retry_timeout=60.0):
     from ...spark.jobs import archive_selection, counts_by_topic_and_hour
-    from ..app import write_stdout
 
     try:
         df = archive_selection(spark, archives, since, until, where, from_topics, fmt)
@@ -77,22 +76,35 @@ def _replay(app, spark, archives, topic, since, until, where, from_topics, rate,
             raise spark_error(e) from None
         raise
     if dry_run:
-        total = sum(n for _, _, n in rows)
-        if as_json:
-            hours = [{"topic": t, "hour": h.strftime("%Y-%m-%dT%H:00:00Z") if h else None, "messages": n}
-                     for t, h, n in rows]
-            write_stdout(json.dumps({"dry_run": True, "topic": topic, "messages": total, "by_hour": hours}) + "\n")
-            return 0
-        lines = [f"{'TOPIC':<24} {'HOUR (UTC)':<17} {'MESSAGES':>10}"]
-        lines += [f"{t or '-':<24} {h.strftime('%Y-%m-%d %H:00') if h else '-':<17} {n:>10}" for t, h, n in rows]
-        write_stdout("\n".join(lines) + "\n")
-        app.info(f"dry run: {total} message{'s' * (total != 1)} would be published to {topic}; nothing was")
+        _print_counts(app, rows, topic, as_json)
         return 0
+    options = {**sink_options(conn), "topic": topic, "retryTimeout": f"{round(retry_timeout * 1000)}ms"}
+    ledgers, el = _publish(app, spark, df, options, rate)
+    _report(app, ledgers, topic, el, as_json)
+    return 0
+
+
+def _print_counts(app, rows: list, topic: str, as_json: bool) -> None:
+    """--dry-run: what would be published, by topic and hour."""
+    from ..app import write_stdout
+
+    total = sum(n for _, _, n in rows)
+    if as_json:
+        hours = [{"topic": t, "hour": h.strftime("%Y-%m-%dT%H:00:00Z") if h else None, "messages": n}
+                 for t, h, n in rows]
+        write_stdout(json.dumps({"dry_run": True, "topic": topic, "messages": total, "by_hour": hours}) + "\n")
+        return
+    lines = [f"{'TOPIC':<24} {'HOUR (UTC)':<17} {'MESSAGES':>10}"]
+    lines += [f"{t or '-':<24} {h.strftime('%Y-%m-%d %H:00') if h else '-':<17} {n:>10}" for t, h, n in rows]
+    write_stdout("\n".join(lines) + "\n")
+    app.info(f"dry run: {total} message{'s' * (total != 1)} would be published to {topic}; nothing was")
+
+
+def _publish(app, spark, df, options: dict, rate) -> tuple[list, float]:
+    """The Spark job that publishes the bodies: every task's ledger (what nsqd acknowledged), seconds."""
     from ...spark.jobs import publish
     from ...spark.session import is_connect
-    from ...spark.sink import SKIPPED
 
-    options = {**sink_options(conn), "topic": topic, "retryTimeout": f"{round(retry_timeout * 1000)}ms"}
     # Spark's task progress on a TTY (the status tracker needs a driver in this process)
     progress = (_Progress(spark, app) if sys.stderr.isatty() and app.verbosity >= 0 and not is_connect(spark)
                 else None)
@@ -114,7 +126,14 @@ def _replay(app, spark, archives, topic, since, until, where, from_topics, rate,
     finally:
         if progress:
             progress.stop()
-    el = time.monotonic() - t0
+    return ledgers, time.monotonic() - t0
+
+
+def _report(app, ledgers: list, topic: str, el: float, as_json: bool) -> None:
+    """What nsqd acknowledged; exit 1 when a task stopped early or was skipped."""
+    from ...spark.sink import SKIPPED
+    from ..app import write_stdout
+
     done = sum(m["messages"] for m in ledgers)
     # a task Spark ran again (an executor lost): its lost attempt's messages were published too,
     # and no ledger counts them; a lost connection's batches sent again may be in nsqd twice
@@ -140,7 +159,6 @@ def _replay(app, spark, archives, topic, since, until, where, from_topics, rate,
     if as_json:
         write_stdout(json.dumps({"dry_run": False, "topic": topic, "published": done, "rerun_tasks": rerun,
                                  "may_be_duplicates": resent, "elapsed": round(el, 3)}) + "\n")
-    return 0
 
 
 class _Progress(threading.Thread):
