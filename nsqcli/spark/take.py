@@ -184,9 +184,35 @@ def already_spooled(root: str, epoch: str, msgs: list, nsqd: str, topic: str) ->
     return [m for m in msgs if key + m.id.decode() in known]
 
 
+def _not_spooled(settings, epoch: str, part, taker, msgs: list) -> list:
+    """``msgs`` without the redelivered ones a spool chunk already holds (spooled before, their FIN
+    lost): those are FINed now, never twice in the output."""
+    again = [m for m in msgs if m.attempts > 1]
+    if not again:
+        return msgs
+    dup = already_spooled(settings.spool, epoch, again, part.tcp, part.topic)
+    if not dup:
+        return msgs
+    log.warning("nsq source task: %d redelivered message(s) were already spooled "
+                "(a FIN was lost): FINed, not taken again", len(dup))
+    taker.consumer.finish_many(dup)
+    dropped = {id(m) for m in dup}
+    return [m for m in msgs if id(m) not in dropped]
+
+
+def _finish(taker, msgs: list, left: int) -> None:
+    """A chunk is in the spool: RDY down to what is left of the share, then FIN it."""
+    taker.consumer.set_max_in_flight(max(0, min(left, CHUNK)))
+    lost = taker.consumer.finish_many(msgs)
+    if lost:
+        log.warning("nsq source task: %d FIN(s) could not be sent (connection lost): nsqd "
+                    "will deliver those spooled messages again", len(lost))
+
+
 def take(settings, part, epoch: str, batch: int, index: int):
     """Yield the partition's record batches, each once it is in the spool (see the module
     docstring): Spark writes one chunk while the task takes the next."""
+    # one loop over the spool's slots (read one, or take, publish, FIN and yield a chunk): kept whole
     spool = PartitionSpool(settings.spool, epoch, batch, index)
     started = time.monotonic()
     deadline = started + settings.max_read_time
@@ -211,18 +237,10 @@ def take(settings, part, epoch: str, batch: int, index: int):
             if want > 0 and size < PARTITION_BYTES and time.monotonic() < deadline and not spool.stop_requested():
                 if taker is None:
                     taker = _Taker(settings, part)
-                msgs = taker.gather(want, deadline, spool.stop_requested)
-                again = [m for m in msgs if m.attempts > 1]
-                if again:  # spooled before, its FIN lost: FIN it now, never twice in the output
-                    dup = already_spooled(settings.spool, epoch, again, part.tcp, part.topic)
-                    if dup:
-                        log.warning("nsq source task: %d redelivered message(s) were already spooled "
-                                    "(a FIN was lost): FINed, not taken again", len(dup))
-                        taker.consumer.finish_many(dup)
-                        dropped = {id(m) for m in dup}
-                        msgs = [m for m in msgs if id(m) not in dropped]
-                        if not msgs:
-                            continue
+                got = taker.gather(want, deadline, spool.stop_requested)
+                msgs = _not_spooled(settings, epoch, part, taker, got)
+                if got and not msgs:
+                    continue
             if not msgs:  # share taken, nothing more came, or out of time: close the partition
                 if spool.end(slot, {"index": index, "rows": rows, "share": part.share, "oldest_ns": oldest,
                                       "redelivered": again_n, "msg_timeout": taker.msg_timeout() if taker else None, "pid": os.getpid(),
@@ -237,12 +255,7 @@ def take(settings, part, epoch: str, batch: int, index: int):
                 taker.consumer.requeue_many(msgs, 0.0)
                 raise
             if won:
-                left = part.share - rows - len(msgs)
-                taker.consumer.set_max_in_flight(max(0, min(left, CHUNK)))
-                lost = taker.consumer.finish_many(msgs)
-                if lost:
-                    log.warning("nsq source task: %d FIN(s) could not be sent (connection lost): nsqd "
-                                "will deliver those spooled messages again", len(lost))
+                _finish(taker, msgs, part.share - rows - len(msgs))
                 first = min(m.timestamp for m in msgs)
                 oldest = first if oldest is None else min(oldest, first)
                 rows += len(msgs)
