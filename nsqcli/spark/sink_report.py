@@ -159,20 +159,7 @@ def settle(messages, records: list[dict] | None, committed: bool, what: str) -> 
                 f"{_plural(len(done), 'task')} that finished" if done else f"nsqcli.spark: {what}: no task finished")
     failed_before = bool(rerun or failed_tasks or others)
     if failed_before:
-        who = []
-        if failed_tasks:
-            who.append(f"{_plural(len(failed_tasks), 'task')} failed")
-        if rerun:
-            who.append(f"{_plural(len(rerun), 'task')} ran again after failed attempts")
-        who = " and ".join(who)
-        if records is None:
-            line += (f"; {who}, which published an unknown number more (at least once: nsqd holds at least "
-                     f"{total}; option commitReportPath counts them)")
-        else:
-            least = "" if exact else "at least "
-            attempts = _plural(len(others), "failed attempt")
-            line += (f"; {who}: {attempts} published {least}{extra} more (at least once): nsqd acknowledged "
-                     f"{least}{total + extra} in all")
+        line += _after_failures(failed_tasks, rerun, others if records is not None else None, total, extra, exact)
     if resent:
         line += (f"; up to {resent} more may be in nsqd (taken by a connection that was lost before nsqd's "
                  "answer, and sent again)")
@@ -185,19 +172,45 @@ def settle(messages, records: list[dict] | None, committed: bool, what: str) -> 
         "acknowledged": total + extra if known else None,
         "exact": known and exact,
         "may_be_duplicates": resent,
-        "partitions": [{"partition": m.partition, "messages": m.messages, "bytes": m.bytes, "attempt": m.attempt,
-                        "retries": m.retries, "resent": m.resent, "nsqd": m.nsqd, "seconds": round(m.seconds, 3)}
-                       for m in sorted(done, key=lambda m: m.partition)],
+        "partitions": _partitions(done),
         "failed_tasks": failed_tasks,
         "rerun_tasks": sorted(m.partition for m in rerun),
-        "failed_attempts": [{k: r.get(k) for k in ("partition", "attempt", "acknowledged", "final", "error",
-                                                   "resent", "nsqd")}
-                            for r in sorted(others, key=lambda r: (r.get("partition", 0), r.get("attempt", 0)))],
+        "failed_attempts": _failed_attempts(others),
         "nsqd": sorted(nsqd),
         "line": line,
         "time": time.time(),
     }
     return line, doc
+
+
+def _after_failures(failed_tasks: list, rerun: list, others: list | None, total: int, extra: int,
+                    exact: bool) -> str:
+    """The line's part for tasks that failed or ran again: what their failed attempts published
+    (``others``: their records, None without commitReportPath: then only that more landed)."""
+    who = []
+    if failed_tasks:
+        who.append(f"{_plural(len(failed_tasks), 'task')} failed")
+    if rerun:
+        who.append(f"{_plural(len(rerun), 'task')} ran again after failed attempts")
+    who = " and ".join(who)
+    if others is None:
+        return (f"; {who}, which published an unknown number more (at least once: nsqd holds at least "
+                f"{total}; option commitReportPath counts them)")
+    least = "" if exact else "at least "
+    attempts = _plural(len(others), "failed attempt")
+    return (f"; {who}: {attempts} published {least}{extra} more (at least once): nsqd acknowledged "
+            f"{least}{total + extra} in all")
+
+
+def _partitions(done: list) -> list[dict]:
+    return [{"partition": m.partition, "messages": m.messages, "bytes": m.bytes, "attempt": m.attempt,
+             "retries": m.retries, "resent": m.resent, "nsqd": m.nsqd, "seconds": round(m.seconds, 3)}
+            for m in sorted(done, key=lambda m: m.partition)]
+
+
+def _failed_attempts(others: list) -> list[dict]:
+    return [{k: r.get(k) for k in ("partition", "attempt", "acknowledged", "final", "error", "resent", "nsqd")}
+            for r in sorted(others, key=lambda r: (r.get("partition", 0), r.get("attempt", 0)))]
 
 
 def finish(topic: str | None, messages, committed: bool, what: str, records_dir: str | None,
