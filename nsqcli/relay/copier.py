@@ -104,7 +104,7 @@ class Copier:
             msgs = msgs[:max(room, 0)]
             if not msgs:
                 return
-        by_topic: dict[str, list[bytes]] = {}
+        by_topic: dict[str, list] = {}  # destination topic -> [(message, body)]
         skipped = big = 0
         for m in msgs:
             body = None if self.accept is not None and not self.accept(m) else self._body(m.body)
@@ -114,41 +114,89 @@ class Copier:
                 big += 1
                 self._too_big(m, len(body))
             else:
-                by_topic.setdefault(self.topic or m.topic, []).append(body)
+                by_topic.setdefault(self.topic or m.topic, []).append((m, body))
         if self.pacer is not None:
             with self.pace_lock:  # one clock for every handler thread
                 self.pacer.wait(len(msgs) - skipped - big)
         if self.mode == "round-robin" and by_topic:
             self.producer.rotate()
-        for topic, bodies in by_topic.items():
-            self._publish(topic, bodies)
+        acked: list = []  # the messages the destination acknowledged
+        try:
+            for topic, pairs in by_topic.items():
+                self._publish(topic, pairs, acked)
+        except DestinationError:
+            # the rest is requeued by the consumer: what the destination holds is FINed and
+            # counted now (requeued too, it came again as duplicates and was not counted)
+            for m in acked:
+                m.finish()
+            self._count(len(acked), 0, bool(acked))
+            raise
+        self._count(len(acked), skipped, bool(by_topic))
+
+    def _count(self, copied: int, filtered: int, published: bool) -> None:
         with self.lock:
-            self.copied += len(msgs) - skipped - big
-            self.filtered += skipped
-            if by_topic:
+            self.copied += copied
+            self.filtered += filtered
+            if published:
                 self.last = time.monotonic()
             if self.count and self.copied >= self.count:
                 self.done.set()
 
-    def _publish(self, topic: str, bodies: list[bytes]) -> None:
-        """MPUB; returns only when the destination acknowledged every body."""
-        started = time.monotonic()
-        try:
-            result = self.producer.multi_publish(topic, bodies)
-        except Exception as e:
-            self._learn_limit(e)
-            with self.lock:
-                self.failed_batches += 1
-            raise DestinationError(e) from e  # the consumer requeues the batch with backoff
-        published = getattr(result, "published", None)
-        if published != len(bodies):
-            with self.lock:
-                self.failed_batches += 1
-            raise DestinationError(f"the destination acknowledged {published} of {len(bodies)} messages "
-                                   f"for topic {topic}")
-        self.latency.observe(time.monotonic() - started)
-        if self.outages is not None:
-            self.outages.ok("destination", "destination")
+    def _publish(self, topic: str, pairs: list, acked: list) -> None:
+        """MPUB the bodies of ``pairs`` ((message, body)); each message the destination
+        acknowledged is added to ``acked``. A message nsqd refused alone as too big (after the
+        ones before it were acknowledged) is taken out (:meth:`_too_big`) and the rest sent
+        again at once; any other failure raises DestinationError (the rest is requeued)."""
+        while pairs:
+            bodies = [body for _, body in pairs]
+            started = time.monotonic()
+            try:
+                result = self.producer.multi_publish(topic, bodies)
+            except Exception as e:
+                self._learn_limit(e)
+                done = self._acknowledged(e, len(pairs))
+                acked.extend(m for m, _ in pairs[:done])
+                refused = self._refused_alone(e, done)
+                if refused is not None and refused < len(pairs):
+                    m, body = pairs[refused]
+                    self._too_big(m, len(body))
+                    pairs = pairs[refused + 1:]
+                    continue
+                with self.lock:
+                    self.failed_batches += 1
+                raise DestinationError(e) from e  # the consumer requeues the rest with backoff
+            published = getattr(result, "published", None)
+            if published != len(bodies):
+                with self.lock:
+                    self.failed_batches += 1
+                raise DestinationError(f"the destination acknowledged {published} of {len(bodies)} messages "
+                                       f"for topic {topic}")
+            acked.extend(m for m, _ in pairs)
+            self.latency.observe(time.monotonic() - started)
+            if self.outages is not None:
+                self.outages.ok("destination", "destination")
+            return
+
+    def _acknowledged(self, err: BaseException, sent: int) -> int:
+        """How many of the first messages sent the destination acknowledged before ``err``
+        (PublishError.published: in order). With --mode fanout none count: a message is copied
+        only when every destination has it."""
+        from ..errors import PublishError
+
+        if self.mode == "fanout" or not isinstance(err, PublishError):
+            return 0
+        return max(0, min(int(err.published or 0), sent))
+
+    def _refused_alone(self, err: BaseException, done: int) -> int | None:
+        """The position of the one message nsqd refused as too big (the ledger split its batch
+        down to it, nothing after it was processed), once its limit is known; else None."""
+        cause = getattr(err, "cause", None)
+        index = getattr(cause, "index", None)
+        if index is None or getattr(cause, "code", "") not in ("E_BAD_MESSAGE", "E_BAD_BODY"):
+            return None
+        if index - 1 != done or self.max_msg_size is None:
+            return None
+        return done
 
     def _learn_limit(self, err: BaseException) -> None:
         """nsqd's E_BAD_MESSAGE "MPUB message too big N > LIMIT": messages over LIMIT are

@@ -374,3 +374,25 @@ ADDRESS_FOOTGUNS = [
 @pytest.mark.parametrize("env,args,pattern", ADDRESS_FOOTGUNS, ids=ids(ADDRESS_FOOTGUNS, at=1, width=50))
 def test_address_footgun_is_refused_naming_the_fix(nsqd, topic, env, args, pattern):
     address_footgun(nsqd, topic, env, args, pattern)
+
+
+def test_a_batch_nsqd_refuses_part_way_is_copied_once_and_counted(nsqd_factory, topic):
+    """The destination (--max-msg-size 100, its HTTP port unknown: nsqd judges) refuses one
+    message of the batch after acknowledging the halves before it: those are FINed and counted,
+    only the rest requeued. (The whole batch was requeued: the destination held 300 twice over
+    while the summary said "copied 1".) The destination holds each message once and the summary
+    says what it holds."""
+    src, dst = nsqd_factory(), nsqd_factory(max_msg_size=100)
+    bodies = [b"m%05d" % i for i in range(600)]
+    publish(src, topic, bodies[:300] + [b"B" * 200] + bodies[300:])
+    http_post(dst.http_address, "/topic/create", topic=topic)
+    http_post(dst.http_address, "/channel/create", topic=topic, channel="check")
+    r = run_nsqcli(["to-nsq", "-t", topic, "--nsqd-tcp-address", src.tcp_address, "--destination-nsqd-tcp-address",
+                    dst.tcp_address, "--requeue-delay", "30s", "--idle-timeout", "3s", "--json"], timeout=60)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["copied"] == count(dst, topic) == 600, (doc, count(dst, topic))
+    copied = drain(dst, topic, "check")
+    assert sorted(copied) == bodies  # each once
+    ch = topic_stats(src, topic)["channels"][0]
+    assert ch["depth"] + ch["in_flight_count"] + ch["deferred_count"] == 1  # the big one stays in the source

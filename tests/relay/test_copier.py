@@ -41,3 +41,22 @@ def test_a_batch_is_fined_only_when_the_destination_acknowledged_all_of_it():
     copier = Copier(Producer(3), None, "hostpool", None, (), None, 0, threading.Event())
     copier(msgs)
     assert copier.copied == 3 and copier.wait_idle(0)
+
+
+def test_what_the_destination_acknowledged_before_a_failure_is_fined_and_counted():
+    """A publish failing part-way (PublishError.published: the first N, in order): those N are
+    FINed and counted, the rest left to the consumer to requeue (they came again as duplicates);
+    with --mode fanout none (copied means every destination has it)."""
+    from nsqcli.errors import PublishError, TransportError
+
+    class Producer:
+        def multi_publish(self, topic, bodies):
+            raise PublishError("connection lost", 2, len(bodies) - 2, TransportError("lost"))
+
+    for mode, fined in (("hostpool", 2), ("fanout", 0)):
+        msgs = [_Msg(b"a"), _Msg(b"b"), _Msg(b"c"), _Msg(b"d")]
+        copier = Copier(Producer(), None, mode, None, (), None, 0, threading.Event())
+        with pytest.raises(DestinationError, match="connection lost"):
+            copier(msgs)
+        assert [m.answer for m in msgs] == ["FIN"] * fined + [None] * (4 - fined), mode
+        assert copier.copied == fined and copier.failed_batches == 1

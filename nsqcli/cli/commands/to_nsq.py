@@ -139,7 +139,7 @@ def to_nsq(app, topics, channel, destination_topic, mode, max_in_flight, concurr
     """Copy TOPIC(s) from one NSQ to another (nsq_to_nsq), in pipelined MPUB batches.
 
     A message is FINed only after the destination acknowledged it; when the destination fails,
-    the batch is requeued and the consumer backs off. Delivery is at least once: killed at any
+    what it did not acknowledge is requeued and the consumer backs off. Delivery is at least once: killed at any
     moment, nothing is lost (messages being copied are redelivered and copied again). JSON
     filters FIN what they leave out. The largest message the destination takes is asked of each
     destination nsqd (its /config/max_msg_size; where its HTTP port cannot be found, nsqd's own
