@@ -380,10 +380,10 @@ def test_grep_and_where_deliver_only_the_matching_messages(nsqd, topic, endpoint
     assert (doc["delivered"], doc["filtered"]) == (10, 20)
     c = chan(nsqd, topic)
     assert c["depth"] == 0 and c["in_flight_count"] == 0 and c["message_count"] == 30
-    # the real executable: to-http starts its HTTP delivery thread before it parses --where (an
-    # in-process run finds the thread left running)
-    bad = run_nsqcli(["to-http", "-t", topic, "--post", ep.url, "--where", ".type ==", "--nsqd-tcp-address",
-                      nsqd.tcp_address])
+    # refused before anything starts (it started its HTTP delivery thread first: an in-process run
+    # found the thread left running)
+    bad = run_in_process(["to-http", "-t", topic, "--post", ep.url, "--where", ".type ==", "--nsqd-tcp-address",
+                          nsqd.tcp_address])
     assert bad.returncode == 2 and bad.stderr.count(b"\n") == 1 and b"'--where'" in bad.stderr
 
 

@@ -89,16 +89,16 @@ def to_http(app, topic, channel, posts, gets, headers, content_type, mode, sampl
     for name, value in (("--http-timeout", http_timeout), ("--http-connect-timeout", http_connect_timeout)):
         if value <= 0:
             raise click.BadParameter("must be more than 0", param_hint=f"'{name}'")
+    from ...filters import FilterError, make_filter
+
+    try:  # before anything starts (ToHttp's Deliverer starts its HTTP thread)
+        accept = make_filter(grep, where)
+    except FilterError as e:
+        raise click.BadParameter(str(e), param_hint=f"'{e.option}'") from None
     cfg = build_config(conn, max_in_flight=max_in_flight, max_attempts=0, default_requeue_delay=requeue_delay)
     job = ToHttp(app, topic, channel, conn, cfg, endpoints, mode, hdrs, content_type, http_connect_timeout,
                  http_timeout, concurrency, count, sample, requeue_delay)
-    job.relay.max_attempts, job.relay.warn = max_attempts, app.warn
-    from ...filters import FilterError, make_filter
-
-    try:
-        job.relay.accept = make_filter(grep, where)
-    except FilterError as e:
-        raise click.BadParameter(str(e), param_hint=f"'{e.option}'") from None
+    job.relay.max_attempts, job.relay.warn, job.relay.accept = max_attempts, app.warn, accept
     job.app, job.conn, job.dead_letter_topic = app, conn, dead_letter_topic
     from ..harness import run
 
