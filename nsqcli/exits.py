@@ -169,9 +169,15 @@ def calm_teardown() -> None:
     ``atexit`` call on (non-daemon threads joined; the commands' own handlers still force an exit
     until then) both are ignored: teardown keeps a disposition of SIG_IGN, and what is left is
     only the exit with the code already decided. `pub`'s fast path skips teardown (exit_now)."""
-    import atexit
+    global _calm
+    if not _calm:  # once per process (in-process test runs call run_guarded many times)
+        import atexit
 
-    atexit.register(_ignore_exit_signals)
+        atexit.register(_ignore_exit_signals)
+        _calm = True
+
+
+_calm = False
 
 
 def _ignore_exit_signals() -> None:

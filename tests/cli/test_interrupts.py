@@ -82,7 +82,7 @@ def test_a_signal_the_parent_ignores_stays_ignored(argv, nsqd):
     assert proc.returncode in (0, 143), err  # SIGTERM's clean stop (stat, tail: 0)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_second_signal_after_the_clean_stop_still_exits_with_128_plus_n(nsqd, topic, sig):
     """mpub stopped cleanly on the first signal and said so; a second one landing while the
     process exits (the interpreter's teardown puts back the default dispositions) killed it by
