@@ -228,12 +228,17 @@ class Exec(Job):
             return True
 
     def _release(self) -> None:
-        """A message answered for good or given back: one run fewer, -n looked at."""
+        """A message answered for good or given back: one run fewer, -n looked at. Once -n is
+        done nothing more is taken (RDY 0) before the stop: what is still on its way is given
+        back, and without that it came straight back, given back again, until the CLS."""
         with self.lock:
             self.running -= 1
             self.last = time.monotonic()
-            if self.count and self._done_count() >= self.count:
+            finished = bool(self.count) and self._done_count() >= self.count and not self.done.is_set()
+            if finished:
                 self.done.set()
+        if finished:
+            self.consumer.set_max_in_flight(0)
 
     def __call__(self, m) -> None:
         m.disable_auto_response()
