@@ -5,7 +5,7 @@
 - ``topic``: a unique topic name per test.
 - ``extra_nsqd()``: start a 2nd/3rd nsqd registered with the session lookupd (stopped after the test).
 - ``nsqd_factory(**NsqdOptions)``: a separate nsqd with its own flags (TLS, auth, ...).
-- ``toxiproxy``: a real toxiproxy-server on a free loopback port (tests/toxiproxy.py).
+- ``toxiproxy``: a real toxiproxy-server on a free loopback port (tests/support/toxiproxy.py).
 
 Which NSQ: v1.3.0 from .nsq/bin by default. ``NSQCLI_TEST_NSQ_VERSION=v1.2.1`` runs every server
 these fixtures start (and the Go tools the interop tests run) from .nsq/versions/v1.2.1/bin
@@ -27,8 +27,6 @@ import tempfile
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 # A developer's saved contexts (~/.config/nsqcli) must not steer the tests: every test and every
 # nsqcli the tests start sees this empty config directory unless it sets its own.
@@ -214,7 +212,7 @@ def nsqd_factory(tmp_path):
 def toxiproxy(tmp_path):
     """A real toxiproxy-server of this test (stopped, with its proxies, after it). Missing
     toxiproxy-server FAILS with the install hint, never skips."""
-    from toxiproxy import Toxiproxy, ToxiproxyError
+    from tests.support.toxiproxy import Toxiproxy, ToxiproxyError
 
     try:
         tp = Toxiproxy.start(tmp_path / "toxiproxy")

@@ -1,4 +1,4 @@
-"""The fault table: misbehaving nsqd / nsqlookupd servers (tests/fakes.py) against the real
+"""The fault table: misbehaving nsqd / nsqlookupd servers (tests/support/fakes.py) against the real
 `nsqcli tail` and `nsqcli pub` executables. For every fault: one clear error line on stderr,
 exit 1 (or 3 when the --timeout passed), no traceback, no hang past the deadline, bounded
 memory. A real nsqd plays everything it can do on cue elsewhere; these are the faults it cannot."""
@@ -17,8 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from helpers import NSQCLI, clean_env
-from fakes import (FRAME_ERROR, FRAME_RESPONSE, FakeLookupd, FakeNsqd, frame, http_answer,
+from tests.support.helpers import NSQCLI, clean_env
+from tests.support.fakes import (FRAME_ERROR, FRAME_RESPONSE, FakeLookupd, FakeNsqd, frame, http_answer,
                    http_request, lookupd_trickle, message)
 
 TIMEOUT = 2.0         # the --timeout given to every command
@@ -489,7 +489,7 @@ def test_a_tls_peer_stalling_mid_record_fails_the_connection_instead_of_hanging_
     publish answered with an error."""
     import ssl
 
-    from nsq_fixtures import make_cert
+    from tests.support.nsq_fixtures import make_cert
     from nsqcli import Config, Producer
     from nsqcli.client.config import TLSConfig
     from nsqcli.errors import TransportError

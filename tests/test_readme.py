@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from helpers import clean_env
+from tests.support.helpers import clean_env
 
 ROOT = Path(__file__).resolve().parent.parent
 

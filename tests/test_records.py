@@ -6,7 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
-from helpers import channel_stats, http_post, run_nsqcli, topic_stats
+from tests.support.helpers import channel_stats, http_post, run_nsqcli, topic_stats
 
 from nsqcli.records import FIELDS, Formatter, TemplateError
 

@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import NSQCLI, clean_env, http_get_json, http_post, one_error_line, run_nsqcli, topic_stats, wait_for
-from inprocess import run_in_process
+from tests.support.helpers import NSQCLI, clean_env, http_get_json, http_post, one_error_line, run_nsqcli, topic_stats, wait_for
+from tests.support.inprocess import run_in_process
 
 from nsqcli import sandbox as sbmod
 from nsqcli.errors import SandboxError
@@ -258,7 +258,7 @@ def test_sandbox_msg_timeout_takes_a_duration_or_bare_seconds(tmp_path):
 
 
 # -- refusals: bad input (one line, exit 2, nothing started) ---------------------------------------------
-from refusals import FILE, bad_input, ids  # noqa: E402
+from tests.support.refusals import FILE, bad_input, ids  # noqa: E402
 
 BAD_INPUT = [
     (["sandbox", "--nodes", "0"], 2, r"'--nodes': 0 is not in the range 1<=x<=16"),

@@ -4,7 +4,7 @@ a topic removed and found again, totals() for the metrics."""
 
 import logging
 
-from helpers import http_post, topic_stats, wait_for
+from tests.support.helpers import http_post, topic_stats, wait_for
 
 from nsqcli.archive.archiver import Archiver
 from nsqcli.archive.writer import FileOptions

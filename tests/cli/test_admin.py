@@ -7,8 +7,8 @@ import json
 import time
 
 import pytest
-from helpers import http_get_json, http_post, lookup_producers, one_error_line, run_nsqcli, topic_stats, wait_for
-from hung import cluster, stopped  # noqa: F401 - cluster: the fixture
+from tests.support.helpers import http_get_json, http_post, lookup_producers, one_error_line, run_nsqcli, topic_stats, wait_for
+from tests.support.hung import cluster, stopped  # noqa: F401 - cluster: the fixture
 
 
 def nsq(args, **env):
@@ -163,7 +163,7 @@ def answer_on_tty(argv, answer: bytes) -> tuple[int, str]:
     import pty
     import subprocess
 
-    from helpers import NSQCLI, clean_env
+    from tests.support.helpers import NSQCLI, clean_env
 
     master, slave = pty.openpty()
     p = subprocess.Popen(NSQCLI + list(argv), stdin=slave, stdout=subprocess.PIPE, stderr=slave, env=clean_env())
@@ -207,8 +207,8 @@ def test_channel_create_before_its_topic_says_to_create_the_topic_first(sandbox,
 
 
 # -- refusals: bad input, footguns, grammar, a port mix-up (one line, the documented exit code) ---------
-from helpers import channel_stats  # noqa: E402
-from refusals import DEAD, address_footgun, bad_input, grammar_row, ids, port_mix_up  # noqa: E402
+from tests.support.helpers import channel_stats  # noqa: E402
+from tests.support.refusals import DEAD, address_footgun, bad_input, grammar_row, ids, port_mix_up  # noqa: E402
 
 BAD_INPUT = [
     (["topic", "delete", "t", "--nsqd-http-address", DEAD], 2, r"delete is destructive: add --yes"),
@@ -298,7 +298,7 @@ def test_a_missing_topic_or_channel_is_not_called_a_wrong_port(action, nsqd, top
     """nsqd answers 404 TOPIC_NOT_FOUND / CHANNEL_NOT_FOUND for a topic or channel it does not
     have (a typo); port_hint matches any "HTTP 404" and tells the user the RIGHT port is wrong:
     "(it answered 404 like nsqlookupd HTTP port: give nsqd's HTTP port, usually 4151)"."""
-    from helpers import http_post, run_nsqcli
+    from tests.support.helpers import http_post, run_nsqcli
 
     http_post(nsqd.http_address, "/topic/create", topic=topic)
     args = [*action, topic, *(["no_such_channel"] if action[0] == "channel" else []),
@@ -314,7 +314,7 @@ def test_topic_create_on_nsqlookupds_port_is_not_reported_done(nsqd, lookupd, to
     """`topic create T --nsqd-http-address <nsqlookupd's HTTP port>`: nsqlookupd has a
     /topic/create too, so this printed "ok nsqd ...: POST /topic/create" and "create done on
     1 node(s)", exit 0 - while no nsqd has the topic (only a registration in nsqlookupd)."""
-    from helpers import http_post, run_nsqcli
+    from tests.support.helpers import http_post, run_nsqcli
 
     try:
         r = run_nsqcli(["topic", "create", topic, "--nsqd-http-address", lookupd.http_address])

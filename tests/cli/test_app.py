@@ -7,7 +7,7 @@ import signal
 import subprocess
 import time
 
-from helpers import NSQCLI, clean_env
+from tests.support.helpers import NSQCLI, clean_env
 
 
 # -- signals at start-up, warnings that repeat, whole lines on stderr ---------------------------------
@@ -90,9 +90,9 @@ def test_stderr_lines_from_many_threads_stay_whole(tmp_path):
 # -- refusals: bad input, unknown commands (one line, exit 2) --------------------------------------------
 import pytest  # noqa: E402
 from click.testing import CliRunner  # noqa: E402
-from helpers import run_nsqcli, topic_stats  # noqa: E402
-from inprocess import run_in_process  # noqa: E402
-from refusals import DEAD, bad_input, fill, ids, refused, run_closing  # noqa: E402
+from tests.support.helpers import run_nsqcli, topic_stats  # noqa: E402
+from tests.support.inprocess import run_in_process  # noqa: E402
+from tests.support.refusals import DEAD, bad_input, fill, ids, refused, run_closing  # noqa: E402
 
 BAD_INPUT = [
     (["completion"], 2, r"Missing argument .SHELL.\. Choose from: bash, zsh, fish"),
@@ -110,7 +110,7 @@ def test_bad_input(args, code, pattern):
     bad_input(args, code, pattern)
 
 
-# -- the in-process runs of the usage-error rows (tests/inprocess.py) give what the real executable gives --
+# -- the in-process runs of the usage-error rows (tests/support/inprocess.py) give what the real executable gives --
 SAME_AS_THE_EXECUTABLE = [  # one argv per kind of outcome
     (["pub", "t", ""], 2),  # a usage error found on pub's fast path (nsqcli.entry)
     (["pub", "-t", "a", "-t", "b", "x"], 2),  # a usage error of the click app
@@ -156,7 +156,8 @@ BAD_INPUT_FILES = ("test_pub", "test_mpub", "test_tail", "test_wait", "test_chec
 def test_the_table_is_the_issue_s_size():
     import importlib
 
-    modules = [importlib.import_module(name) for name in BAD_INPUT_FILES]
+    modules = [importlib.import_module(("tests." if name == "test_sandbox" else "tests.cli.") + name)
+               for name in BAD_INPUT_FILES]
     assert sum(len(getattr(m, "BAD_INPUT", ())) + len(getattr(m, "BAD_ENVIRONMENT", ())) for m in modules) >= 109
 
 
@@ -230,7 +231,7 @@ def test_a_closed_stdout_is_never_an_error(nsqd, lookupd, topic, args, how):
     import os
     import subprocess
 
-    from helpers import NSQCLI, clean_env, http_post
+    from tests.support.helpers import NSQCLI, clean_env, http_post
 
     http_post(nsqd.http_address, "/pub", b"before", topic=topic)
     env = clean_env({"NSQCLI_LOOKUPD_HTTP_ADDRESS": lookupd.http_address,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 import json
 
-from helpers import http_post, run_nsqcli, topic_stats
-from inprocess import run_in_process
+from tests.support.helpers import http_post, run_nsqcli, topic_stats
+from tests.support.inprocess import run_in_process
 
 
 def bench(nsqd, *args):
@@ -76,7 +76,7 @@ def test_timeout_counts_from_process_start(nsqd, topic):
 
 # -- refusals: bad input, grammar, a deadline (one line, the documented exit code) ----------------------
 import pytest  # noqa: E402
-from refusals import DEAD, bad_input, grammar_row, ids, refused  # noqa: E402
+from tests.support.refusals import DEAD, bad_input, grammar_row, ids, refused  # noqa: E402
 
 BAD_INPUT = [
     (["bench", "pub", "--size", "4"], 2, r"'--size': 4 is not in the range 8<=x<=1048576"),

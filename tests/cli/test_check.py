@@ -8,9 +8,9 @@ import re
 import socket
 import time
 
-from helpers import channel_stats, http_post, lookup_producers, run_nsqcli, wait_for
+from tests.support.helpers import channel_stats, http_post, lookup_producers, run_nsqcli, wait_for
 
-from hung import stopped
+from tests.support.hung import stopped
 
 from nsqcli import Config, Consumer
 
@@ -189,7 +189,7 @@ def test_sigterm_ends_a_check_at_once():
     import signal
     import subprocess
 
-    from helpers import NSQCLI, clean_env
+    from tests.support.helpers import NSQCLI, clean_env
 
     with socket.socket() as silent:  # accepts, never answers
         silent.bind(("127.0.0.1", 0))
@@ -207,7 +207,7 @@ def test_sigterm_ends_a_check_at_once():
 
 # -- refusals: bad input (one line, the documented exit code) --------------------------------------------
 import pytest  # noqa: E402
-from refusals import bad_input, ids  # noqa: E402
+from tests.support.refusals import bad_input, ids  # noqa: E402
 
 BAD_INPUT = [
     (["check", "t", "c", "--depth-warn", "10", "--depth-crit", "5"], 2, r"--depth-warn 10 is above --depth-crit 5"),

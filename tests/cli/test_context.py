@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from helpers import one_error_line, run_nsqcli, topic_stats
-from inprocess import run_in_process
+from tests.support.helpers import one_error_line, run_nsqcli, topic_stats
+from tests.support.inprocess import run_in_process
 
 
 # -- contexts --------------------------------------------------------------------------------------
@@ -56,7 +56,7 @@ def test_contexts_add_select_override_and_remove(nsqd, topic, tmp_path):
 import re  # noqa: E402
 
 import pytest  # noqa: E402
-from refusals import FILE, argv_footgun, bad_input, fill, ids, refused, untouched  # noqa: E402
+from tests.support.refusals import FILE, argv_footgun, bad_input, fill, ids, refused, untouched  # noqa: E402
 
 BAD_INPUT = [
     (["context", "add", "bad name!", "--nsqd-tcp-address", "h:1"], 2, r"context name 'bad name!' must be"),
@@ -129,7 +129,7 @@ def test_a_sandbox_context_is_stale_once_the_sandbox_is_gone(nsqd, topic, tmp_pa
     import os
     import signal
 
-    from helpers import wait_for
+    from tests.support.helpers import wait_for
 
     env = {"NSQCLI_CONFIG_DIR": str(tmp_path / "cfg")}
     if os.environ.get("NSQCLI_NSQ_BIN"):  # where the session's nsqd came from

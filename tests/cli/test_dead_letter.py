@@ -8,8 +8,8 @@ import json
 import signal
 import subprocess
 
-from fakes import HTTPEndpoint
-from helpers import NSQCLI, channel_stats, clean_env, http_get_json, http_post, run_nsqcli, topic_stats, wait_for
+from tests.support.fakes import HTTPEndpoint
+from tests.support.helpers import NSQCLI, channel_stats, clean_env, http_get_json, http_post, run_nsqcli, topic_stats, wait_for
 
 
 def _settled(nsqd, topic: str, channel: str, received: int | None = None) -> bool:
@@ -128,7 +128,7 @@ def test_dead_letter_topic_needs_max_attempts():
 
 
 def test_exec_through_lookupd_dead_letters_on_the_source_nsqd(nsqd, lookupd, topic):
-    from helpers import lookup_producers
+    from tests.support.helpers import lookup_producers
 
     http_post(nsqd.http_address, "/pub", b"never", topic=topic)
     wait_for(lambda: lookup_producers(lookupd, topic), timeout=10, what="the topic registered")

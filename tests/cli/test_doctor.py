@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from helpers import http_post, run_nsqcli, wait_for
-from hung import cluster, stopped  # noqa: F401 - cluster: the fixture
-from portforward import PortPair
+from tests.support.helpers import http_post, run_nsqcli, wait_for
+from tests.support.hung import cluster, stopped  # noqa: F401 - cluster: the fixture
+from tests.support.portforward import PortPair
 
 #: doctor's last check says what the installed pyspark supports (the test env has the spark extra)
 SPARK = 1 if importlib.util.find_spec("pyspark") else 0
@@ -51,7 +51,7 @@ def test_doctor_names_port_mixups_with_the_fix(nsqd):
 
 
 def test_doctor_reports_tls_and_auth(nsqd_factory, tmp_path):
-    from nsq_fixtures import AuthServer, make_cert
+    from tests.support.nsq_fixtures import AuthServer, make_cert
 
     cert, key = make_cert(tmp_path)
     with AuthServer({"s3cret": [(".*", [".*"], ["subscribe", "publish"])]}) as auth:
@@ -106,7 +106,7 @@ def test_doctor_warns_when_tcp_port_plus_one_is_another_nsqds(nsqd, nsqd_factory
 
 
 def test_doctor_default_layout_nsqd_is_ok(tmp_path):
-    from nsq_fixtures import default_layout_nsqd
+    from tests.support.nsq_fixtures import default_layout_nsqd
 
     sb = default_layout_nsqd(tmp_path)
     try:
@@ -134,7 +134,7 @@ def test_doctor_and_version_say_what_the_installed_pyspark_supports(nsqd):
 
 
 # -- refusals: bad input, grammar (one line, exit 2) ----------------------------------------------------
-from refusals import bad_input, grammar_row, ids  # noqa: E402
+from tests.support.refusals import bad_input, grammar_row, ids  # noqa: E402
 
 BAD_INPUT = [
     (["doctor", "-t", "bad topic"], 2, r"invalid topic name 'bad topic'"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from helpers import run_nsqcli
+from tests.support.helpers import run_nsqcli
 
 from nsqcli.defaults import KNOWN
 
@@ -30,7 +30,7 @@ def test_every_variable_the_source_names_is_known():
 
 # -- refusals: a bad NSQCLI_* value is one line, exit 2, nothing sent ------------------------------------
 import pytest  # noqa: E402
-from refusals import FILE, address_footgun, bad_input, ids  # noqa: E402
+from tests.support.refusals import FILE, address_footgun, bad_input, ids  # noqa: E402
 
 BAD_ENVIRONMENT = [
     ({"NSQCLI_NSQD_TCP_ADDRESS": "nope"}, ["pub", "t", "x"], 2, r"invalid address 'nope': expected HOST:PORT"),

@@ -10,8 +10,8 @@ import signal
 import subprocess
 import time
 
-from helpers import NSQCLI, channel_stats, clean_env, http_post, run_nsqcli, topic_stats, wait_for
-from inprocess import run_in_process
+from tests.support.helpers import NSQCLI, channel_stats, clean_env, http_post, run_nsqcli, topic_stats, wait_for
+from tests.support.inprocess import run_in_process
 
 SCRIPT = ('b=$(cat); case "$b" in *bad*) echo "no good: $b" >&2; exit 1;; esac; '
           'echo "$NSQ_TOPIC $NSQ_CHANNEL $NSQ_ATTEMPTS $b"')
@@ -231,7 +231,7 @@ def test_concurrency_runs_side_by_side_and_each_runs_output_stays_whole(nsqd, to
 
 
 def test_usage_errors_are_one_line_exit_2():
-    from helpers import one_error_line
+    from tests.support.helpers import one_error_line
 
     cases = [
         (["exec", "t", "-c", "c", "grep", "-v", "bad"], r"put -- before COMMAND \(.* -- grep bad \.\.\.\)"),
@@ -300,7 +300,7 @@ def test_timeout_kills_a_running_command_and_gives_its_message_back(nsqd, topic,
 
 # -- refusals: bad input (one line, the documented exit code, nothing consumed) --------------------------
 import pytest  # noqa: E402
-from refusals import DEAD, bad_input, ids  # noqa: E402
+from tests.support.refusals import DEAD, bad_input, ids  # noqa: E402
 
 BAD_INPUT = [
     (["exec", "t", "-c", "c"], 2, r"missing COMMAND \(nsqcli exec \[TOPIC\] -- COMMAND \[ARG\]\.\.\.\)"),
@@ -323,7 +323,7 @@ def test_bad_input(args, code, pattern):
 
 
 # -- breaks of issue 36's everyday jobs found by trying them as a user would (each failed before its fix) --
-from helpers import run_nsqcli as run  # noqa: E402
+from tests.support.helpers import run_nsqcli as run  # noqa: E402
 
 
 def _env(nsqd) -> dict:

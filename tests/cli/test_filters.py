@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers import channel_stats, http_post, wait_for
-from test_to_file import drained, read_records, start, stop
+from tests.support.helpers import channel_stats, http_post, wait_for
+from tests.cli.test_to_file import drained, read_records, start, stop
 
 from nsqcli.filters import FilterError, compile_grep, compile_where
 

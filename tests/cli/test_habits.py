@@ -4,7 +4,7 @@ inputs that used to fail badly are refused in one line (exit 2)."""
 from __future__ import annotations
 
 import pytest
-from helpers import one_error_line, run_nsqcli
+from tests.support.helpers import one_error_line, run_nsqcli
 
 ROWS = [
     (["tail", "-f", "events"], r"missing TOPIC .*; -f is --format here, so 'events' was read as the format; "

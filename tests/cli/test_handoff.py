@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import NSQCLI, clean_env, one_error_line, wait_for
-from test_to_file import StderrLog, drained, numbered, publish, read_records, start, stop
+from tests.support.helpers import NSQCLI, clean_env, one_error_line, wait_for
+from tests.cli.test_to_file import StderrLog, drained, numbered, publish, read_records, start, stop
 
 from nsqcli.cli import archiving
 from nsqcli.client.config import Config, TLSConfig

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from helpers import one_error_line, run_nsqcli
-from hung import stopped
+from tests.support.helpers import one_error_line, run_nsqcli
+from tests.support.hung import stopped
 
 TIMEOUT = 1.5
 #: process start-up (the deadline counts from it) plus the machine's slack

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from fakes import FakeNsqd
-from helpers import NSQCLI, clean_env, wait_for
+from tests.support.fakes import FakeNsqd
+from tests.support.helpers import NSQCLI, clean_env, wait_for
 
 
 def _silent(peer) -> None:
@@ -90,7 +90,7 @@ def test_a_second_signal_after_the_clean_stop_still_exits_with_128_plus_n(nsqd, 
     around the last line."""
     import random
 
-    from helpers import topic_stats
+    from tests.support.helpers import topic_stats
 
     rng = random.Random()
     codes = []

@@ -10,7 +10,7 @@ import time
 from types import SimpleNamespace
 
 import pytest
-from helpers import http_post, wait_for
+from tests.support.helpers import http_post, wait_for
 from rich.console import Console
 
 from nsqcli import Config
@@ -224,7 +224,7 @@ def _stat_on_a_pty(nsqd, topic, term: str, rows=30, cols=120, extra=()) -> tuple
     import subprocess
     import termios
 
-    from helpers import NSQCLI, clean_env
+    from tests.support.helpers import NSQCLI, clean_env
 
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import time
 
-from fakes import FakeLookupd, http_request, lookupd_trickle
-from helpers import http_get_json, http_post, one_error_line, run_nsqcli, wait_for
-from helpers import run_nsqcli as run
+from tests.support.fakes import FakeLookupd, http_request, lookupd_trickle
+from tests.support.helpers import http_get_json, http_post, one_error_line, run_nsqcli, wait_for
+from tests.support.helpers import run_nsqcli as run
 
 from nsqcli.sandbox import NsqdOptions
 
@@ -93,7 +93,7 @@ def test_a_slow_answer_that_never_comes_is_called_slow_not_a_wrong_port():
 
 # -- refusals: bad input, grammar, a port mix-up (one line, the documented exit code) --------------------
 import pytest  # noqa: E402
-from refusals import DEAD, bad_input, grammar_row, ids, port_mix_up  # noqa: E402
+from tests.support.refusals import DEAD, bad_input, grammar_row, ids, port_mix_up  # noqa: E402
 
 BAD_INPUT = [
     (["lookup", "--lookupd-http-address", DEAD], 1, r"no nsqlookupd answered \(127\.0\.0\.1:1\)"),

@@ -9,8 +9,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import NSQCLI, clean_env, one_error_line, run_nsqcli, topic_stats
-from helpers import run_nsqcli as run
+from tests.support.helpers import NSQCLI, clean_env, one_error_line, run_nsqcli, topic_stats
+from tests.support.helpers import run_nsqcli as run
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 

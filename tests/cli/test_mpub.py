@@ -16,8 +16,8 @@ import time
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from helpers import NSQCLI, channel_stats, clean_env, http_post, run_nsqcli, topic_stats, wait_for
-from helpers import run_nsqcli as run
+from tests.support.helpers import NSQCLI, channel_stats, clean_env, http_post, run_nsqcli, topic_stats, wait_for
+from tests.support.helpers import run_nsqcli as run
 
 
 def _held(nsqd, topic: str) -> int:
@@ -476,7 +476,7 @@ def test_a_cut_connection_names_every_batch_nsqd_may_hold(nsqd_factory, topic):
     """The connection is cut after ~1 MB (toxiproxy's limit_data): nsqd got whole batches whose
     OK never came back. The line names all of them (it named only the first: 41501-42000 while
     nsqd held up to 45,500), and --skip resumes without loss."""
-    from faultproxy import FaultProxy
+    from tests.support.faultproxy import FaultProxy
 
     server = nsqd_factory()
     n = 60_000
@@ -499,7 +499,7 @@ def test_a_cut_connection_names_every_batch_nsqd_may_hold(nsqd_factory, topic):
 def test_a_failover_that_resent_batches_says_so(nsqd_factory, topic):
     """The first nsqd's connection is cut with batches unanswered; they are sent again to the
     second: exit 0, and one line (and "resent" in --json) says how many may be duplicates."""
-    from faultproxy import FaultProxy
+    from tests.support.faultproxy import FaultProxy
 
     first, second = nsqd_factory(), nsqd_factory()
     n = 60_000
@@ -522,7 +522,7 @@ def test_the_timeout_bounds_the_whole_run(nsqd_factory, topic):
     start) with the resume line; with nsqd answering, the same run is done in time (exit 0)."""
     import os
 
-    from hung import stopped
+    from tests.support.hung import stopped
 
     server = nsqd_factory()
     with stopped(server):
@@ -547,7 +547,7 @@ def test_the_timeout_bounds_the_whole_run(nsqd_factory, topic):
     ("1000000", 1, "record 2 is 1500000 bytes, over nsqd's --max-msg-size 1000000: stopped"),
 ])
 def test_mpub_asks_nsqd_its_message_limit(tmp_path, nsqd_limit, published, line):
-    from nsq_fixtures import default_layout_nsqd
+    from tests.support.nsq_fixtures import default_layout_nsqd
 
     sb = default_layout_nsqd(tmp_path, f"--max-msg-size={nsqd_limit}")
     try:
@@ -583,7 +583,7 @@ def test_a_big_record_lost_with_its_connection_is_named_when_nsqds_limit_is_unkn
     the reset while the record is still being written. Answers held back from the first MPUB on
     play that (deterministically, where a cut races nsqd's answer): the resume line names the big
     record as the likely cause."""
-    from faultproxy import FaultProxy
+    from tests.support.faultproxy import FaultProxy
 
     with FaultProxy(nsqd.tcp_address, stall_on=b"MPUB ") as proxy:
         r = run(["mpub", "-t", topic, "--nsqd-tcp-address", proxy.address, "--timeout", "2s"],
@@ -615,7 +615,7 @@ def test_a_stop_during_rate_says_not_sent_not_failed(nsqd, topic):
 
 # -- refusals: bad input, footguns, grammar (moved from tests/test_bad_input.py, tests/cli/test_footguns.py,
 # tests/cli/test_grammar.py; issue 37) and the interrupted --json summary (from tests/cli/test_breakage.py) --
-from refusals import DEAD, address_footgun, argv_footgun, bad_input, grammar_row, ids  # noqa: E402
+from tests.support.refusals import DEAD, address_footgun, argv_footgun, bad_input, grammar_row, ids  # noqa: E402
 
 BAD_INPUT = [
     (["mpub"], 2, r"missing TOPIC \(nsqcli mpub TOPIC \[FILE\]\.\.\., or -t TOPIC\)"),

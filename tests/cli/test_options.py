@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from helpers import run_nsqcli as run
-from inprocess import run_in_process
+from tests.support.helpers import run_nsqcli as run
+from tests.support.inprocess import run_in_process
 
 
 def test_cli_tls_snappy_deflate_and_auth(nsqd_factory, tmp_path, topic):
-    from nsq_fixtures import AuthServer, make_cert
+    from tests.support.nsq_fixtures import AuthServer, make_cert
 
     cert, key = make_cert(tmp_path)
     with AuthServer({"s3cret": [(".*", [".*"], ["subscribe", "publish"])]}) as auth:
@@ -39,9 +39,9 @@ import time  # noqa: E402
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer  # noqa: E402
 
 import pytest  # noqa: E402
-from helpers import channel_stats, http_post, topic_stats, wait_for  # noqa: E402
-from helpers import run_nsqcli  # noqa: E402
-from refusals import refused  # noqa: E402
+from tests.support.helpers import channel_stats, http_post, topic_stats, wait_for  # noqa: E402
+from tests.support.helpers import run_nsqcli  # noqa: E402
+from tests.support.refusals import refused  # noqa: E402
 
 
 def one_json_line(r) -> dict:

@@ -7,12 +7,12 @@ import subprocess
 import sys
 
 import pytest
-from fakes import FakeNsqd
-from faultproxy import FaultProxy
-from helpers import NSQCLI, clean_env, lookup_producers, run_nsqcli, topic_stats, wait_for
-from inprocess import run_in_process
-from hung import cluster  # noqa: F401 - the fixture
-from helpers import run_nsqcli as run
+from tests.support.fakes import FakeNsqd
+from tests.support.faultproxy import FaultProxy
+from tests.support.helpers import NSQCLI, clean_env, lookup_producers, run_nsqcli, topic_stats, wait_for
+from tests.support.inprocess import run_in_process
+from tests.support.hung import cluster  # noqa: F401 - the fixture
+from tests.support.helpers import run_nsqcli as run
 
 
 @pytest.fixture
@@ -41,7 +41,7 @@ def test_pub_argument_and_stdin(nsqd, env, topic):
 
 
 def test_pub_errors_are_one_line_with_exit_codes(env, topic):
-    r = run_in_process(["pub", "-t", "bad topic", "x"], env)  # usage errors: in this process (tests/inprocess.py)
+    r = run_in_process(["pub", "-t", "bad topic", "x"], env)  # usage errors: in this process (tests/support/inprocess.py)
     assert r.returncode == 2 and r.stderr.count(b"\n") == 1 and b"invalid topic name 'bad topic'" in r.stderr
     r = run(["pub", "-t", topic, "--nsqd-tcp-address", "127.0.0.1:1", "x"])
     assert r.returncode == 1 and r.stderr.count(b"\n") == 1
@@ -209,7 +209,7 @@ def test_a_hung_first_nsqd_leaves_the_next_one_its_turn_within_the_timeout(clust
     healthy nsqd never tried, before)."""
     import time
 
-    from hung import stopped
+    from tests.support.hung import stopped
 
     hung, healthy = cluster.nsqds[:2]
     addrs = ["--nsqd-tcp-address", hung.tcp_address, "--nsqd-tcp-address", healthy.tcp_address, "--timeout", "3s"]
@@ -272,7 +272,7 @@ def test_a_big_message_lost_with_its_connection_is_named_as_the_likely_cause(nsq
 
 
 # -- refusals: bad input, footguns, grammar (one line, the documented exit code, nothing sent) ---------
-from refusals import DEAD, FILE, address_footgun, argv_footgun, bad_input, grammar_row, ids  # noqa: E402
+from tests.support.refusals import DEAD, FILE, address_footgun, argv_footgun, bad_input, grammar_row, ids  # noqa: E402
 
 BAD_INPUT = [
     (["pub"], 2, r"missing TOPIC \(nsqcli pub TOPIC \[MESSAGE\], or -t TOPIC\)"),
@@ -363,7 +363,7 @@ ARGV_OK = [  # what still works: clusters, attached values, the same value twice
 
 @pytest.mark.parametrize("args", ARGV_OK, ids=[" ".join(a)[:50] for a in ARGV_OK])
 def test_what_looks_alike_still_works(nsqd, topic, args):
-    from refusals import fill
+    from tests.support.refusals import fill
 
     r = run_nsqcli(fill(args, nsqd, topic), timeout=30)
     assert r.returncode == 0, r.stderr
@@ -374,7 +374,7 @@ def test_what_looks_alike_still_works(nsqd, topic, args):
 
 def _both(args, env=None, close=()):
     """(fast path, click path) results: (exit code, stdout, stderr)."""
-    from refusals import run_closing
+    from tests.support.refusals import run_closing
 
     out = []
     for off in ("0", "1"):
@@ -406,7 +406,7 @@ def test_closed_stderr_keeps_the_usage_exit_code(off):
     """`nsqcli pub 2>&-` / `nsqcli pub t '' 2>&-`: exit 2 (usage error) with or without a stderr;
     write_stderr/_say catch OSError and ValueError but sys.stderr is None (AttributeError), so
     every error exit became 1 (a deadline's 3 too)."""
-    from refusals import run_closing
+    from tests.support.refusals import run_closing
 
     r = run_closing(["pub", "t", ""], {"NSQCLI_NO_FAST_PATH": off}, close=(2,))
     assert r.returncode == 2
@@ -417,7 +417,7 @@ def test_closed_stderr_keeps_the_usage_exit_code(off):
 def test_closed_stderr_keeps_the_deadline_exit_code():
     import socket
 
-    from refusals import run_closing
+    from tests.support.refusals import run_closing
 
     s = socket.socket()
     s.bind(("127.0.0.1", 0))

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from helpers import NSQCLI, clean_env, topic_stats
+from tests.support.helpers import NSQCLI, clean_env, topic_stats
 
 # which path ran, said at exit: through atexit (click's sys.exit) or os._exit (the fast path
 # leaves without the interpreter's teardown, nsqcli.exits.exit_now)

@@ -4,7 +4,7 @@ tests/spark/test_spark_commands.py, Spark-marked)."""
 from __future__ import annotations
 
 import pytest
-from refusals import FILE, bad_input, ids
+from tests.support.refusals import FILE, bad_input, ids
 
 BAD_INPUT = [
     (["query", "select 1"], 2, r"Missing option '-a' / '--archive'"),

@@ -4,7 +4,7 @@ tests/spark/test_spark_commands.py, Spark-marked)."""
 from __future__ import annotations
 
 import pytest
-from refusals import FILE, bad_input, grammar_row, ids
+from tests.support.refusals import FILE, bad_input, grammar_row, ids
 
 BAD_INPUT = [
     (["replay"], 2, r"missing TOPIC \(nsqcli replay TOPIC ARCHIVE\.\.\., or -t TOPIC\)"),

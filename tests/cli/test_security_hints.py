@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import os
 
-from helpers import http_post, run_nsqcli
-from nsq_fixtures import make_cert
+from tests.support.helpers import http_post, run_nsqcli
+from tests.support.nsq_fixtures import make_cert
 
 
 def _lines(err: bytes, needle: str) -> list[str]:

@@ -7,10 +7,10 @@ import subprocess
 import threading
 import time
 
-from helpers import NSQCLI, channel_stats, http_post, lookup_producers, run_nsqcli, wait_for
-from inprocess import run_in_process
-from helpers import run_nsqcli as run
-from hung import cluster, stopped  # noqa: F401 - cluster: the fixture
+from tests.support.helpers import NSQCLI, channel_stats, http_post, lookup_producers, run_nsqcli, wait_for
+from tests.support.inprocess import run_in_process
+from tests.support.helpers import run_nsqcli as run
+from tests.support.hung import cluster, stopped  # noqa: F401 - cluster: the fixture
 
 from nsqcli import Config, Consumer
 
@@ -221,7 +221,7 @@ def test_stat_reports_a_hung_node_again_once_it_answers(cluster, topic):
 import re  # noqa: E402
 
 import pytest  # noqa: E402
-from refusals import (DEAD, address_footgun, argv_footgun, bad_input, grammar_row, ids, port_mix_up,  # noqa: E402
+from tests.support.refusals import (DEAD, address_footgun, argv_footgun, bad_input, grammar_row, ids, port_mix_up,  # noqa: E402
                       refused, untouched)
 
 BAD_INPUT = [

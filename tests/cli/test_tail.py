@@ -10,7 +10,7 @@ import subprocess
 import time
 
 import pytest
-from helpers import (
+from tests.support.helpers import (
     NSQCLI,
     channel_stats,
     clean_env,
@@ -21,11 +21,11 @@ from helpers import (
     topic_stats,
     wait_for,
 )
-from inprocess import run_in_process
-from helpers import run_nsqcli as run
-from hung import cluster, stopped  # noqa: F401 - cluster: the fixture
-from nsq_fixtures import default_layout_nsqd
-from portforward import PortPair
+from tests.support.inprocess import run_in_process
+from tests.support.helpers import run_nsqcli as run
+from tests.support.hung import cluster, stopped  # noqa: F401 - cluster: the fixture
+from tests.support.nsq_fixtures import default_layout_nsqd
+from tests.support.portforward import PortPair
 
 from nsqcli import Producer
 
@@ -374,7 +374,7 @@ def test_tail_timeout_is_the_whole_commands_deadline_with_a_hung_lookupd(cluster
 
 
 # -- refusals: bad input, footguns, grammar (one line, the documented exit code, nothing consumed) -----
-from refusals import DEAD, address_footgun, argv_footgun, bad_input, grammar_row, ids  # noqa: E402
+from tests.support.refusals import DEAD, address_footgun, argv_footgun, bad_input, grammar_row, ids  # noqa: E402
 
 BAD_INPUT = [
     (["tail"], 2, r"missing TOPIC \(nsqcli tail TOPIC\.\.\., or -t TOPIC\)"),
@@ -440,7 +440,7 @@ def test_address_footgun_is_refused_naming_the_fix(nsqd, topic, env, args, patte
 def test_where_regex_escapes_a_python_user_types(nsqd, topic):
     # '.name =~ "^\d+$"' (as in Python or grep) was refused with only "bad escape in string": the
     # error now says how to write it, and the doubled escape matches with RE2
-    from helpers import one_error_line
+    from tests.support.helpers import one_error_line
 
     env = {"NSQCLI_NSQD_TCP_ADDRESS": nsqd.tcp_address, "NSQCLI_NSQD_HTTP_ADDRESS": nsqd.http_address}
     r = run(["tail", topic, "--where", r'.n =~ "^\d+$"'], env)

@@ -8,10 +8,10 @@ import subprocess
 
 import pytest
 
-from helpers import NSQCLI, channel_stats, clean_env, http_get_json, http_post, one_error_line, topic_stats, wait_for
-from inprocess import run_in_process
-from helpers import run_nsqcli as run
-from hung import cluster  # noqa: F401 - the fixture
+from tests.support.helpers import NSQCLI, channel_stats, clean_env, http_get_json, http_post, one_error_line, topic_stats, wait_for
+from tests.support.inprocess import run_in_process
+from tests.support.helpers import run_nsqcli as run
+from tests.support.hung import cluster  # noqa: F401 - the fixture
 
 
 def _env(nsqd) -> dict:
@@ -127,7 +127,7 @@ def test_size_hex_and_escaped_fields(nsqd, topic):
 def _to_terminal(nsqd, topic, *extra) -> bytes:
     import pty
 
-    from test_tail import read_terminal
+    from tests.cli.test_tail import read_terminal
 
     master, slave = pty.openpty()
     try:
@@ -465,7 +465,7 @@ def test_peek_stopping_early_on_one_node_with_a_backlog_on_disk_still_looks_at_t
 def test_peek_says_so_when_a_node_did_not_answer_before_it_started(cluster, topic):
     # an nsqd hung while the peek asked every node its backlog: the peek went on with the other
     # node, showed its 5 messages and ended, exit 0, saying nothing of the 7 on the hung node
-    from hung import stopped
+    from tests.support.hung import stopped
 
     a, b = cluster.nsqds[:2]
     for node, n in ((a, 5), (b, 7)):
@@ -489,7 +489,7 @@ def test_peek_does_not_create_the_channel_on_a_node_that_lacks_it(cluster, topic
     # the channel on node a only; b carries the topic (2 messages, no channel): the peek subscribed
     # to b too, which created a durable 'billing' there - it took b's topic backlog and keeps a
     # copy of every message published to b from then on
-    from helpers import topic_stats
+    from tests.support.helpers import topic_stats
 
     a, b = cluster.nsqds[:2]
     for node in (a, b):

@@ -14,9 +14,9 @@ import threading
 
 import pytest
 
-from fakes import FRAME_RESPONSE, frame
-from helpers import one_error_line, run_nsqcli
-from nsq_fixtures import make_cert
+from tests.support.fakes import FRAME_RESPONSE, frame
+from tests.support.helpers import one_error_line, run_nsqcli
+from tests.support.nsq_fixtures import make_cert
 
 
 @pytest.fixture

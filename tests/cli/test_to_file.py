@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
-from fakes import FakeLookupd, FakeNsqd, http_answer
-from helpers import (
+from tests.support.fakes import FakeLookupd, FakeNsqd, http_answer
+from tests.support.helpers import (
     NSQCLI,
     channel_stats,
     clean_env,
@@ -27,8 +27,8 @@ from helpers import (
     topic_stats,
     wait_for,
 )
-from inprocess import run_in_process
-from helpers import run_nsqcli as run
+from tests.support.inprocess import run_in_process
+from tests.support.helpers import run_nsqcli as run
 
 from nsqcli import Producer
 from nsqcli.sandbox import _die_with_parent, find_binary
@@ -155,7 +155,7 @@ def test_to_file_syncs_on_time_while_lookupd_hangs(nsqd, topic, tmp_path):
     """to-file's sync timer must not wait for topic discovery: the lookupd answers for a moment,
     then hangs every request for 5 s; messages published meanwhile are still synced and FINed
     within the --sync-interval (the timer thread used to run the lookupd polls itself)."""
-    from fakes import http_request
+    from tests.support.fakes import http_request
 
     t_start = time.monotonic()
 
@@ -805,7 +805,7 @@ def test_a_lookupd_found_nsqd_killed_is_not_recovered_while_another_is_connected
 
 
 # -- refusals: bad input, footguns (one line, the documented exit code, never subscribed) -----------------
-from refusals import DEAD, FILE, argv_footgun, bad_input, ids, refused  # noqa: E402
+from tests.support.refusals import DEAD, FILE, argv_footgun, bad_input, ids, refused  # noqa: E402
 
 BAD_INPUT = [
     (["to-file"], 2, r"give --topic or --topic-pattern"),
@@ -875,7 +875,7 @@ def test_to_file_says_once_what_a_pattern_waits_for(nsqd, lookupd, topic, tmp_pa
     import subprocess
     import time
 
-    from helpers import NSQCLI, clean_env, http_post, wait_for
+    from tests.support.helpers import NSQCLI, clean_env, http_post, wait_for
 
     proc = subprocess.Popen(NSQCLI + ["to-file", "--topic-pattern", f"^{topic}$", "--lookupd-http-address",
                                       lookupd.http_address, "--topic-refresh", "0.5s", "--output-dir", str(tmp_path),
@@ -949,7 +949,7 @@ def test_to_file_datetime_format_cannot_leave_output_dir(nsqd, topic, tmp_path):
     """The leaves-dir check replaces <DATETIME> by 'x' before looking, so --datetime-format
     '/../../y' (or --host-identifier '../..') carries the file out of --output-dir unchecked:
     OUTPUT_DIR/<topic>./../../y.log is written as OUTPUT_DIR/../y.log."""
-    from helpers import run_nsqcli
+    from tests.support.helpers import run_nsqcli
 
     assert run_nsqcli(["pub", topic, "m", "--nsqd-tcp-address", nsqd.tcp_address]).returncode == 0
     out = tmp_path / "a" / "out"

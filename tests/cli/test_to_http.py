@@ -10,10 +10,10 @@ import threading
 import time
 
 import pytest
-from fakes import HTTPEndpoint as Endpoint
-from helpers import http_post, run_nsqcli, topic_stats
-from inprocess import run_in_process
-from hung import cluster, stopped  # noqa: F401
+from tests.support.fakes import HTTPEndpoint as Endpoint
+from tests.support.helpers import http_post, run_nsqcli, topic_stats
+from tests.support.inprocess import run_in_process
+from tests.support.hung import cluster, stopped  # noqa: F401
 
 
 @pytest.fixture
@@ -237,7 +237,7 @@ def test_losing_the_source_nsqd_is_said_counted_and_recovered_twice(nsqd_factory
     outage is said again."""
     import subprocess
 
-    from helpers import NSQCLI, clean_env, plain_lines, wait_for
+    from tests.support.helpers import NSQCLI, clean_env, plain_lines, wait_for
 
     src = nsqd_factory()
     ep = endpoint()
@@ -388,7 +388,7 @@ def test_grep_and_where_deliver_only_the_matching_messages(nsqd, topic, endpoint
 
 
 # -- refusals: bad input, grammar (one line, exit 2, nothing delivered) ---------------------------------
-from refusals import bad_input, grammar_row, ids  # noqa: E402
+from tests.support.refusals import bad_input, grammar_row, ids  # noqa: E402
 
 BAD_INPUT = [
     (["to-http", "-t", "t"], 2, r"give --post URL or --get URL \(not both\)"),

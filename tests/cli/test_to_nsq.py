@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from helpers import NSQCLI, clean_env, http_post, one_error_line, plain_lines, run_nsqcli, topic_stats, wait_for
-from inprocess import run_in_process
-from nsq_fixtures import default_layout_nsqd
+from tests.support.helpers import NSQCLI, clean_env, http_post, one_error_line, plain_lines, run_nsqcli, topic_stats, wait_for
+from tests.support.inprocess import run_in_process
+from tests.support.nsq_fixtures import default_layout_nsqd
 
 
 def count(node, topic) -> int:
@@ -145,7 +145,7 @@ def test_sigterm_stops_cleanly(nsqd_factory, topic):
 
 
 def test_destination_with_its_own_tls_and_auth(nsqd_factory, topic, tmp_path):
-    from nsq_fixtures import AuthServer, make_cert
+    from tests.support.nsq_fixtures import AuthServer, make_cert
 
     cert, key = make_cert(tmp_path)
     src = nsqd_factory()
@@ -338,7 +338,7 @@ def test_grep_and_where_copy_only_the_matching_messages(nsqd, topic):
 
 
 # -- refusals: bad input, a footgun, grammar (one line, exit 2, nothing copied) ------------------------
-from refusals import DEAD, address_footgun, bad_input, grammar_row, ids  # noqa: E402
+from tests.support.refusals import DEAD, address_footgun, bad_input, grammar_row, ids  # noqa: E402
 
 BAD_INPUT = [
     (["to-nsq", "-t", "t"], 2, r"give --destination-nsqd-tcp-address or --destination-lookupd-http-address"),

@@ -4,7 +4,7 @@ tests/spark/test_spark_commands.py, Spark-marked)."""
 from __future__ import annotations
 
 import pytest
-from refusals import bad_input, grammar_row, ids
+from tests.support.refusals import bad_input, grammar_row, ids
 
 BAD_INPUT = [
     (["to-parquet", "-t", "t", "-o", "/tmp/x"], 2, r"Missing option '--checkpoint'"),

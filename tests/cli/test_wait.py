@@ -9,9 +9,9 @@ import socket
 import subprocess
 import time
 
-from helpers import (NSQCLI, channel_stats, clean_env, http_post, lookup_producers, one_error_line, run_nsqcli,
+from tests.support.helpers import (NSQCLI, channel_stats, clean_env, http_post, lookup_producers, one_error_line, run_nsqcli,
                      wait_for)
-from inprocess import run_in_process
+from tests.support.inprocess import run_in_process
 
 from nsqcli import Config, Consumer
 
@@ -231,7 +231,7 @@ def test_sigterm_and_sigint_end_the_wait_at_once():
 
 # -- refusals: bad input (one line, the documented exit code) --------------------------------------------
 import pytest  # noqa: E402
-from refusals import DEAD, bad_input, ids  # noqa: E402
+from tests.support.refusals import DEAD, bad_input, ids  # noqa: E402
 
 BAD_INPUT = [
     (["wait"], 2, r"nothing to wait for: give --ready, --exists, --drained or --depth-below"),

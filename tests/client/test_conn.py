@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 
 import pytest
-from helpers import consume, http_get_json
-from nsq_fixtures import AuthServer, make_cert
+from tests.support.helpers import consume, http_get_json
+from tests.support.nsq_fixtures import AuthServer, make_cert
 
 from nsqcli import Config, Consumer, Producer
 from nsqcli.client.config import TLSConfig

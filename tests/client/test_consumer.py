@@ -6,8 +6,8 @@ import pickle
 import threading
 import time
 
-from fakes import FRAME_RESPONSE, FakeLookupd, FakeNsqd, MemoryStream, frame, message
-from helpers import Collector, channel_stats, http_post, wait_for
+from tests.support.fakes import FRAME_RESPONSE, FakeLookupd, FakeNsqd, MemoryStream, frame, message
+from tests.support.helpers import Collector, channel_stats, http_post, wait_for
 
 from nsqcli import Config, Consumer, Producer
 from nsqcli.protocol import MessageData
@@ -126,7 +126,7 @@ def test_backoff_timer_runs_while_lookupd_hangs(nsqd, topic):
     """A handler failure starts a short backoff; a lookupd that never answers (the discovery
     thread is stuck in it) must not stretch the backoff: the retry arrives on time."""
     def silent(peer):
-        from fakes import http_request
+        from tests.support.fakes import http_request
 
         http_request(peer)
         peer.silence()

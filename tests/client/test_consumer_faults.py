@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 import time
 
-from helpers import http_post, lookup_producers, wait_for
+from tests.support.helpers import http_post, lookup_producers, wait_for
 
 from nsqcli import Config, Consumer
 
@@ -105,7 +105,7 @@ def test_touch_never_follows_the_fin_of_its_message(monkeypatch):
     them. The bytes nsqd receives never hold a TOUCH after the FIN of the same id (nsqd would
     answer E_TOUCH_FAILED). The FIN is started from inside the TOUCH's encoding - the moment
     between the un-answered check and the write - and given a second to go out first."""
-    from fakes import FRAME_RESPONSE, MemoryStream, frame, message
+    from tests.support.fakes import FRAME_RESPONSE, MemoryStream, frame, message
 
     from nsqcli.client import responses as responses_module  # where TOUCHes are encoded
 
@@ -187,7 +187,7 @@ def test_direct_nsqd_retries_stay_a_few_seconds_apart():
 def test_big_messages_shrink_the_rdy_sent_to_nsqd(nsqd_factory, topic):
     """~2 MB messages with an 8 MiB in-flight byte budget: the consumer asks nsqd for 4 at a
     time, not max_in_flight 50 (as nsqd's /stats and the consumer's stats show)."""
-    from helpers import channel_stats
+    from tests.support.helpers import channel_stats
 
     server = nsqd_factory(max_msg_size=3 * 1024 * 1024)
     bodies = [bytes([65 + i]) * 2_000_000 for i in range(6)]
@@ -249,7 +249,7 @@ def test_commands_sent_in_part_keep_their_order():
     """Through a memory stream whose socket takes 7 bytes per non-blocking send: FINs and
     REQs from four threads go out partly from their own threads, the rest through the I/O
     thread - every command arrives whole, each thread's in its order, nothing twice."""
-    from fakes import FRAME_RESPONSE, MemoryStream, frame, message
+    from tests.support.fakes import FRAME_RESPONSE, MemoryStream, frame, message
 
     ids = [b"%016d" % i for i in range(200)]
     stream = MemoryStream()
@@ -290,7 +290,7 @@ def test_an_nsqd_that_stops_reading_does_not_stall_the_others(nsqd, topic):
     every other connection - here a real nsqd - stalls until the write timeout."""
     import socket as socket_module
 
-    from fakes import FakeNsqd, message
+    from tests.support.fakes import FakeNsqd, message
 
     from nsqcli import Producer
 
@@ -335,7 +335,7 @@ def test_nothing_is_written_after_a_send_failed_half_way():
     """A send that fails half-way leaves half a command on the wire: whatever followed it would
     be read as garbage (nsqd answered "invalid command TOUCHFIN") while the writer counted it
     sent. After it, every FIN is refused and counted as lost, and no byte more goes out."""
-    from fakes import FRAME_RESPONSE, MemoryStream, frame, message
+    from tests.support.fakes import FRAME_RESPONSE, MemoryStream, frame, message
 
     from nsqcli.errors import WriteError
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from helpers import Collector, channel_stats, http_post, lookup_producers, topic_stats, wait_for
+from tests.support.helpers import Collector, channel_stats, http_post, lookup_producers, topic_stats, wait_for
 
 from nsqcli import Config, Consumer
 

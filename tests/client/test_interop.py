@@ -5,8 +5,8 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from helpers import Collector
-from helpers import run_nsqcli as run
+from tests.support.helpers import Collector
+from tests.support.helpers import run_nsqcli as run
 
 from nsqcli import Config, Consumer, Producer
 from nsqcli.sandbox import find_binary

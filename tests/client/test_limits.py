@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from helpers import run_nsqcli, wait_for
-from nsq_fixtures import default_layout_nsqd
+from tests.support.helpers import run_nsqcli, wait_for
+from tests.support.nsq_fixtures import default_layout_nsqd
 from nsqcli import Config, Producer
 from nsqcli.client import limits
 
@@ -131,7 +131,7 @@ def test_a_requeue_delay_is_capped_at_nsqds_max_req_timeout(tmp_path):
     from nsqcli.client.responses import req_ms as _req_ms
 
     from nsqcli import Consumer
-    from helpers import http_post
+    from tests.support.helpers import http_post
 
     sb = default_layout_nsqd(tmp_path, "--max-req-timeout=1s")
     try:

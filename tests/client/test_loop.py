@@ -10,9 +10,9 @@ import threading
 import time
 import zlib
 
-from fakes import FakeNsqd
-from hung import cluster, stopped  # noqa: F401 - cluster: the fixture
-from helpers import Collector, wait_for
+from tests.support.fakes import FakeNsqd
+from tests.support.hung import cluster, stopped  # noqa: F401 - cluster: the fixture
+from tests.support.helpers import Collector, wait_for
 
 from nsqcli import Config, Consumer, Producer
 from nsqcli.client.conn import Connection, ConnectionDelegate

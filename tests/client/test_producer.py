@@ -6,7 +6,7 @@ import threading
 import time
 
 import pytest
-from helpers import channel_stats, consume, http_get_json, topic_stats
+from tests.support.helpers import channel_stats, consume, http_get_json, topic_stats
 
 from nsqcli import Config, Producer
 from nsqcli.errors import BadTopicError, PublishError, ServerError, TransportError

@@ -2,7 +2,7 @@
 
 - a stateful property test of :class:`nsqcli.client.ledger.Ledger` against a list model;
 - a property test of the whole publish path (Producer.publish_iter over real Connection I/O
-  threads) against a scripted server (tests/scripted.py) that answers OK, E_BAD_BODY,
+  threads) against a scripted server (tests/support/scripted.py) that answers OK, E_BAD_BODY,
   E_BAD_MESSAGE, E_MPUB_FAILED, closes before or after publishing, stalls and trickles - the
   count it reports must be exactly the prefix the server holds;
 - a replaced connection fails its own publishes at once.
@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-from scripted import ScriptedNsqd
+from tests.support.scripted import ScriptedNsqd
 
 from nsqcli import Config
 from nsqcli.client.ledger import Ledger, fit

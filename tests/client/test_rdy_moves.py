@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from helpers import Collector, channel_stats, http_post, run_nsqcli
+from tests.support.helpers import Collector, channel_stats, http_post, run_nsqcli
 
 from nsqcli import Config, Consumer
 

@@ -51,6 +51,6 @@ def test_mutable_records_are_not_hashable_and_can_change():
 def test_config_defaults_and_with():
     cfg = Config()
     assert cfg == Config() and cfg.tls == TLSConfig() and cfg.deflate_level == 6
-    assert cfg.with_(snappy=True).snappy and not cfg.snappy
+    assert cfg.replace(snappy=True).snappy and not cfg.snappy
     assert Config(on_notice=print) == cfg  # on_notice is not compared
     assert "on_notice" not in repr(cfg)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from helpers import wait_for
+from tests.support.helpers import wait_for
 
 from nsqcli.client.workers import Blocking, HandlerPool, Timers
 

@@ -13,7 +13,7 @@ import subprocess
 import time
 import urllib.request
 
-from helpers import NSQCLI, clean_env, http_post, wait_for
+from tests.support.helpers import NSQCLI, clean_env, http_post, wait_for
 
 from nsqcli.sandbox import free_port
 

@@ -15,8 +15,8 @@ import urllib.error
 import urllib.request
 
 import pytest
-from fakes import HTTPEndpoint
-from helpers import NSQCLI, channel_stats, clean_env, http_post, wait_for
+from tests.support.fakes import HTTPEndpoint
+from tests.support.helpers import NSQCLI, channel_stats, clean_env, http_post, wait_for
 from prometheus_client.parser import text_string_to_metric_families
 
 from nsqcli.sandbox import _die_with_parent, free_port

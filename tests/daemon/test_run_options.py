@@ -4,7 +4,7 @@ tail): the same refusals, one line each, exit 2, before anything connects."""
 from __future__ import annotations
 
 import pytest
-from helpers import run_nsqcli
+from tests.support.helpers import run_nsqcli
 
 NSQD = ["--nsqd-tcp-address", "127.0.0.1:1"]  # never reached: every row is refused before connecting
 COMMANDS = {

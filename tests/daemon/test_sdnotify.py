@@ -157,7 +157,7 @@ def test_the_readme_unit_is_valid_and_names_real_options(tmp_path):
     import sys
     from pathlib import Path
 
-    from helpers import run_nsqcli
+    from tests.support.helpers import run_nsqcli
 
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     m = re.search(r"<!-- systemd-unit -->\n```ini\n(.*?)```\n<!-- /systemd-unit -->", readme, re.S)

@@ -15,7 +15,7 @@ import threading
 import time
 
 import pytest
-from helpers import NSQCLI, channel_stats, clean_env, http_post, topic_stats, wait_for
+from tests.support.helpers import NSQCLI, channel_stats, clean_env, http_post, topic_stats, wait_for
 
 from nsqcli.records import envelope_body
 from nsqcli.sandbox import _die_with_parent

@@ -11,8 +11,8 @@ import threading
 import time
 
 import pytest
-from fakes import HTTPEndpoint
-from helpers import wait_for
+from tests.support.fakes import HTTPEndpoint
+from tests.support.helpers import wait_for
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -158,7 +158,7 @@ def test_close_finishes_what_started_and_hands_back_the_rest(servers):
 
 
 def test_https_endpoint(servers, tmp_path, monkeypatch):
-    from nsq_fixtures import make_cert
+    from tests.support.nsq_fixtures import make_cert
 
     cert, key = make_cert(tmp_path)
     monkeypatch.setenv("SSL_CERT_FILE", cert)  # the client trusts the test's certificate

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import channel_stats, clean_env, http_post, topic_stats, wait_for
+from tests.support.helpers import channel_stats, clean_env, http_post, topic_stats, wait_for
 
 pytestmark = pytest.mark.spark
 
@@ -138,7 +138,7 @@ def test_sink_and_archive_reader_on_a_standalone_cluster(cluster, nsqd, topic, t
 
 def test_replay_and_query_commands_on_the_cluster(cluster, nsqd, topic, tmp_path):
     """`nsqcli replay` and `nsqcli query --master spark://...`: nsqcli ships itself."""
-    from helpers import NSQCLI
+    from tests.support.helpers import NSQCLI
 
     archive = tmp_path / "archive"
     archive.mkdir()

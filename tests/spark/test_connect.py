@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import NSQCLI, channel_stats, clean_env, topic_stats, wait_for
-from test_datasource import publish
+from tests.support.helpers import NSQCLI, channel_stats, clean_env, topic_stats, wait_for
+from tests.spark.test_datasource import publish
 
 pytestmark = pytest.mark.spark
 

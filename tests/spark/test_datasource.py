@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import NSQCLI, channel_stats, clean_env, http_post, topic_stats, wait_for
+from tests.support.helpers import NSQCLI, channel_stats, clean_env, http_post, topic_stats, wait_for
 
 pytestmark = pytest.mark.spark
 

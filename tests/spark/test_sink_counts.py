@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from helpers import topic_stats
+from tests.support.helpers import topic_stats
 
 pytestmark = pytest.mark.spark
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import channel_stats, clean_env, wait_for
+from tests.support.helpers import channel_stats, clean_env, wait_for
 
 pytestmark = pytest.mark.spark
 

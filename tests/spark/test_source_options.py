@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import topic_stats
+from tests.support.helpers import topic_stats
 
 pytestmark = pytest.mark.spark
 

@@ -13,8 +13,8 @@ import sys
 import time
 
 import pytest
-from helpers import NSQCLI, channel_stats, clean_env, topic_stats, wait_for
-from test_datasource import drain, publish, run_to_file
+from tests.support.helpers import NSQCLI, channel_stats, clean_env, topic_stats, wait_for
+from tests.spark.test_datasource import drain, publish, run_to_file
 
 pytestmark = pytest.mark.spark
 
@@ -86,7 +86,7 @@ def test_replay_dry_run_counts_by_topic_and_hour_publishes_nothing(archive, nsqd
 
 
 def test_replayed_bodies_arrive_intact(archive, nsqd, topic):
-    from helpers import http_post
+    from tests.support.helpers import http_post
 
     path, _ = archive
     http_post(nsqd.http_address, "/topic/create", topic=topic)

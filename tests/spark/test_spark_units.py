@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from helpers import topic_stats
+from tests.support.helpers import topic_stats
 
 pytestmark = pytest.mark.spark
 import pyarrow as pa  # noqa: E402  (a missing extra fails collection: never a skip)

@@ -16,8 +16,8 @@ import textwrap
 from importlib import metadata
 
 import pytest
-from helpers import NSQCLI, channel_stats, clean_env, wait_for
-from test_datasource import publish
+from tests.support.helpers import NSQCLI, channel_stats, clean_env, wait_for
+from tests.spark.test_datasource import publish
 
 from nsqcli.spark import tables
 

@@ -3,7 +3,7 @@ own, stopped after the test) and ``stopped(*servers)``, which SIGSTOPs servers s
 pid - and always SIGCONTs them. A stopped nsqd still accepts TCP connections (the kernel does)
 but never answers: the hung node of a real estate, which a refused port does not play.
 
-Import the fixture into a test module: ``from hung import cluster, stopped  # noqa: F401``."""
+Import the fixture into a test module: ``from tests.support.hung import cluster, stopped  # noqa: F401``."""
 
 from __future__ import annotations
 

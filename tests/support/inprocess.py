@@ -28,7 +28,7 @@ import tempfile
 import threading
 import time
 
-from helpers import clean_env
+from tests.support.helpers import clean_env
 
 
 def _signals() -> dict:

@@ -3,7 +3,7 @@ one line on stderr naming the problem (``nsqcli: error: ...``), nothing on stdou
 traceback - and, for the rows run against the session's nsqd, that nothing reached it.
 
 A usage error (exit 2) is refused before anything starts, so its rows run nsqcli in this process
-(tests/inprocess.py: the real entry, milliseconds instead of an interpreter start); the other
+(tests/support/inprocess.py: the real entry, milliseconds instead of an interpreter start); the other
 rows run the real executable. tests/cli/test_app.py proves both give the same for the same argv."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from helpers import run_nsqcli, topic_stats
-from inprocess import run_in_process
+from tests.support.helpers import run_nsqcli, topic_stats
+from tests.support.inprocess import run_in_process
 
 DEAD = "127.0.0.1:1"  # nothing listens there
 FILE = str(Path(__file__).resolve())  # an existing file (not a directory)
@@ -101,7 +101,7 @@ def run_closing(args, env=None, close=(), input=None, timeout=30):
     import os
     import subprocess
 
-    from helpers import NSQCLI, clean_env
+    from tests.support.helpers import NSQCLI, clean_env
 
     def pre():
         for fd in close:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import struct
 import threading
 
-from fakes import FRAME_ERROR, FRAME_RESPONSE, MemoryStream, frame
+from tests.support.fakes import FRAME_ERROR, FRAME_RESPONSE, MemoryStream, frame
 
 _U32 = struct.Struct(">I")
 

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from nsqcli.sandbox import _die_with_parent, free_port
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 INSTALL_HINT = "run scripts/install-toxiproxy (make setup does it): it builds toxiproxy-server v2.5.0 with Go"
 _names = itertools.count()
 
