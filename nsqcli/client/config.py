@@ -92,9 +92,6 @@ class Config(Record, frozen=True):
     max_body_size: int = 5 * 1024 * 1024    # nsqd --max-body-size default; MPUB batches stay below
     max_msg_size: int = 1024 * 1024         # nsqd --max-msg-size default
 
-    def with_(self, **changes) -> "Config":
-        return self.replace(**changes)
-
     def identify(self) -> dict:
         """The IDENTIFY body (feature negotiation on)."""
         ms = lambda s: int(s * 1000)  # noqa: E731

@@ -87,7 +87,7 @@ class _Taker:
         from ..client.consumer import Consumer
 
         self.settings = settings
-        cfg = settings.config.with_(max_in_flight=max(1, min(part.share, CHUNK)),
+        cfg = settings.config.replace(max_in_flight=max(1, min(part.share, CHUNK)),
                                     max_in_flight_bytes=CHUNK_BYTES, touch_interval=5.0)
         self.consumer = Consumer(part.topic, settings.channel, pull=True, config=cfg,
                                  nsqd_tcp_addresses=[part.tcp],
