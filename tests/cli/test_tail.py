@@ -179,6 +179,36 @@ def test_tail_backlog_check_asks_every_node_at_once(cluster, topic):
     assert topic_stats(healthy, topic)["channels"] == []  # nothing was taken
 
 
+SLOW_START = """
+import time
+import nsqcli.client.consumer as c
+_start = c.Consumer.start
+def start(self, *a, **kw):
+    out = _start(self, *a, **kw)
+    time.sleep(1.0)  # the main thread descheduled here on a busy machine: the handlers already run
+    return out
+c.Consumer.start = start
+"""
+
+
+def test_tail_n_done_before_its_consumer_s_start_returned_takes_no_more(nsqd, topic, tmp_path):
+    """The consumer's handlers run before its start() returns to tail, which then put it on its
+    list. On a busy machine -n was done in between: _stop had no consumer to stop, its RDY stayed
+    up, and every message given back came straight back - 201 and 348 REQs seen for -n 2 (each an
+    attempt that --max-attempts counts elsewhere). -n done now means RDY 0 on every consumer
+    made, started or not. The slow return is played by a sitecustomize in the real executable."""
+    (tmp_path / "sitecustomize.py").write_text(SLOW_START)
+    http_post(nsqd.http_address, "/topic/create", topic=topic)
+    http_post(nsqd.http_address, "/channel/create", topic=topic, channel="work")
+    http_post(nsqd.http_address, "/mpub", b"\n".join(b"m%d" % i for i in range(20)), topic=topic)
+    env = {"NSQCLI_NSQD_TCP_ADDRESS": nsqd.tcp_address, "PYTHONPATH": str(tmp_path)}
+    r = run(["tail", topic, "-c", "work", "-n", "2", "--max-in-flight", "4", "--timeout", "20s"], env, timeout=60)
+    assert r.returncode == 0 and len(r.stdout.splitlines()) == 2, r.stderr
+    wait_for(lambda: channel_stats(nsqd, topic, "work")["in_flight_count"] == 0, what="nothing in flight")
+    ch = channel_stats(nsqd, topic, "work")
+    assert ch["depth"] == 18 and ch["requeue_count"] <= 4, ch  # each one on its way given back once
+
+
 def test_tail_says_when_the_backlog_check_could_not_be_made(nsqd, topic):
     """A direct nsqd whose HTTP port is not TCP + 1 and no --nsqd-http-address: said, not silent."""
     r = run_nsqcli(["tail", topic, "-n", "1", "--timeout", "2s", "--nsqd-tcp-address", nsqd.tcp_address])

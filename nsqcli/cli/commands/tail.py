@@ -47,6 +47,16 @@ class Sink:
         self.lock = threading.Lock()
         self.last_message = time.monotonic()
         self.error: BaseException | None = None
+        # called once when -n is done (or stdout closed), before anything is given back: the
+        # consumers stop taking (RDY 0). Given back while nsqd could still send, a message came
+        # straight back, was given back again, and so on until the stop's CLS
+        self.on_done = None
+        self._stopped_taking = False
+
+    def _stop_taking(self) -> None:
+        if not self._stopped_taking and self.on_done is not None:
+            self._stopped_taking = True
+            self.on_done()
 
     def __call__(self, msgs: list) -> None:
         with self.lock:
@@ -77,6 +87,8 @@ class Sink:
                 keep, extra = msgs[:room], msgs[room:]
             else:
                 keep, extra = msgs, []
+            if self.done.is_set() or (peek is None and self.count and self.shown + len(keep) >= self.count):
+                self._stop_taking()
             for m in extra:  # not shown: give it back at once, without backoff
                 give_back(m)
             if keep:
@@ -95,6 +107,8 @@ class Sink:
                     peek.shown(keep)
             if (self.count and self.shown >= self.count) or (peek is not None and peek.wrapped):
                 self.done.set()
+            if self.done.is_set():
+                self._stop_taking()
             if peek is not None and not self.done.is_set():
                 peek.give_back_some()
 
@@ -325,9 +339,10 @@ class Tail(Job):
 
         self.app, self.topics, self.channel, self.conn, self.cfg = app, topics, channel, conn, cfg
         self.sink, self.unchecked = sink, unchecked
-        sink.done = self.done
+        sink.done, sink.on_done = self.done, self._stop_taking
         self.outages = Outages(app)  # said when it starts, counted while it lasts, "recovered" when it ends
         self._consumers: list = []
+        self._made: list = []  # every consumer made, started or not
         self._said_waiting = False
         self._next_touch = 0.0  # peek: when what it holds is TOUCHed next
         self.discovery = None  # --topic-pattern: (pattern, refresh, checks)
@@ -335,6 +350,13 @@ class Tail(Job):
         self._finder: threading.Thread | None = None
         self._refused: set[str] = set()
         self._peek_nodes: dict = {}  # --peek: topic -> the nsqd TCP addresses that have the channel
+
+    def _stop_taking(self) -> None:
+        """-n is done: no consumer takes more (RDY 0), started or still starting."""
+        with self._lock:
+            made = list(self._made)
+        for c in made:
+            c.set_max_in_flight(0)
 
     def peek_at(self, topic: str, depths: dict) -> None:
         """--peek connects only to the nodes that have the channel: subscribing elsewhere would
@@ -352,6 +374,10 @@ class Tail(Job):
                      on_error=lambda err: source_error(self.outages, err),
                      nsqd_tcp_addresses=peek_nodes or nsqd_addresses(self.conn),
                      lookupd_http_addresses=[] if peek_nodes else list(self.conn.get("lookupd_http_addresses") or ()))
+        with self._lock:  # its messages may reach the sink, and -n be done, before start returns
+            self._made.append(c)
+        if self.sink._stopped_taking:
+            c.set_max_in_flight(0)
         c.start(deadline=deadline)
         with self._lock:
             self._consumers.append(c)
