@@ -182,6 +182,19 @@ class Server:
                 time.sleep(0.2)
 
 
+def _start_on_free_ports(make, attempts: int = 5) -> Server:
+    """Start the server ``make()`` builds; when a port it was given was taken between free_port()
+    and the server's bind (another process on this machine got it), again on new ports."""
+    for attempt in range(attempts):
+        server = make()
+        try:
+            return server.start()
+        except SandboxError as e:
+            if "address already in use" not in str(e) or attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
 @dataclass
 class NsqdOptions:
     """nsqd flags the tests and users need. None = nsqd's default."""
@@ -238,8 +251,7 @@ class Sandbox:
     def start(self) -> "Sandbox":
         try:
             if self.with_lookupd:
-                self.lookupd = self._make_lookupd()
-                self.lookupd.start()
+                self.lookupd = _start_on_free_ports(self._make_lookupd)
             self.add_nsqd(self.nsqd_options)
         except BaseException:
             self.stop()
@@ -280,22 +292,24 @@ class Sandbox:
         n = len(self.nsqds)
         data = self.base_dir / f"nsqd{n}"
         data.mkdir(parents=True, exist_ok=True)
-        tcp, http = self._addr(), self._addr()
-        args = [find_binary("nsqd"), f"--tcp-address={tcp}", f"--http-address={http}",
-                f"--broadcast-address={self.host}", f"--data-path={data}", f"--node-id={n + 1}"]
-        https = None
-        if options.tls_cert:
-            https = self._addr()
-            args.append(f"--https-address={https}")
-        else:
-            args.append("--https-address=")
-        if self.lookupd:
-            args.append(f"--lookupd-tcp-address={self.lookupd.tcp_address}")
-        server = Server("nsqd", args + options.to_args(), http, tcp, self.base_dir / f"nsqd{n}.log",
-                        https_address=https, data_path=data)
+
+        def make() -> Server:
+            tcp, http = self._addr(), self._addr()
+            args = [find_binary("nsqd"), f"--tcp-address={tcp}", f"--http-address={http}",
+                    f"--broadcast-address={self.host}", f"--data-path={data}", f"--node-id={n + 1}"]
+            https = None
+            if options.tls_cert:
+                https = self._addr()
+                args.append(f"--https-address={https}")
+            else:
+                args.append("--https-address=")
+            if self.lookupd:
+                args.append(f"--lookupd-tcp-address={self.lookupd.tcp_address}")
+            return Server("nsqd", args + options.to_args(), http, tcp, self.base_dir / f"nsqd{n}.log",
+                          https_address=https, data_path=data)
+
+        server = _start_on_free_ports(make) if start else make()
         self.nsqds.append(server)
-        if start:
-            server._start_retrying(15.0)
         return server
 
     def remove_nsqd(self, server: Server) -> None:

@@ -291,3 +291,28 @@ def test_sandbox_json_is_one_line_and_points_at_running_servers(tmp_path):
         if p.poll() is None:
             p.kill()
     assert p.returncode == 0 and rest == b""
+
+
+def test_a_port_taken_before_the_server_binds_it_is_replaced(monkeypatch, tmp_path):
+    """free_port() gives a port that is free at that moment; another process on the machine (a
+    parallel test run) can bind it before nsqd does. nsqd then exits at start-up ("address already
+    in use"), and retrying that port for 15 s failed the test: it starts on new ports instead."""
+    import socket
+
+    from nsqcli import sandbox
+
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen()
+    taken = held.getsockname()[1]
+    given = iter([taken])
+    real = sandbox.free_port
+    monkeypatch.setattr(sandbox, "free_port", lambda host="127.0.0.1": next(given, None) or real(host))
+    sb = sandbox.Sandbox(with_lookupd=False, base_dir=str(tmp_path / "sb"))
+    try:
+        sb.start()
+        assert sb.nsqd.running and sb.nsqd.tcp_address != f"127.0.0.1:{taken}"
+        assert "address already in use" in sb.nsqd.log_path.read_text()  # the first try met the taken port
+    finally:
+        sb.stop()
+        held.close()
