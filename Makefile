@@ -4,8 +4,8 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 PYTEST_ARGS ?= --durations=25  # where CI time goes: the 25 slowest tests of each pass
 # pytest-xdist: the tests mostly wait on real servers, so 4 run at once on 2 cores. The Spark tests
-# run after the others, in two groups (tests/conftest.py: the ones that start JVMs of their own, and
-# the ones on the session's local[2,3]): beside the rest they were 2-3x slower and hit the timeout.
+# have a pass of their own, in two groups of whole files (tests/conftest.py): among the rest they
+# were 2-3x slower and hit the timeout. scripts/test-passes runs the passes two at a time.
 XDIST ?= -n 4 --dist loadgroup
 SPARK_XDIST ?= -n 2 --dist loadgroup
 # `make test` runs the whole suite on NSQ v1.3.0 (.nsq/bin), then the tests that exercise the
@@ -18,10 +18,10 @@ COMPAT_TESTS ?= tests/client/test_conn.py tests/client/test_consumer.py tests/cl
 	tests/cli/test_tail.py tests/cli/test_to_file.py tests/cli/test_admin.py tests/cli/test_security_hints.py \
 	tests/daemon/test_daemons.py tests/daemon/test_lag.py
 
-# Before each Spark pass, scripts/spark-cds archives Spark's driver classes for that pyspark
-# (class-data sharing): the tests' ~40 Spark drivers then start in about half the time.
-# `make test` then runs the tests marked spark_lts again on the oldest supported pyspark (the
-# LTS line of the managed runtimes), in its own environment made by scripts/spark-env.
+# `make test` also runs the tests marked spark_lts again on the oldest supported pyspark (the LTS
+# line of the managed runtimes), in its own environment made by scripts/spark-env. Before each
+# Spark pass scripts/spark-cds archives that pyspark's driver classes (class-data sharing): the
+# tests' ~40 Spark drivers then start in about half the time.
 SPARK_LTS ?= 4.0.5
 SPARK_LTS_VENV = .venv-spark-$(SPARK_LTS)
 
@@ -40,15 +40,9 @@ nsq:
 	scripts/install-toxiproxy
 
 test: setup
-	$(BIN)/pytest $(XDIST) -m "not spark" $(PYTEST_ARGS)
-	@echo "== the Spark tests"
-	$(BIN)/python scripts/spark-cds
-	$(BIN)/pytest $(SPARK_XDIST) -m spark $(PYTEST_ARGS)
-	@for v in $(COMPAT_VERSIONS); do \
-		echo "== the server-facing tests again, on NSQ $$v"; \
-		NSQCLI_TEST_NSQ_VERSION=$$v $(BIN)/pytest $(XDIST) $(COMPAT_TESTS) || exit 1; \
-	done
-	$(MAKE) --no-print-directory test-spark-lts
+	scripts/spark-env $(SPARK_LTS) $(SPARK_LTS_VENV)
+	BIN=$(BIN) LTS_VENV=$(SPARK_LTS_VENV) XDIST="$(XDIST)" SPARK_XDIST="$(SPARK_XDIST)" PYTEST_ARGS="$(PYTEST_ARGS)" \
+		COMPAT_VERSIONS="$(COMPAT_VERSIONS)" COMPAT_TESTS="$(COMPAT_TESTS)" scripts/test-passes
 
 test-spark-lts: nsq
 	scripts/spark-env $(SPARK_LTS) $(SPARK_LTS_VENV)
