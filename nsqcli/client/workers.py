@@ -167,7 +167,7 @@ class HandlerPool:
         self.size = max(1, threads)
         self.name = name
         self.ordered = ordered
-        self._waiting: dict = {}  # ordered: consumer -> its batches that came while one was handled
+        self._waiting: dict = {}  # ordered: consumer -> its batches not handled yet (while a thread has it)
         self.queue: queue.SimpleQueue = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._users = 0
@@ -195,7 +195,22 @@ class HandlerPool:
                 t.join(5)
 
     def put(self, item) -> None:
-        self.queue.put(item)
+        if not self.ordered:
+            self.queue.put(item)
+            return
+        # ordered: the order is fixed here, as the batches come. A consumer with batches waiting
+        # already has a thread on them (or one on its way); else one thread is asked to take it.
+        # (Claimed by the thread that got the batch, two threads could take one consumer's batches
+        # in the wrong order: the one with the first batch descheduled before it claimed it - an
+        # archive's first message written after the next 199.)
+        owner = item[0]
+        with self._lock:
+            waiting = self._waiting.get(owner)
+            if waiting is not None:
+                waiting.append(item)
+                return
+            self._waiting[owner] = collections.deque([item])
+        self.queue.put(owner)
 
     def _run(self) -> None:
         get = self.queue.get
@@ -207,21 +222,15 @@ class HandlerPool:
                 owner, handle, msgs = item
                 owner.handle(handle, msgs)
                 continue
-            consumer = item[0]
-            with self._lock:
-                if consumer in self._waiting:  # another thread is handling this consumer: after it
-                    self._waiting[consumer].append(item)
-                    continue
-                self._waiting[consumer] = collections.deque()
-            while item is not None:
-                item[0].handle(item[1], item[2])
+            owner = item  # ordered: this consumer's batches, one after another, until none is left
+            while True:
                 with self._lock:
-                    later = self._waiting[consumer]
-                    if later:
-                        item = later.popleft()
-                    else:
-                        del self._waiting[consumer]
-                        item = None
+                    waiting = self._waiting[owner]
+                    if not waiting:
+                        del self._waiting[owner]
+                        break
+                    _, handle, msgs = waiting.popleft()
+                owner.handle(handle, msgs)
 
 
 TIMERS = Timers()

@@ -133,3 +133,49 @@ def test_an_ordered_pool_handles_one_consumers_batches_in_order_and_others_besid
     pool.release()
     assert seen["a"] == list(range(60)) and seen["b"] == list(range(60))
     assert max(overlap) == 1  # never two batches of one consumer at once
+
+
+def test_an_ordered_pool_keeps_the_order_when_the_thread_with_the_first_batch_is_late():
+    """The thread that got a consumer's first batch claimed the consumer only afterwards: on a
+    busy machine it was descheduled in between, another thread got and claimed the next batch,
+    and the first one was handled after the rest (an archive's msg-0000000 written after
+    msg-0000199, with no redelivery: nsqd's requeue and timeout counts were 0). The order is now
+    fixed when the batches are put; here the late thread is played by a queue whose first get()
+    returns 0.2 s late."""
+    import threading
+    import time as _time
+
+    from nsqcli.client.workers import HandlerPool
+
+    seen: list = []
+
+    class Owner:
+        def handle(self, handle, msgs):
+            seen.append(handle)
+
+    pool = HandlerPool(2, ordered=True)
+    real, late = pool.queue, threading.Event()
+
+    class LateFirstGet:
+        def put(self, item):
+            real.put(item)
+
+        def get(self):
+            item = real.get()
+            if item is not None and not late.is_set():
+                late.set()
+                _time.sleep(0.2)  # this thread descheduled right after it got the first batch
+            return item
+
+    pool.queue = LateFirstGet()
+    owner = Owner()
+    pool.acquire()
+    try:
+        for i in range(10):
+            pool.put((owner, i, []))
+        deadline = _time.monotonic() + 5
+        while len(seen) < 10 and _time.monotonic() < deadline:
+            _time.sleep(0.01)
+    finally:
+        pool.release()
+    assert seen == list(range(10))
