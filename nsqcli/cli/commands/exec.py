@@ -229,16 +229,17 @@ class Exec(Job):
 
     def _release(self) -> None:
         """A message answered for good or given back: one run fewer, -n looked at. Once -n is
-        done nothing more is taken (RDY 0) before the stop: what is still on its way is given
-        back, and without that it came straight back, given back again, until the CLS."""
+        done nothing more is taken (RDY 0), and only then is ``done`` set, which has the held
+        messages given back: given back while nsqd could still send, a message came straight
+        back, was given back again, and so on until the RDY 0 or the CLS (92 REQs for 8
+        messages with the thread that set ``done`` descheduled before its RDY 0)."""
         with self.lock:
             self.running -= 1
             self.last = time.monotonic()
             finished = bool(self.count) and self._done_count() >= self.count and not self.done.is_set()
-            if finished:
-                self.done.set()
-        if finished:
+        if finished:  # (meanwhile a held message finds no room: it stays held)
             self.consumer.set_max_in_flight(0)
+            self.done.set()
 
     def __call__(self, m) -> None:
         m.disable_auto_response()
