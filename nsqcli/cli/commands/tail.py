@@ -343,6 +343,7 @@ class Tail(Job):
         self.outages = Outages(app)  # said when it starts, counted while it lasts, "recovered" when it ends
         self._consumers: list = []
         self._made: list = []  # every consumer made, started or not
+        self._taking = True  # False once -n is done: every consumer at RDY 0
         self._said_waiting = False
         self._next_touch = 0.0  # peek: when what it holds is TOUCHed next
         self.discovery = None  # --topic-pattern: (pattern, refresh, checks)
@@ -352,8 +353,10 @@ class Tail(Job):
         self._peek_nodes: dict = {}  # --peek: topic -> the nsqd TCP addresses that have the channel
 
     def _stop_taking(self) -> None:
-        """-n is done: no consumer takes more (RDY 0), started or still starting."""
+        """-n is done: no consumer takes more (RDY 0), started or still starting; one made
+        later is cut as it is made (_subscribe)."""
         with self._lock:
+            self._taking = False
             made = list(self._made)
         for c in made:
             c.set_max_in_flight(0)
@@ -376,7 +379,8 @@ class Tail(Job):
                      lookupd_http_addresses=[] if peek_nodes else list(self.conn.get("lookupd_http_addresses") or ()))
         with self._lock:  # its messages may reach the sink, and -n be done, before start returns
             self._made.append(c)
-        if self.sink._stopped_taking:
+            taking = self._taking
+        if not taking:
             c.set_max_in_flight(0)
         c.start(deadline=deadline)
         with self._lock:
