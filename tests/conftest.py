@@ -43,9 +43,18 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 # a class-data-sharing archive of Spark's classes (scripts/spark-cds): start-up is most of what
 # the short Spark tests spend. nsqcli itself sets neither.
 _cds = Path(sys.prefix) / "spark-cds.jsa"
-os.environ["SPARK_SUBMIT_OPTS"] = " ".join(filter(None, (
-    os.environ.get("SPARK_SUBMIT_OPTS"), "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
-    f"-XX:SharedArchiveFile={_cds}" if _cds.exists() else "", "-Xlog:disable -Xlog:all=error:stderr")))
+_jvm = " ".join(filter(None, ("-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+                              f"-XX:SharedArchiveFile={_cds}" if _cds.exists() else "",
+                              "-Xlog:disable -Xlog:all=error:stderr")))
+os.environ["SPARK_SUBMIT_OPTS"] = " ".join(filter(None, (os.environ.get("SPARK_SUBMIT_OPTS"), _jvm)))
+# ...and reads the tests' own spark-defaults.conf (a developer's SPARK_CONF_DIR must not steer the
+# tests either): the executors of the standalone-cluster tests start as the drivers do (their CPU
+# there -12%), and Delta's log replay, 2 stages of 50 tasks by default, runs 2 tasks a stage (a
+# new JVM reading a 15-commit table: 22 s -> 10 s). Neither changes what a test asserts.
+_spark_conf = Path(tempfile.mkdtemp(prefix="nsqcli-test-spark-conf-"))
+(_spark_conf / "spark-defaults.conf").write_text(f"spark.executor.extraJavaOptions {_jvm}\n"
+                                                 "spark.databricks.delta.snapshotPartitions 2\n")
+os.environ["SPARK_CONF_DIR"] = str(_spark_conf)
 
 import nsqcli.client.consumer  # noqa: E402
 from nsqcli.nsq_install import NSQ_VERSION, version_dir  # noqa: E402
@@ -254,6 +263,7 @@ def pytest_sessionfinish(session, exitstatus):
     import shutil
 
     shutil.rmtree(os.environ.get("NSQCLI_CONFIG_DIR", "/nonexistent"), ignore_errors=True)
+    shutil.rmtree(_spark_conf, ignore_errors=True)
 
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     skipped = len(reporter.stats.get("skipped", [])) if reporter else 0
