@@ -414,26 +414,23 @@ def mpub(app, topic, rest, delimiter, null, count, as_json, fmt, batch_size, lin
     passed; 130/143: SIGINT/SIGTERM) saying how many nsqd acknowledged, how many more it may
     hold unanswered (written when the connection was lost or stalled), and the --skip that
     resumes without loss.
+
+    (Kept in one piece, longer than most: the run's steps in their order - the deadline's alarm
+    set before the lookup, the producer closed in ``finally`` however the publish ended.)
     """
     from ...client.producer import Producer, Stopped
-    from ...errors import NSQError, PublishError
-    from ..app import DeadlineExceeded, Interrupted
+    from ...errors import PublishError
+    from ..app import Interrupted
     from ..options import check_timeout, deadline_of
     from ..signals import GracefulStop
 
     check_timeout(timeout)
 
-    files = rest
     conn = pop_connection(kwargs)
     # the producer checks no size of its own unless told one: BodyReader applies the limit
     cfg = build_config(conn, max_msg_size=max_msg_size or UNKNOWN_MAX_MSG_SIZE, max_body_size=max_body_size)
-    if null:
-        from click.core import ParameterSource
-
-        if click.get_current_context().get_parameter_source("delimiter") != ParameterSource.DEFAULT:
-            raise click.UsageError("-0/--null and -d/--delimiter cannot be used together (-0 is -d '\\0')")
-        delimiter = b"\0"
-    sources = list(files) or [sys.stdin.buffer]
+    delimiter = _delimiter(null, delimiter)
+    sources = list(rest) or [sys.stdin.buffer]
     stats = Tally()
     records = BodyReader(app, sources, delimiter, fmt, skip, skip_invalid, max_msg_size, stats,
                       ask_limit=lambda: _nsqd_max_message(addresses, deadline))
@@ -442,13 +439,7 @@ def mpub(app, topic, rest, delimiter, null, count, as_json, fmt, batch_size, lin
     deadline = deadline_of(timeout)
     stopper = GracefulStop().install()
     stopper.alarm(deadline)  # from here a passing --timeout stops the run as a signal does
-    try:
-        addresses = resolve_producers(app, conn, topic, deadline)
-    except NSQError as e:
-        stopper.alarm(None)
-        if deadline is not None and time.monotonic() >= deadline - 0.01:
-            raise DeadlineExceeded(f"--timeout passed: {e}") from e
-        raise
+    addresses = _producers(app, conn, topic, deadline, stopper)
     producer = Producer(addresses, cfg, deadline=deadline)
     producer.stop = stopper.event  # a wait for nsqd's answer ends when a signal (or the deadline) stops the run
     progress = _Progress(app, stats, sources) if app.stderr_is_tty else None
@@ -487,6 +478,32 @@ def mpub(app, topic, rest, delimiter, null, count, as_json, fmt, batch_size, lin
     if as_json:
         _json_summary(topic, stats, 0, records, None, 0, resent)
     return 0
+
+
+def _delimiter(null: bool, delimiter: bytes) -> bytes:
+    """-0/--null is -d '\\0'; both given is a usage error."""
+    if not null:
+        return delimiter
+    from click.core import ParameterSource
+
+    if click.get_current_context().get_parameter_source("delimiter") != ParameterSource.DEFAULT:
+        raise click.UsageError("-0/--null and -d/--delimiter cannot be used together (-0 is -d '\\0')")
+    return b"\0"
+
+
+def _producers(app, conn: dict, topic: str, deadline: float | None, stopper) -> list[str]:
+    """The nsqd addresses to publish to (given, or found through nsqlookupd); a lookup that
+    fails as --timeout passes is exit 3, not 1."""
+    from ...errors import NSQError
+    from ..app import DeadlineExceeded
+
+    try:
+        return resolve_producers(app, conn, topic, deadline)
+    except NSQError as e:
+        stopper.alarm(None)
+        if deadline is not None and time.monotonic() >= deadline - 0.01:
+            raise DeadlineExceeded(f"--timeout passed: {e}") from e
+        raise
 
 
 def _fail(app, e: BaseException, topic: str, stats: Tally, records: BodyReader, stopper, as_json: bool,
