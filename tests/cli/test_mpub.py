@@ -149,6 +149,34 @@ def test_an_interrupt_while_the_pipe_is_quiet_counts_the_lingered_records(nsqd, 
     assert b"resume with --skip 3" in err and b"Traceback" not in err
 
 
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_during_a_lookup_that_never_answers_ends_it(sig):
+    """nsqlookupd accepts and never answers: a signal ends mpub's wait for it at once, 130/143
+    with the resume line (it waited out the lookup's own 5 s limit, then exited 1)."""
+    import socket
+
+    with socket.socket() as hung:
+        hung.bind(("127.0.0.1", 0))
+        hung.listen(8)  # accepts (the kernel does) and never answers
+        hung.settimeout(30)
+        lookupd = "127.0.0.1:%d" % hung.getsockname()[1]
+        proc = subprocess.Popen(NSQCLI + ["mpub", "t", "--lookupd-http-address", lookupd], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=clean_env())
+        proc.stdin.write(b"a\nb\n")
+        proc.stdin.close()
+        proc.stdin = None  # communicate() below flushes it otherwise
+        conn, _ = hung.accept()  # mpub is in its lookup
+        with conn:
+            t0 = time.monotonic()
+            proc.send_signal(sig)
+            out, err = proc.communicate(timeout=30)
+            took = time.monotonic() - t0
+    assert proc.returncode == 128 + sig and out == b"", err
+    assert err == b"nsqcli: interrupted (%s): nsqd acknowledged 0 records in this run; resume with --skip 0\n" \
+        % signal.Signals(sig).name.encode()
+    assert took < 3, took  # not the lookup's 5 s
+
+
 @pytest.fixture
 def env(sandbox):
     return {"NSQCLI_NSQD_TCP_ADDRESS": sandbox.nsqd.tcp_address}

@@ -414,10 +414,10 @@ def mpub(app, topic, rest, delimiter, null, count, as_json, fmt, batch_size, lin
     passed; 130/143: SIGINT/SIGTERM) saying how many nsqd acknowledged, how many more it may
     hold unanswered (written when the connection was lost or stalled), and the --skip that
     resumes without loss.
-
-    (Kept in one piece, longer than most: the run's steps in their order - the deadline's alarm
-    set before the lookup, the producer closed in ``finally`` however the publish ended.)
     """
+    # kept in one piece, longer than most: the run's steps in their order - signals end the
+    # lookup, the deadline's alarm is set after it, the producer closed in `finally` however the
+    # publish ended
     from ...client.producer import Producer, Stopped
     from ...errors import PublishError
     from ..app import Interrupted
@@ -438,8 +438,12 @@ def mpub(app, topic, rest, delimiter, null, count, as_json, fmt, batch_size, lin
     records.linger = linger
     deadline = deadline_of(timeout)
     stopper = GracefulStop().install()
+    try:
+        with stopper.blocking():  # a lookupd that never answers: SIGINT/SIGTERM end the wait (130/143)
+            addresses = _producers(app, conn, topic, deadline)  # it keeps the deadline itself
+    except Interrupted as e:
+        _fail(app, e, topic, stats, records, stopper, as_json, deadline)
     stopper.alarm(deadline)  # from here a passing --timeout stops the run as a signal does
-    addresses = _producers(app, conn, topic, deadline, stopper)
     producer = Producer(addresses, cfg, deadline=deadline)
     producer.stop = stopper.event  # a wait for nsqd's answer ends when a signal (or the deadline) stops the run
     progress = _Progress(app, stats, sources) if app.stderr_is_tty else None
@@ -491,7 +495,7 @@ def _delimiter(null: bool, delimiter: bytes) -> bytes:
     return b"\0"
 
 
-def _producers(app, conn: dict, topic: str, deadline: float | None, stopper) -> list[str]:
+def _producers(app, conn: dict, topic: str, deadline: float | None) -> list[str]:
     """The nsqd addresses to publish to (given, or found through nsqlookupd); a lookup that
     fails as --timeout passes is exit 3, not 1."""
     from ...errors import NSQError
@@ -500,7 +504,6 @@ def _producers(app, conn: dict, topic: str, deadline: float | None, stopper) -> 
     try:
         return resolve_producers(app, conn, topic, deadline)
     except NSQError as e:
-        stopper.alarm(None)
         if deadline is not None and time.monotonic() >= deadline - 0.01:
             raise DeadlineExceeded(f"--timeout passed: {e}") from e
         raise
