@@ -8,6 +8,7 @@ PYTEST_ARGS ?= --durations=25  # where CI time goes: the 25 slowest tests of eac
 # were 2-3x slower and hit the timeout. scripts/test-passes runs the passes two at a time.
 XDIST ?= -n 4 --dist loadgroup
 SPARK_XDIST ?= -n 2 --dist loadgroup
+LTS_XDIST ?= -n 2
 # `make test` runs the whole suite on NSQ v1.3.0 (.nsq/bin), then the tests that exercise the
 # server - client core, pub/mpub/tail, to-file, admin, TLS/AUTH - again on each older release
 # here (built into .nsq/versions/VERSION/bin). `make test COMPAT_VERSIONS=` runs the first pass
@@ -41,7 +42,7 @@ nsq:
 
 test: setup
 	scripts/spark-env $(SPARK_LTS) $(SPARK_LTS_VENV)
-	BIN=$(BIN) LTS_VENV=$(SPARK_LTS_VENV) XDIST="$(XDIST)" SPARK_XDIST="$(SPARK_XDIST)" PYTEST_ARGS="$(PYTEST_ARGS)" \
+	BIN=$(BIN) LTS_VENV=$(SPARK_LTS_VENV) XDIST="$(XDIST)" SPARK_XDIST="$(SPARK_XDIST)" LTS_XDIST="$(LTS_XDIST)" PYTEST_ARGS="$(PYTEST_ARGS)" \
 		COMPAT_VERSIONS="$(COMPAT_VERSIONS)" COMPAT_TESTS="$(COMPAT_TESTS)" scripts/test-passes
 
 test-spark-lts: nsq
