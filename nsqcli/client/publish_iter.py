@@ -69,18 +69,18 @@ class Framed:
 
 class Pacer:
     """Paces work at ``rate`` items per second from its creation: ``wait(n)`` returns when the
-    n items' turn has come, so no second sees more than the rate plus one call's worth."""
+    n items' turn has come, so no second sees more than the rate plus one call's worth. Time the
+    caller spent elsewhere (a stall, nsqd slow to answer) is not credit: the turns go on from
+    the late call, not from the schedule it fell behind (Go's time.Tick drops ticks likewise)."""
 
     def __init__(self, rate: float):
         self.rate = rate
-        self.t0 = time.monotonic()
-        self.sent = 0
+        self.due = time.monotonic()  # when the items given so far have had their turn
 
     def wait(self, n: int) -> None:
-        self.sent += n
-        delay = self.t0 + self.sent / self.rate - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
+        now = time.monotonic()
+        self.due = max(self.due, now) + n / self.rate
+        time.sleep(self.due - now)
 
 
 class _Flush:
