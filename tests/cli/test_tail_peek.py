@@ -280,7 +280,10 @@ def test_peek_of_a_backlog_partly_on_disk_leaves_it_whole_and_says_how_far_it_go
     if len(shown) < 300:
         import re
         assert re.search(rb"peek stopped after looking at \d+ of the 300 messages waiting", r.stderr), r.stderr
-    wait_for(lambda: channel_stats(nsqd, topic, "billing")["in_flight_count"] == 0, what="nothing in flight")
+    # given back at once - but for the one message nsqd's pump may hold when CLS comes, sent after
+    # CLOSE_WAIT: on a busy machine (a clean-clone CI run) it came after the consumer's grace for it
+    # and is back only at msg_timeout (go-nsq reads nothing after CLOSE_WAIT); kept all the same
+    wait_for(lambda: channel_stats(nsqd, topic, "billing")["in_flight_count"] <= 1, what="given back")
     ch = channel_stats(nsqd, topic, "billing")
     assert _waiting(ch) == 300 and ch["timeout_count"] == 0
 
