@@ -475,29 +475,38 @@ def test_a_signal_while_nsqd_stalls_ends_at_once_with_what_it_may_hold(nsqd_fact
 
 
 def test_a_second_sigint_still_says_where_to_resume(nsqd_factory, topic, tmp_path):
+    """The second SIGINT 50 ms after the first forces the exit, with the resume line. On a busy
+    machine the first one's stop can end before the second comes (a clean-clone CI run): that
+    try gives the graceful line (which must say where to resume too) and is made again, up to 3
+    times, until the forced exit is what was tested."""
     import os
 
-    server = nsqd_factory()
     n = 200_000
     data = _lines(n)
-    proc = _stalled_mpub(server, topic, data, tmp_path)
-    try:
-        proc.send_signal(signal.SIGINT)
-        time.sleep(0.05)
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=20)
-    finally:
-        os.kill(server.pid, signal.SIGCONT)
-    assert proc.returncode == 130, err
-    lines = err.decode().splitlines()
-    assert lines[-2].startswith("nsqcli: published ") and "input not read past record" in lines[-2], lines
-    assert lines[-1].startswith("nsqcli: forced exit (SIGINT): nsqd acknowledged "), lines
-    m = _RESUME.search(lines[-1])
-    assert m, lines[-1]
-    acked, more, _, _, skip, _ = map(int, m.groups())
-    held = _settled(server, topic)
-    assert skip == acked <= held <= acked + more
-    _resume_after(server, topic, data, n, acked, held, skip)
+    for attempt in range(3):
+        server = nsqd_factory()
+        proc = _stalled_mpub(server, topic, data, tmp_path)
+        try:
+            proc.send_signal(signal.SIGINT)
+            time.sleep(0.05)
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=20)
+        finally:
+            os.kill(server.pid, signal.SIGCONT)
+        assert proc.returncode == 130, err
+        lines = err.decode().splitlines()
+        assert lines[-2].startswith("nsqcli: published ") and "input not read past record" in lines[-2], lines
+        forced = lines[-1].startswith("nsqcli: forced exit (SIGINT): nsqd acknowledged ")
+        assert forced or lines[-1].startswith("nsqcli: interrupted (SIGINT): nsqd acknowledged "), lines
+        m = _RESUME.search(lines[-1])
+        assert m, lines[-1]
+        acked, more, _, _, skip, _ = map(int, m.groups())
+        held = _settled(server, topic)
+        assert skip == acked <= held <= acked + more
+        _resume_after(server, topic, data, n, acked, held, skip)
+        if forced:
+            return
+    pytest.fail("the second SIGINT came after the first one's stop had ended, 3 times")
 
 
 def test_a_cut_connection_names_every_batch_nsqd_may_hold(nsqd_factory, topic):
