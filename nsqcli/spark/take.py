@@ -88,7 +88,7 @@ class _Taker:
 
         self.settings = settings
         cfg = settings.config.replace(max_in_flight=max(1, min(part.share, CHUNK)),
-                                    max_in_flight_bytes=CHUNK_BYTES, touch_interval=5.0)
+                                      max_in_flight_bytes=CHUNK_BYTES, touch_interval=5.0)
         self.consumer = Consumer(part.topic, settings.channel, pull=True, config=cfg,
                                  nsqd_tcp_addresses=[part.tcp],
                                  on_error=lambda e: log.warning("nsq source task: %s", e))

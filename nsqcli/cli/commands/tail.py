@@ -47,15 +47,13 @@ class Sink:
         self.lock = threading.Lock()
         self.last_message = time.monotonic()
         self.error: BaseException | None = None
-        # called once when -n is done (or stdout closed), before anything is given back: the
-        # consumers stop taking (RDY 0). Given back while nsqd could still send, a message came
-        # straight back, was given back again, and so on until the stop's CLS
+        # called when -n is done (or stdout closed), before anything is given back: the consumers
+        # stop taking (RDY 0; Tail._stop_taking, which acts once). Given back while nsqd could
+        # still send, a message came straight back, was given back again, and so on until the CLS
         self.on_done = None
-        self._stopped_taking = False
 
     def _stop_taking(self) -> None:
-        if not self._stopped_taking and self.on_done is not None:
-            self._stopped_taking = True
+        if self.on_done is not None:
             self.on_done()
 
     def __call__(self, msgs: list) -> None:
@@ -354,8 +352,10 @@ class Tail(Job):
 
     def _stop_taking(self) -> None:
         """-n is done: no consumer takes more (RDY 0), started or still starting; one made
-        later is cut as it is made (_subscribe)."""
+        later is cut as it is made (_subscribe). Once: the sink calls it for every batch after."""
         with self._lock:
+            if not self._taking:
+                return
             self._taking = False
             made = list(self._made)
         for c in made:
