@@ -76,7 +76,7 @@ def test_same_output_and_exit_codes_on_both_paths(nsqd, topic, silent_server):
         (["pub", topic, "--json"], env, b"x" * (1024 * 1024 + 1), True),  # warning; nsqd's limit
         (["pub", topic], env, b"", True),                                     # empty message: 2
         (["pub", topic, "m", "--nsqd-tcp-address", "127.0.0.1:1"], {}, b"", True),   # refused: 1
-        (["pub", topic, "m", "--nsqd-tcp-address", silent_server, "--timeout", "300ms"], {}, b"", True),  # 3
+        (["pub", topic, "m", "--nsqd-tcp-address", silent_server, "--timeout", "2s"], {}, b"", True),  # 3
         (["pub", "bad/topic", "m"], env, b"", False),
         (["pub", "-t", topic, "a", "b"], env, b"", False),
         (["pub"], env, b"", False),
