@@ -243,7 +243,7 @@ class Archiver:
     def stop(self, timeout: float = 30.0) -> None:
         self.stop_event.set()
         for t in (self._timer, self._topics_thread):
-            if t is not None:
+            if t is not None and t.ident is not None:  # (a start cut short may not have started it)
                 t.join(10)
         with self._lock:
             archivers = list(self.topics.values())
@@ -264,9 +264,16 @@ class Archiver:
         a = TopicArchiver(topic, self.channel, self.opts, self.formatter, self.config, self.nsqd,
                           self.lookupd, self.on_error, self._fatal, handlers=self.handlers)
         fdlimit.reserve(1)  # its file: never taken by a connection
-        a.start(fail_fast=fail_fast, found=found)
-        with self._lock:
+        with self._lock:  # known before it connects: a start cut short by a signal is still stopped
             self.topics[topic] = a
+        try:
+            a.start(fail_fast=fail_fast, found=found)
+        except BaseException:
+            if not a.consumer.connections:  # nothing received: nothing to drain
+                with self._lock:
+                    self.topics.pop(topic, None)
+                fdlimit.reserve(-1)
+            raise
         again = " again" if topic in self._retired else ""
         log.info("archiving topic %s%s", topic, again, extra=ev("topic_added", topic=topic, nsqd=list(found),
                                                                again=bool(again)))

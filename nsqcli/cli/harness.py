@@ -79,7 +79,31 @@ class Job:
         return []
 
     def start(self, deadline: float | None, stopper) -> None:
-        """Connect (within ``deadline``); a signal during it ends the run (``stopper.blocking``)."""
+        """Connect (within ``deadline``); a signal during it ends the run (``stopper.blocking``):
+        exit 130/143 when nothing is connected yet, else the clean stop. So whatever start()
+        has connected must be in ``consumers()`` by then, for stop() to drain it."""
+
+    def connected(self) -> bool:
+        """Whether any consumer has a connection (so may hold messages)."""
+        return any(c.connections for c in self.consumers())
+
+    @staticmethod
+    def start_consumer(c, deadline: float | None, into: list, lock=None) -> None:
+        """``c.start(deadline=deadline)``, then ``c`` goes into ``into`` (what consumers()
+        returns); also when a signal cut the start short after a connection was up."""
+        from contextlib import nullcontext
+
+        def keep():
+            with lock if lock is not None else nullcontext():
+                into.append(c)
+
+        try:
+            c.start(deadline=deadline)
+        except BaseException:
+            if c.connections:
+                keep()
+            raise
+        keep()
 
     def tick(self, now: float) -> None:
         """Called every turn of the wait loop (the main thread)."""
@@ -182,6 +206,7 @@ class Harness:
     # -- the run -------------------------------------------------------------------------------
     def run(self) -> int:
         from ..errors import NSQError
+        from ..exits import Interrupted
         from .app import DeadlineExceeded
         from .signals import GracefulStop
 
@@ -213,6 +238,11 @@ class Harness:
             try:
                 with stopper.blocking():  # a signal while connecting ends it at once (130)
                     job.start(s.deadline, stopper)
+            except Interrupted:
+                if not job.connected():
+                    raise
+                # once a connection is up, a signal is the clean stop it is a moment later
+                # (drain, sync, FIN, exit 0), even if it came before start() returned
             except NSQError as e:
                 if s.deadline is not None and time.monotonic() >= s.deadline - 0.25:
                     raise DeadlineExceeded(f"--timeout passed while {job.connecting}: {e}"

@@ -186,6 +186,10 @@ class Consumer:
         errors: list[NSQError] = []
         if fail_fast:
             self._start_errors = []
+        # the handlers run before the first connection: a start cut short (a signal raised in
+        # the caller's thread) leaves nothing received without a handler, and stop() drains it
+        if self._handlers is not None:
+            self._handlers.start()
         for address in self.nsqd_addresses:
             self._try_connect(address, direct=True, report=not fail_fast, deadline=deadline)
         for address in found:
@@ -208,8 +212,6 @@ class Consumer:
         for err in errors:
             if not fdlimit.out_of_descriptors(err):  # said once already
                 self._report(err)
-        if self._handlers is not None:
-            self._handlers.start()
         workers.TIMERS.add(self, self._timer_step)
         self._timer_on = True
         self.discovery.start()

@@ -306,6 +306,27 @@ def test_sigterm_drains_without_loss(nsqd, topic, tmp_path):
     assert drained(nsqd, topic)
 
 
+def test_sigterm_at_the_first_message_is_a_clean_stop(nsqd, topic, tmp_path):
+    """A backlog floods in as the connection comes up, often before to-file's start() has
+    returned: SIGTERM at the first message in flight must still drain (exit 0, all 300 on disk
+    and FINed). Before, 9 runs in 30 ended 143, 4 of them with 300 left in flight and nothing on
+    disk, 2 with 'internal error: cannot join thread before it is started'. Several rounds,
+    since the signal lands at a different point of the start each time."""
+    for i in range(8):
+        t, out = f"{topic}_{i}", tmp_path / f"out{i}"
+        publish(nsqd, t, numbered(300))  # the backlog waits in the topic for the first channel
+        p = start(["-t", t, "--nsqd-tcp-address", nsqd.tcp_address, "--output-dir", str(out),
+                   "--sync-interval", "30s", "--max-in-flight", "1000"])
+        try:
+            wait_for(lambda: (channel_stats(nsqd, t, "nsqcli_to_file") or {}).get("in_flight_count", 0) > 0,
+                     interval=0.002, what="the first message in flight")
+        finally:
+            rc, _, err = stop(p)
+        assert rc == 0, (i, err)
+        assert read_records(out) == numbered(300), i
+        assert drained(nsqd, t, total=300), (i, channel_stats(nsqd, t, "nsqcli_to_file"))
+
+
 def test_kill_9_mid_stream_loses_nothing(nsqd, topic, tmp_path):
     out, work = tmp_path / "out", tmp_path / "work"
     args = ["-t", topic, "--nsqd-tcp-address", nsqd.tcp_address, "--output-dir", str(out),

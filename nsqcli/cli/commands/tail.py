@@ -382,9 +382,7 @@ class Tail(Job):
             taking = self._taking
         if not taking:
             c.set_max_in_flight(0)
-        c.start(deadline=deadline)
-        with self._lock:
-            self._consumers.append(c)
+        self.start_consumer(c, deadline, self._consumers, self._lock)
         if self.unchecked.get(topic) and c.stats():
             self.app.warn(f"could not check topic {topic!r} for a backlog without channels "
                           f"({'; '.join(self.unchecked[topic])}); if it had one, this ephemeral channel took "

@@ -225,8 +225,7 @@ class ToNsq(Job):
             c = Consumer(topic, self.channel, batch_handler=self.copier, config=self.cfg,
                          on_error=lambda e: _say(self.outages, e), nsqd_tcp_addresses=nsqd_addresses(self.conn),
                          lookupd_http_addresses=list(self.conn.get("lookupd_http_addresses") or ()))
-            c.start(deadline=deadline)
-            self._consumers.append(c)
+            self.start_consumer(c, deadline, self._consumers)
 
     def last_progress(self) -> float:
         return self.copier.last
