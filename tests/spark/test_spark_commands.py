@@ -154,32 +154,40 @@ def test_to_parquet_available_now_writes_every_message(nsqd, topic, tmp_path):
 @pytest.mark.timeout(240)
 def test_to_parquet_available_now_ends_under_a_steady_publisher(nsqd, topic, tmp_path):
     """--available-now takes what the channel held at the start and ends, though more keeps
-    coming (on Spark < 4.2 the query is started again until that much is taken)."""
+    coming (on Spark < 4.2 the query is started again until that much is taken). The publisher
+    begins once the first batch is planned: what came before that is part of 'what the channel
+    held', and on Spark < 4.2 each start takes one batch, so a publisher from the JVM's launch
+    on made the run as long as the launch (a loaded machine: past the test's 200 s)."""
     import threading
 
     publish(nsqd, topic, [b"first-%d" % i for i in range(600)])
     stop = threading.Event()
+    out, ck = tmp_path / "out", tmp_path / "ck"
+    k_box = [0]  # publishes so far
 
     def more():
-        k = 0
+        while not (ck / "offsets" / "0").exists():
+            if stop.wait(0.05):
+                return
         while not stop.wait(0.1):
-            publish(nsqd, topic, [b"more-%d-%d" % (k, i) for i in range(40)])  # 400/s: 2 batches/s
-            k += 1
+            publish(nsqd, topic, [b"more-%d-%d" % (k_box[0], i) for i in range(40)])  # 400/s: 2 batches/s
+            k_box[0] += 1
 
     t = threading.Thread(target=more, daemon=True)
     t.start()
-    out, ck = tmp_path / "out", tmp_path / "ck"
     try:
         r = nsqcli(["to-parquet", "-t", topic, "-o", str(out), "--checkpoint", str(ck), "--available-now",
                     "--nsqd-http-address", nsqd.http_address, *SPARK, "--max-messages-per-batch", "200"],
                    timeout=200)
     finally:
+        during_run = k_box[0]
         stop.set()
         t.join()
     assert r.returncode == 0, r.stderr
     import pyarrow.dataset as ds
     bodies = ds.dataset(str(out), format="parquet", partitioning="hive").to_table().column("body").to_pylist()
     assert {b"first-%d" % i for i in range(600)} <= set(bodies) and len(bodies) == len(set(bodies))
+    assert during_run, "the publisher never ran while to-parquet did: the test proved nothing"
 
 
 def committed_bodies(out) -> list:
