@@ -21,9 +21,57 @@ pytestmark = pytest.mark.spark
 SPARK = ["--master", "local[2]"]
 
 
-def nsqcli(args, timeout=180, **kw):
-    return subprocess.run(NSQCLI + list(args), capture_output=True, text=True, timeout=timeout,
-                          env=clean_env(), **kw)
+def nsqcli(args, timeout=180, real=False):
+    """A command's run, as the real executable would give it (exit code, stdout, stderr as text).
+
+    In this process (tests/support/inprocess.py) when no SparkContext of another test is alive
+    here: the runs then share one JVM, each with a SparkContext of its own (made in about a
+    second, where a JVM start costs ~10 CPU-s), and the module's end shuts that JVM down. Else,
+    and with ``real`` (a few runs of each command, to prove the executable behaves the same), a
+    subprocess. ``timeout`` bounds a subprocess; in this process pytest-timeout bounds the test.
+    """
+    if real or not _may_share_a_jvm():
+        return subprocess.run(NSQCLI + list(args), capture_output=True, text=True, timeout=timeout,
+                              env=clean_env())
+    from pyspark import SparkContext
+    from tests.support.inprocess import run_in_process
+
+    launching = SparkContext._gateway is None
+    try:
+        r = run_in_process(args, may_stay=lambda t: type(t).__module__.startswith(("py4j.", "pyspark.")))
+    finally:
+        _jvm["ours"] = _jvm["ours"] or (launching and SparkContext._gateway is not None)
+    return subprocess.CompletedProcess(r.args, r.returncode, r.stdout.decode(errors="replace"),
+                                       r.stderr.decode(errors="replace"))
+
+
+_jvm = {"ours": False}  # this module launched the process's JVM
+
+
+def _may_share_a_jvm() -> bool:
+    from pyspark import SparkContext
+
+    return SparkContext._active_spark_context is None and (SparkContext._gateway is None or _jvm["ours"])
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _shared_jvm():
+    """Shuts down the JVM the in-process runs shared: a later test's session (its own jars and
+    options, fixed at a JVM's launch) gets a JVM of its own."""
+    yield
+    if not _jvm["ours"]:
+        return
+    from pyspark import SparkContext
+
+    gateway, _jvm["ours"] = SparkContext._gateway, False
+    SparkContext._gateway = SparkContext._jvm = None
+    proc = getattr(gateway, "proc", None)
+    try:
+        gateway.shutdown()
+    finally:
+        if proc is not None:  # pyspark's gateway JVM exits at EOF on its stdin
+            proc.stdin.close()
+            proc.wait(30)
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +140,7 @@ def test_replayed_bodies_arrive_intact(archive, nsqd, topic):
     http_post(nsqd.http_address, "/topic/create", topic=topic)
     http_post(nsqd.http_address, "/channel/create", topic=topic, channel="check")
     r = nsqcli(["replay", str(path), "-t", topic, "--nsqd-tcp-address", nsqd.tcp_address, *SPARK,
-                "--from-topic", "ev_b", "--rate", "100"])
+                "--from-topic", "ev_b", "--rate", "100"], real=True)  # the executable, as users run it
     assert r.returncode == 0, r.stderr
     got = sorted(m.body for m in drain(nsqd, topic, "check", 20))
     assert got == sorted([b"first-b-%d" % i for i in range(10)] + [b"second-b-%d" % i for i in range(10)])
@@ -121,7 +169,7 @@ def test_query_in_three_formats_and_bad_sql(archive):
     assert [d["body_text"] for d in docs] == ["first-b-0", "first-b-1", "first-b-2"]
     import base64
     assert base64.b64decode(docs[0]["body"]) == b"first-b-0"
-    r = nsqcli(["query", sql, "-a", str(path), *SPARK, "--csv"])
+    r = nsqcli(["query", sql, "-a", str(path), *SPARK, "--csv"], real=True)  # the executable, as users run it
     assert r.returncode == 0, r.stderr
     assert list(csv.reader(io.StringIO(r.stdout))) == [["topic", "n", "a"], ["ev_a", "40", "1"], ["ev_b", "20", "1"]]
     r = nsqcli(["query", "select * frm messages", "-a", str(path), *SPARK])

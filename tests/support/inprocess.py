@@ -13,7 +13,8 @@ signal handler and the signal mask, a real-time interval timer it left armed, th
 configuration, nsqcli.clock.STARTED (--timeout counts from the run's start, as from a process
 start), nsqcli.cli.app.json_exit_log and nsqcli.cli.handoff's entry. The fast path's exit
 (nsqcli.exits.exit_now: os._exit, no teardown) becomes a SystemExit with the same code. A run
-that leaves a thread running fails: a usage error starts nothing.
+that leaves a thread running fails (a usage error starts nothing), unless ``may_stay`` says it
+is a library's own (tests/spark/test_spark_commands.py: a Spark command's runs share one JVM).
 """
 
 from __future__ import annotations
@@ -82,9 +83,11 @@ def _read(f) -> bytes:
     return f.buffer.read()
 
 
-def run_in_process(args, env: dict | None = None, input: bytes = b"") -> subprocess.CompletedProcess:
+def run_in_process(args, env: dict | None = None, input: bytes = b"",
+                   may_stay=lambda thread: False) -> subprocess.CompletedProcess:
     """nsqcli ``args`` run in this process with stdin ``input`` and the environment
-    ``clean_env(env)`` (what helpers.run_nsqcli gives the real executable)."""
+    ``clean_env(env)`` (what helpers.run_nsqcli gives the real executable). ``may_stay``: the
+    threads a run may leave (a library's own, e.g. py4j's once a JVM runs)."""
     import nsqcli.cli.app as app
     import nsqcli.cli.handoff as handoff
     import nsqcli.clock as clock
@@ -136,7 +139,7 @@ def run_in_process(args, env: dict | None = None, input: bytes = b"") -> subproc
                 signal.setitimer(signal.ITIMER_REAL, 0)
             _restore_logging(saved_logging)
             clock.STARTED, app.json_exit_log, handoff._enabled, handoff._entry, exits.exit_now = saved_state
-    left = [t for t in threading.enumerate() if t not in threads and t.is_alive()]
+    left = [t for t in threading.enumerate() if t not in threads and t.is_alive() and not may_stay(t)]
     for t in left:
         t.join(1)
     assert not [t for t in left if t.is_alive()], f"nsqcli {args} left threads running: {left}"
