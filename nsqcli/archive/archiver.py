@@ -88,6 +88,7 @@ class TopicArchiver:
         self.received = 0
         self.finished = 0
         self.requeued = 0            # given back to nsqd because they were not durable (a write failed)
+        self.cut_short = False       # its start was cut short by a signal
         self.last_received = 0.0     # time.time() of the last batch
         self.consumer = Consumer(topic, channel, batch_handler=self._on_batch, config=config,
                                  nsqd_tcp_addresses=nsqd, lookupd_http_addresses=lookupd,
@@ -164,6 +165,8 @@ class TopicArchiver:
         self.consumer.drain(timeout)
         self.sync_and_close(reason)
         self.consumer.stop(timeout)
+        if self.cut_short and not self.received:  # it never ran: the interrupted line says it all
+            return
         f = self.file
         t = self.consumer.totals()
         log.info("topic %s: %d messages archived and FINed in %d syncs, %d files closed; %d FINs lost "
@@ -268,11 +271,13 @@ class Archiver:
             self.topics[topic] = a
         try:
             a.start(fail_fast=fail_fast, found=found)
-        except BaseException:
-            if not a.consumer.connections:  # nothing received: nothing to drain
-                with self._lock:
-                    self.topics.pop(topic, None)
-                fdlimit.reserve(-1)
+        except NSQError:  # it failed, and left nothing behind (Consumer.start)
+            with self._lock:
+                self.topics.pop(topic, None)
+            fdlimit.reserve(-1)
+            raise
+        except BaseException:  # cut short by a signal: stop() closes what it has or is still dialing
+            a.cut_short = True
             raise
         again = " again" if topic in self._retired else ""
         log.info("archiving topic %s%s", topic, again, extra=ev("topic_added", topic=topic, nsqd=list(found),

@@ -80,8 +80,9 @@ class Job:
 
     def start(self, deadline: float | None, stopper) -> None:
         """Connect (within ``deadline``); a signal during it ends the run (``stopper.blocking``):
-        exit 130/143 when nothing is connected yet, else the clean stop. So whatever start()
-        has connected must be in ``consumers()`` by then, for stop() to drain it."""
+        exit 130/143 when nothing is connected yet, else the clean stop. So every consumer
+        start() has begun to start must be in ``consumers()`` by then (``start_consumer``),
+        for stop() to drain it or close what it is still dialing."""
 
     def connected(self) -> bool:
         """Whether any consumer has a connection (so may hold messages)."""
@@ -90,8 +91,12 @@ class Job:
     @staticmethod
     def start_consumer(c, deadline: float | None, into: list, lock=None) -> None:
         """``c.start(deadline=deadline)``, then ``c`` goes into ``into`` (what consumers()
-        returns); also when a signal cut the start short after a connection was up."""
+        returns). Also when a signal cut the start short: stop() then closes what it has
+        connected, or is still dialing (a handshake that ends later would otherwise SUB and
+        take messages nobody drains). Not when the start failed: it left nothing behind."""
         from contextlib import nullcontext
+
+        from ..errors import NSQError
 
         def keep():
             with lock if lock is not None else nullcontext():
@@ -99,9 +104,10 @@ class Job:
 
         try:
             c.start(deadline=deadline)
+        except NSQError:
+            raise
         except BaseException:
-            if c.connections:
-                keep()
+            keep()
             raise
         keep()
 
