@@ -50,8 +50,10 @@ nsqcli to-parquet -t events -o /lake/events --checkpoint /lake/_ck/events --form
               "--dedupe-watermark (not needed for exactly-once: the spool does that).")
 @option("--dedupe-watermark", type=DURATION, default="1h", show_default=True)
 @option("--available-now", is_flag=True,
-              help="Drain what was published before the start, then exit 0 (batch jobs, CI). Spark < 4.2 "
-                   "runs one batch per query start: the query is started again until the channel is drained.")
+              help="Take as many messages as the channel held at the start, then exit 0 (batch jobs, CI). "
+                   "NSQ has no offsets: a message given back to nsqd meanwhile goes behind newer ones and may "
+                   "be left for the next run. Spark < 4.2 runs one batch per query start: the query is "
+                   "started again until that many are taken.")
 @spark_options
 @connection_options(consumer=True)
 @click.pass_obj
