@@ -153,6 +153,17 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(autouse=True)
+def _grouped_as_marked(request):
+    """Under --dist loadgroup (an xdist worker) a test with an xdist_group mark must have its group
+    in its node id, else the scheduler spreads the group over every worker: pytest 9.2 with
+    pytest-xdist 3.8 drops it silently (pytest-xdist#1386). Said here instead."""
+    if (getattr(request.config.option, "loadgroup", False) and "@" not in request.node.nodeid
+            and request.node.get_closest_marker("xdist_group") is not None):
+        pytest.fail("--dist loadgroup does not group here (the xdist_group marks are not in the node ids: "
+                    "pytest-xdist#1386); install pytest < 9.2 (pyproject.toml's test extra)", pytrace=False)
+
+
+@pytest.fixture(autouse=True)
 def _rdy_never_above_max_in_flight():
     """Fails a test during which any consumer of this process wrote RDY that made its total
     above max_in_flight (nsqcli.client.consumer checks it at every RDY it writes)."""
@@ -259,18 +270,6 @@ def spark():
     register(session)
     yield session
     session.stop()
-
-
-def pytest_xdist_node_collection_finished(node, ids):
-    """(pytest-xdist's controller) Under --dist loadgroup the Spark tests' groups must have
-    reached their node ids: a pytest/pytest-xdist pair that drops them (pytest-xdist#1386)
-    spreads the groups over every worker, silently. Said here instead."""
-    if node.config.getvalue("dist") != "loadgroup":
-        return
-    spark = [i for i in ids if i.startswith("tests/spark/")]
-    if spark and not any("@" in i for i in spark):
-        pytest.exit("--dist loadgroup does not group here (the xdist_group marks are not in the node ids: "
-                    "pytest-xdist#1386); install pytest < 9.2 (pyproject.toml's test extra)", returncode=4)
 
 
 def pytest_sessionfinish(session, exitstatus):
