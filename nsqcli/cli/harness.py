@@ -239,6 +239,10 @@ class Harness:
         # SIGHUP (a closed terminal, a reload): a clean stop like SIGTERM, unless the job has its own use for it
         stopper = GracefulStop(job.done).install((signal.SIGINT, signal.SIGTERM)
                                                  + (() if job.handles_hup else (signal.SIGHUP,)))
+        if signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL:  # a stuck daemon says where it is
+            import faulthandler
+
+            faulthandler.register(signal.SIGUSR1, all_threads=True)
         expired = False
         try:
             try:

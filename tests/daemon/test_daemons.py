@@ -46,6 +46,22 @@ def start(args, env=None):
     return p
 
 
+def stop(p, sig=signal.SIGTERM, timeout: float = 30) -> bytes:
+    """Signal the daemon and wait for its exit (its stdout). One still running ``timeout`` later
+    fails the test with its stderr and every thread's stack (SIGUSR1), to say where it hung."""
+    p.send_signal(sig)
+    try:
+        out, _ = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.send_signal(signal.SIGUSR1)
+        time.sleep(1)
+        p.kill()
+        _, err = p.communicate()
+        pytest.fail(f"still running {timeout:g} s after {signal.Signals(sig).name}; its stderr and stacks:\n"
+                    + "".join(p.lines) + (err or b"").decode(errors="replace"))
+    return out
+
+
 def get(url: str) -> tuple[int, str]:
     try:
         with urllib.request.urlopen(url, timeout=5) as r:
@@ -126,8 +142,7 @@ def test_to_file_metrics_match_the_archive_and_health_follows_nsqd(nsqd_factory,
              timeout=15, what="counters go on from 500")
     wait_for(lambda: any("recovered: source" in ln for ln in p.lines), timeout=10, what="the recovered line")
     assert sum("recovered: source" in ln for ln in p.lines) == 1, "".join(p.lines)
-    p.send_signal(signal.SIGTERM)
-    _, _ = p.communicate(timeout=30)
+    stop(p)
     assert p.returncode == 0, p.lines
     assert json.loads(status_file.read_text())["state"] == "stopping"
 
@@ -145,8 +160,7 @@ def test_lag_is_the_channel_depth_nsqd_reports(nsqd, lookupd, topic, tmp_path):
                                                 "nsqd": nsqd.tcp_address}.items()))
     scrape = wait_for(lambda: (lambda s: s if depth in s else None)(samples(address)), timeout=15, what="the lag poll")
     assert scrape[depth] <= 7 and scrape[depth] == pytest.approx(scrape[depth])
-    p.send_signal(signal.SIGTERM)
-    p.communicate(timeout=30)
+    stop(p)
     assert p.returncode == 0, p.lines
 
 
@@ -184,9 +198,22 @@ def test_to_http_latency_counts_every_delivery(nsqd, topic):
     scrape = samples(address)
     assert value(scrape, "nsqcli_delivery_latency_seconds_count") == 40
     assert value(scrape, "nsqcli_messages_finished_total", topic=topic) == 40
-    p.send_signal(signal.SIGTERM)
-    p.communicate(timeout=30)
+    stop(p)
     ep.close()
+    assert p.returncode == 0, p.lines
+
+
+def test_sigusr1_writes_every_threads_stack_and_the_daemon_goes_on(nsqd, topic):
+    """A daemon that seems stuck says where each thread is (kill -USR1), and keeps working."""
+    p = start(["tail", topic, "-c", "c", "--nsqd-tcp-address", nsqd.tcp_address, "-f", "{body}"])
+    wait_for(lambda: channel_stats(nsqd, topic, "c") is not None, timeout=15, what="subscribed")
+    p.send_signal(signal.SIGUSR1)
+    wait_for(lambda: sum("Thread 0x" in ln for ln in p.lines) >= 2, timeout=10, what="the stacks")
+    assert any("harness.py" in ln for ln in p.lines), "".join(p.lines)
+    http_post(nsqd.http_address, "/pub", b"after the dump", topic=topic)
+    wait_for(lambda: (channel_stats(nsqd, topic, "c") or {}).get("message_count") == 1, timeout=10,
+             what="still consuming")
+    assert stop(p) == b"after the dump\n"
     assert p.returncode == 0, p.lines
 
 
@@ -259,8 +286,7 @@ def test_sighup_stops_cleanly_where_it_has_no_other_use(nsqd, topic, command):
     wait_for(lambda: (channel_stats(nsqd, topic, "c" if command == "tail" else "nsq_to_http") or {})
              .get("message_count") == 10 and channel_stats(nsqd, topic, "c" if command == "tail" else "nsq_to_http")
              ["in_flight_count"] == 0, timeout=15, what="all 10 answered")
-    p.send_signal(signal.SIGHUP)
-    out, _ = p.communicate(timeout=30)
+    out = stop(p, signal.SIGHUP)
     ep.close()
     assert p.returncode == 0, p.lines
     if command == "tail":
