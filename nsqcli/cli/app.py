@@ -91,11 +91,17 @@ def stop_on_signals(event, signals=None) -> None:
     the clean stop hangs (an unreachable nsqd, a stuck disk)."""
     import signal
 
+    from .setter import SETTER
+
+    SETTER.start()
+    hit: list = []
+
     def handler(signum, frame):
-        if event.is_set():
+        if hit or event.is_set():
             write_stderr("nsqcli: forced exit")
             os._exit(130)
-        event.set()
+        hit.append(signum)
+        SETTER.post(event)  # not event.set(): the main thread may be inside event.wait() (nsqcli.cli.setter)
 
     for sig in signals or (signal.SIGINT, signal.SIGTERM):
         if signal.getsignal(sig) is not signal.SIG_IGN:  # ignored by the parent: stays ignored

@@ -101,7 +101,10 @@ class ToFile(Job):
         return [a.consumer for a in list(self.archiver.topics.values())]
 
     def start(self, deadline, stopper) -> None:
-        signal.signal(signal.SIGHUP, lambda *_: self.archiver.hup_event.set())
+        from .setter import SETTER
+
+        SETTER.start()
+        signal.signal(signal.SIGHUP, lambda *_: SETTER.post(self.archiver.hup_event))  # no lock in a handler
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})  # blocked across a hand-off's exec
         self.archiver.start()
         spec = self.spec

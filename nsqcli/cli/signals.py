@@ -13,6 +13,8 @@ and the --skip that resumes), so a forced exit still says where to resume.
 
 :meth:`GracefulStop.alarm` makes a deadline (``--timeout``) stop the work the same way: the
 event is set (``expired`` says why) and a blocking read is interrupted.
+
+A handler never sets the event itself (nsqcli.cli.setter says why): it posts it to SETTER.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ import threading
 from contextlib import contextmanager
 
 from .app import Interrupted
+from .setter import SETTER
+
+
 
 
 class GracefulStop:
@@ -38,6 +43,7 @@ class GracefulStop:
     def install(self, signals=None) -> "GracefulStop":
         import signal
 
+        SETTER.start()
         for sig in signals or (signal.SIGINT, signal.SIGTERM):
             if signal.getsignal(sig) is not signal.SIG_IGN:  # a parent's `trap '' INT` / `&` job stands
                 signal.signal(sig, self._handler)
@@ -47,7 +53,7 @@ class GracefulStop:
         if self.signum is not None:  # (the event may also be set by the work itself: -n reached)
             self._force(signum)
         self.signum = signum
-        self.event.set()
+        SETTER.post(self.event)  # not self.event.set(): nsqcli.cli.setter
         if self._blocking:
             raise Interrupted(signum)
 
@@ -78,17 +84,24 @@ class GracefulStop:
         if deadline is None:
             signal.setitimer(signal.ITIMER_REAL, 0)
             return self
+        SETTER.start()
         signal.signal(signal.SIGALRM, self._alarm)
         signal.setitimer(signal.ITIMER_REAL, max(0.001, deadline - time.monotonic()))
         return self
 
     def _alarm(self, signum, frame) -> None:
-        if self.event.is_set():  # already stopping
+        if self.stopping:  # already stopping
             return
         self.expired = True
-        self.event.set()
+        SETTER.post(self.event)
         if self._blocking:
             raise Interrupted(signum)
+
+    @property
+    def stopping(self) -> bool:
+        """A signal or the alarm came (the event may be set a moment later), or the work set
+        the event itself."""
+        return self.signum is not None or self.expired or self.event.is_set()
 
     @contextmanager
     def blocking(self):

@@ -121,3 +121,30 @@ def test_a_second_signal_after_the_clean_stop_still_exits_with_128_plus_n(nsqd, 
         assert b"interrupted" in last, (last, err)
         codes.append(proc.returncode)
     assert codes and all(c in (130, 143) for c in codes), codes
+
+
+# A signal handled while the main thread is inside Event.wait() on the event the handler sets
+# (the harness's wait loop, stat's interval, the sandbox's loop): the handler runs between two
+# bytecodes, where Event.wait may hold the event's non-reentrant lock. Setting the event there
+# waited for ever (a to-http still running 30 s after SIGTERM, once in CI).
+LOCKED = {
+    "GracefulStop": "from nsqcli.cli.signals import GracefulStop\n"
+                    "GracefulStop(done).install((signal.SIGTERM,))\n",
+    "stop_on_signals": "from nsqcli.cli.app import stop_on_signals\n"
+                       "stop_on_signals(done, (signal.SIGTERM,))\n",
+}
+
+
+@pytest.mark.parametrize("how", sorted(LOCKED))
+def test_a_signal_inside_event_wait_still_stops_the_run(how):
+    import sys
+
+    script = ("import os, signal, threading\ndone = threading.Event()\n" + LOCKED[how]
+              + "with done._cond:  # where Event.wait() holds it for a few bytecodes every wait\n"
+                "    os.kill(os.getpid(), signal.SIGTERM)  # its handler runs right here, the lock held\n"
+                "print('stopping', done.wait(5), flush=True)\n")
+    try:
+        r = subprocess.run([sys.executable, "-c", script], capture_output=True, env=clean_env(), timeout=10)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("the signal handler waited for ever for the lock its own thread holds") from None
+    assert r.stdout == b"stopping True\n", r.stderr

@@ -395,7 +395,7 @@ def mpub(app, topic, rest, delimiter, null, count, as_json, fmt, batch_size, lin
         if progress:
             progress.stop()
         # after a stop the answers still missing are given up on (the line said nsqd may hold them)
-        producer.close(0.0 if stopped or stopper.event.is_set() else 10.0)
+        producer.close(0.0 if stopped or stopper.stopping else 10.0)
     resent = result.resent if result is not None else 0
     app.info(stats.summary(0))
     if resent:
