@@ -180,7 +180,8 @@ CONNECTION = ("nsqdTCPAddresses", "lookupdHTTPAddresses", "tls", "tlsCAFile", "t
               "tlsMinVersion", "tlsInsecureSkipVerify", "snappy", "deflate", "deflateLevel", "authSecret",
               "authSecretFile", "clientId", "msgTimeout", "connectTimeout")
 SOURCE = ("topic", "channel", "nsqdHTTPAddresses", "spoolLocation", "maxMessagesPerBatch",
-          "maxMessagesPerPartition", "minPartitions", "maxReadTime", "readIdleTimeout", "spoolRetention")
+          "maxMessagesPerPartition", "minPartitions", "maxReadTime", "readIdleTimeout", "spoolRetention",
+          "plannedBy")
 SINK = ("topic", "batchSize", "maxInFlightBatches", "retryTimeout", "retryBackoff", "timeout", "ratePerTask",
         "maxBodySize", "maxMessageSize", "commitReportPath")
 # the sink's options that are gone, and what to give instead (keys lowercased)

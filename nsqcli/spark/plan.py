@@ -77,6 +77,9 @@ class SourceSettings:
         self.max_per_partition = opt.number(options, "maxMessagesPerPartition", DEFAULT_MAX_PER_PARTITION,
                                             minimum=1)
         self.min_partitions = opt.number(options, "minPartitions", 1, minimum=1)
+        # a tag put in each end offset this reader plans: a run tells its own batches from a crashed
+        # run's planned batch that Spark runs again (to-parquet --available-now), without clocks
+        self.planned_by = opt.string(options, "plannedBy")
         self.max_read_time = _between(options, "maxReadTime", 10.0, 0.001, 600.0)
         self.read_idle = _between(options, "readIdleTimeout", 0.5, 0.001, 600.0)
         self.connect_timeout = _between(options, "connectTimeout", 15.0, 0.001, 3600.0)

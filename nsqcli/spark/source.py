@@ -221,7 +221,9 @@ class NSQStreamReader(*_BASES):
         # the last batch's lateness rides in the new end offset too: Spark < 4.2 shows no
         # reportLatestOffset, every version shows endOffset (progress.sources[0])
         last = {k: v for k, v in self._metrics.items() if k.startswith("lastBatch")}
-        last["plannedAtMs"] = int(time.time() * 1000)  # tells a batch run again from one planned now
+        last["plannedAtMs"] = int(time.time() * 1000)
+        if self.s.planned_by:  # tells a batch run again after a crash from one this run planned
+            last["plannedBy"] = self.s.planned_by
         return P.offset(epoch, batch + 1, parts, known, last)
 
     def _available_now_left(self, depths: list, epoch: str, batch: int, start: dict) -> list:

@@ -155,7 +155,11 @@ def _run(app, spark, topics, channel, output, checkpoint, cols, trigger, per_bat
     stop_on_signals(stopping)
     seen: dict = {}
     last_report = time.monotonic()
-    starts, target, base, since = 0, None, 0, time.time()
+    starts, target, base = 0, None, 0
+    if again:  # this run's tag in the offsets it plans: a crashed run's batch run again has another
+        import uuid
+
+        options["plannedBy"] = tag = uuid.uuid4().hex
     while True:
         before = sum(seen.values())
         try:
@@ -167,7 +171,7 @@ def _run(app, spark, topics, channel, output, checkpoint, cols, trigger, per_bat
         _wait(app, q, seen, spool, stopping, last_report)
         took = sum(seen.values()) - before
         if again and target is None:  # what the channel held at this run's first plan: the target,
-            target, base = _planned_depth(q, since), before  # counted from that plan's batch on
+            target, base = _planned_depth(q, tag), before  # counted from that plan's batch on
         if not again or stopping.is_set() or took == 0 or (starts > 1 and took < per_batch) \
                 or (target is not None and sum(seen.values()) - base >= target):
             break
@@ -182,10 +186,11 @@ def _a(noun: str) -> str:
     return ("an " if noun[0].lower() in "aeiou" else "a ") + noun
 
 
-def _planned_depth(q, since: float) -> int | None:
-    """The channel depth the source saw when it planned the first batch of this run, at or after
-    ``since`` (its end offset's ``depth``; a batch run again after a crash was planned before and
-    saw an old depth; pyspark 4.0 gives offsets as dict text, not JSON); None if none yet."""
+def _planned_depth(q, tag: str) -> int | None:
+    """The channel depth the source saw when it planned the first batch of this run: the first
+    end offset carrying this run's ``tag`` (its ``depth``; a batch run again after a crash was
+    planned by that run, and saw an old depth; pyspark 4.0 gives offsets as dict text, not
+    JSON); None if none yet."""
     import ast
     import json
 
@@ -200,8 +205,8 @@ def _planned_depth(q, since: float) -> int | None:
                 end = ast.literal_eval(text)
             except (ValueError, SyntaxError):
                 return None
-        if not isinstance(end, dict) or int(end.get("plannedAtMs") or 0) < since * 1000 - 1000:
-            continue  # planned by an earlier run (1 s of slack for the driver's clock)
+        if not isinstance(end, dict) or end.get("plannedBy") != tag:
+            continue  # planned by an earlier run
         depth = end.get("depth")
         return depth if isinstance(depth, int) and depth > 0 else None
     return None
