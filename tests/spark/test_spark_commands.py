@@ -14,6 +14,7 @@ import time
 
 import pytest
 from tests.support.helpers import NSQCLI, channel_stats, clean_env, topic_stats, wait_for
+from tests.support.spark_runs import nsqcli, shutdown_jvm
 from tests.spark.test_datasource import drain, publish, run_to_file
 
 pytestmark = pytest.mark.spark
@@ -21,57 +22,11 @@ pytestmark = pytest.mark.spark
 SPARK = ["--master", "local[2]"]
 
 
-def nsqcli(args, timeout=180, real=False):
-    """A command's run, as the real executable would give it (exit code, stdout, stderr as text).
-
-    In this process (tests/support/inprocess.py) when no SparkContext of another test is alive
-    here: the runs then share one JVM, each with a SparkContext of its own (made in about a
-    second, where a JVM start costs ~10 CPU-s), and the module's end shuts that JVM down. Else,
-    and with ``real`` (a few runs of each command, to prove the executable behaves the same), a
-    subprocess. ``timeout`` bounds a subprocess; in this process pytest-timeout bounds the test.
-    """
-    if real or not _may_share_a_jvm():
-        return subprocess.run(NSQCLI + list(args), capture_output=True, text=True, timeout=timeout,
-                              env=clean_env())
-    from pyspark import SparkContext
-    from tests.support.inprocess import run_in_process
-
-    launching = SparkContext._gateway is None
-    try:
-        r = run_in_process(args, may_stay=lambda t: type(t).__module__.startswith(("py4j.", "pyspark.")))
-    finally:
-        _jvm["ours"] = _jvm["ours"] or (launching and SparkContext._gateway is not None)
-    return subprocess.CompletedProcess(r.args, r.returncode, r.stdout.decode(errors="replace"),
-                                       r.stderr.decode(errors="replace"))
-
-
-_jvm = {"ours": False}  # this module launched the process's JVM
-
-
-def _may_share_a_jvm() -> bool:
-    from pyspark import SparkContext
-
-    return SparkContext._active_spark_context is None and (SparkContext._gateway is None or _jvm["ours"])
-
-
 @pytest.fixture(scope="module", autouse=True)
 def _shared_jvm():
-    """Shuts down the JVM the in-process runs shared: a later test's session (its own jars and
-    options, fixed at a JVM's launch) gets a JVM of its own."""
+    """The runs here share one JVM (tests/support/spark_runs.py), ended with the module."""
     yield
-    if not _jvm["ours"]:
-        return
-    from pyspark import SparkContext
-
-    gateway, _jvm["ours"] = SparkContext._gateway, False
-    SparkContext._gateway = SparkContext._jvm = None
-    proc = getattr(gateway, "proc", None)
-    try:
-        gateway.shutdown()
-    finally:
-        if proc is not None:  # pyspark's gateway JVM exits at EOF on its stdin
-            proc.stdin.close()
-            proc.wait(30)
+    shutdown_jvm()
 
 
 @pytest.fixture(scope="module")
@@ -283,7 +238,7 @@ def test_to_parquet_available_now_after_a_crash_takes_the_interrupted_batch_and_
     r = nsqcli(base + ["--available-now"], timeout=240)
     assert r.returncode == 0, r.stderr
     bodies = committed_bodies(out)
-    assert sorted(bodies) == sorted([b"a-%d" % i for i in range(1000)] + [b"b-%d" % i for i in range(1000)])
+    assert sorted(bodies) == sorted([b"a-%d" % i for i in range(1000)] + [b"b-%d" % i for i in range(1000)]), r.stderr
     assert channel_stats(nsqd, topic, "nsqcli_to_parquet")["depth"] == 0
 
 
@@ -293,8 +248,9 @@ def test_to_parquet_sigterm_then_restart_loses_and_repeats_nothing(nsqd, topic, 
     publish(nsqd, topic, sorted(bodies))
     out, ck = tmp_path / "out", tmp_path / "ck"
     base = ["to-parquet", "-t", topic, "-o", str(out), "--checkpoint", str(ck), "--nsqd-tcp-address",
-            nsqd.tcp_address, *SPARK, "--max-messages-per-batch", "200", "--trigger", "0"]
-    p = subprocess.Popen(NSQCLI + base, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            nsqd.tcp_address, *SPARK, "--trigger", "0"]
+    p = subprocess.Popen(NSQCLI + base + ["--max-messages-per-batch", "200"], env=clean_env(),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     commits = ck / "commits"
     wait_for(lambda: commits.exists() and len([f for f in commits.iterdir() if f.name.isdigit()]) >= 3, 120,
              interval=0.1, what="three committed batches")
@@ -302,7 +258,9 @@ def test_to_parquet_sigterm_then_restart_loses_and_repeats_nothing(nsqd, topic, 
     _, err = p.communicate(timeout=60)
     assert p.returncode == 0, err
     assert "to-parquet: stopping" in err
-    r = nsqcli(base + ["--available-now"], timeout=240)
+    # the rest in batches of 1000 (the cap may change between runs; the batch the stop
+    # interrupted, if any, runs again as it was planned)
+    r = nsqcli(base + ["--available-now", "--max-messages-per-batch", "1000"], timeout=240)
     assert r.returncode == 0, r.stderr
     import pyarrow.dataset as ds
     files = committed_files(out)  # what Spark's readers see: the batches the sink committed

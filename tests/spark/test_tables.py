@@ -1,9 +1,10 @@
-"""`nsqcli to-parquet --format delta|iceberg`: the real CLI against a real nsqd, each run its own
-JVM (the jars come through spark.jars.packages, read at JVM start: the shared session fixture
-cannot be used). Where the installed pyspark has a working jar (README "Tables": 4.0/4.1/4.2 for
-Delta, 4.0/4.1 for Iceberg) the table is written for real, the command killed -9 mid-stream and
-resumed, and read back with Spark and with delta-rs / pyiceberg (the `tables-test` extra);
-where it has none (4.3) the one-line refusal is what is asserted. Never skipped."""
+"""`nsqcli to-parquet --format delta|iceberg`: the real CLI against a real nsqd. Where the
+installed pyspark has a working jar (README "Tables": 4.0/4.1/4.2 for Delta, 4.0/4.1 for
+Iceberg) the table is written for real, the command killed -9 mid-stream (the executable, with
+its JVM) and resumed (in this process: tests/support/spark_runs.py), and read back with Spark
+(on the resumed run's JVM, its jars loaded at launch) and with delta-rs / pyiceberg (the
+`tables-test` extra); where it has none (4.3) the one-line refusal is what is asserted. Never
+skipped."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from importlib import metadata
 
 import pytest
 from tests.support.helpers import NSQCLI, channel_stats, clean_env, wait_for
+from tests.support.spark_runs import _jvm, nsqcli, shutdown_jvm
 from tests.spark.test_datasource import publish
 
 from nsqcli.spark import tables
@@ -25,8 +27,11 @@ PYSPARK = metadata.version("pyspark")
 SPARK = ["--master", "local[2]"]
 
 
-def nsqcli(args, timeout=300):
-    return subprocess.run(NSQCLI + list(args), capture_output=True, text=True, timeout=timeout, env=clean_env())
+@pytest.fixture(autouse=True)
+def _own_jvm():
+    """A table's jars are read at a JVM's launch: each test's runs get a JVM of their own."""
+    yield
+    shutdown_jvm()
 
 
 def assert_refused(fmt, r, ck) -> None:
@@ -71,7 +76,7 @@ def killed_then_resumed(fmt, nsqd, topic, tmp_path) -> tuple[set, object, object
              interval=0.2, what="the killed run's messages back in the channel")
     # on Spark < 4.2 one batch per query start, the interrupted one first: --available-now starts
     # the query again until the channel is drained
-    r = nsqcli(base + ["--available-now"])
+    r = nsqcli(base + ["--available-now"], timeout=300)
     assert r.returncode == 0 and r.stdout == "", r.stderr
     ch = channel_stats(nsqd, topic, "nsqcli_to_parquet")
     assert ch["depth"] == 0 and ch["in_flight_count"] == 0
@@ -79,8 +84,20 @@ def killed_then_resumed(fmt, nsqd, topic, tmp_path) -> tuple[set, object, object
 
 
 def spark_read(fmt: str, out) -> list[bytes]:
-    """The table's bodies as Spark reads it: a new JVM with the same jar (path-based for both)."""
+    """The table's bodies as Spark reads it, with the same jar (path-based for both): on the JVM
+    the resumed run launched here, else (it ran as a subprocess) a JVM of its own."""
     confs = dict(kv.split("=", 1) for kv in tables.session_confs(fmt, PYSPARK, str(out)))
+    if _jvm["ours"]:
+        from pyspark.sql import SparkSession
+
+        b = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+        for k, v in confs.items():
+            b = b.config(k, v)
+        spark = b.getOrCreate()
+        try:
+            return [bytes(r.body) for r in spark.read.format(fmt).load(str(out)).select("body").collect()]
+        finally:
+            spark.stop()
     code = textwrap.dedent(f"""
         import json, os, sys
         os.environ["PYSPARK_PYTHON"] = sys.executable
