@@ -211,8 +211,8 @@ def test_sigusr1_writes_every_threads_stack_and_the_daemon_goes_on(nsqd, topic):
     wait_for(lambda: sum("Thread 0x" in ln for ln in p.lines) >= 2, timeout=10, what="the stacks")
     assert any("harness.py" in ln for ln in p.lines), "".join(p.lines)
     http_post(nsqd.http_address, "/pub", b"after the dump", topic=topic)
-    wait_for(lambda: (channel_stats(nsqd, topic, "c") or {}).get("message_count") == 1, timeout=10,
-             what="still consuming")
+    wait_for(lambda: (lambda c: (c["message_count"], c["depth"], c["in_flight_count"]) == (1, 0, 0))(
+        channel_stats(nsqd, topic, "c")), timeout=10, what="still consuming: shown and FINed")
     assert stop(p) == b"after the dump\n"
     assert p.returncode == 0, p.lines
 
