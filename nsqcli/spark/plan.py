@@ -137,21 +137,19 @@ def plan_batch(depths: list[tuple[Target, int]], cap: int | None, per_partition:
                min_partitions: int = 1) -> list[Part]:
     """Partitions for one batch: each target's depth (None: unknown) split into shares of at most
     ``per_partition``, the whole at most ``cap`` (shared in proportion to depth), then the largest
-    shares halved until there are ``min_partitions``. Targets of unknown depth get one share of
-    ``per_partition`` (their tasks take what is there within the read time)."""
-    known = [(t, max(0, d)) for t, d in depths if d is not None]
-    total = sum(d for _, d in known)
-    takes: list[tuple[Target, int]] = []
+    shares halved until there are ``min_partitions``. A target of unknown depth asks for one share
+    of ``per_partition`` (its task takes what is there within the read time), within the cap like
+    the others."""
+    wants = ([(t, max(0, d)) for t, d in depths if d is not None]
+             + [(t, per_partition) for t, d in depths if d is None])
+    total = sum(d for _, d in wants)
+    takes = wants
     if cap is not None and total > cap:
-        scaled = [(t, d * cap // total) for t, d in known]
-        short = cap - sum(s for _, s in scaled)
-        order = sorted(range(len(scaled)), key=lambda i: -(known[i][1] * cap % total))
+        takes = [(t, d * cap // total) for t, d in wants]
+        short = cap - sum(s for _, s in takes)
+        order = sorted(range(len(takes)), key=lambda i: -(wants[i][1] * cap % total))
         for i in order[:short]:
-            scaled[i] = (scaled[i][0], scaled[i][1] + 1)
-        takes = scaled
-    else:
-        takes = known
-    takes += [(t, per_partition) for t, d in depths if d is None]
+            takes[i] = (takes[i][0], takes[i][1] + 1)
     parts: list[Part] = []
     for t, n in takes:
         if n <= 0:

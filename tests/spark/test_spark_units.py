@@ -284,3 +284,33 @@ def test_publish_rows_reports_the_ledger_and_skips_after_a_failure(nsqd, topic):
     assert skipped["messages"] == 0 and skipped["error"].startswith("skipped: not published after an earlier")
     assert run(nsqd.tcp_address, "run-3", [rb])["messages"] == 50  # another run is not affected
     assert topic_stats(nsqd, topic)["message_count"] == 150
+
+
+def test_a_batch_plan_keeps_every_cap_with_targets_of_unknown_depth():
+    """maxMessagesPerBatch (to-parquet --max-messages-per-batch) caps the whole batch, also when
+    some targets' depth is unknown (nsqdTCPAddresses only: no /stats). It did not: such a target
+    asked for a whole maxMessagesPerPartition share, and a first batch took all 3,000 messages
+    with a cap of 200."""
+    from hypothesis import given, settings, strategies as st
+
+    from nsqcli.spark.plan import Target, plan_batch
+
+    depths_st = st.lists(st.one_of(st.none(), st.integers(0, 5000)), min_size=1, max_size=6)
+
+    @settings(max_examples=300, deadline=None, derandomize=True)
+    @given(depths_st, st.one_of(st.none(), st.integers(1, 4000)), st.integers(1, 2000), st.integers(1, 8))
+    def check(depths, cap, per_partition, min_partitions):
+        targets = [(Target(f"t{i}", f"127.0.0.1:{4150 + i}", None), d) for i, d in enumerate(depths)]
+        parts = plan_batch(targets, cap, per_partition, min_partitions)
+        asked = sum(per_partition if d is None else d for _, d in targets)
+        assert all(0 < p.share <= per_partition for p in parts)
+        if cap is not None:
+            assert sum(p.share for p in parts) <= cap
+        if cap is None or asked <= cap:  # nothing to share out: each target gets what it asked
+            for t, d in targets:
+                got = sum(p.share for p in parts if (p.topic, p.tcp) == (t.topic, t.tcp))
+                assert got == (per_partition if d is None else d)
+
+    check()
+    only_tcp = plan_batch([(Target("t", "127.0.0.1:4150", None), None)], 200, 100000)
+    assert sum(p.share for p in only_tcp) == 200
