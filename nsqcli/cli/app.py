@@ -86,8 +86,21 @@ def once_each(say):
     return notice
 
 
+def forced_exit(signum: int) -> None:
+    """A second signal: one line and exit 128 + its number (130 SIGINT, 143 SIGTERM, as README
+    says). os.write, not sys.stderr: the handler may run inside the main thread's own write to
+    it (a reentrant write raises, and the exit would not happen)."""
+    import signal
+
+    try:
+        os.write(2, f"nsqcli: forced exit ({signal.Signals(signum).name})\n".encode())
+    except OSError:
+        pass
+    os._exit(128 + signum)
+
+
 def stop_on_signals(event, signals=None) -> None:
-    """SIGINT/SIGTERM set ``event`` for a clean stop; a second one forces the exit (130) when
+    """SIGINT/SIGTERM set ``event`` for a clean stop; a second one forces the exit (128 + its number) when
     the clean stop hangs (an unreachable nsqd, a stuck disk)."""
     import signal
 
@@ -98,8 +111,7 @@ def stop_on_signals(event, signals=None) -> None:
 
     def handler(signum, frame):
         if hit or event.is_set():
-            write_stderr("nsqcli: forced exit")
-            os._exit(130)
+            forced_exit(signum)
         hit.append(signum)
         SETTER.post(event)  # not event.set(): the main thread may be inside event.wait() (nsqcli.cli.setter)
 
@@ -110,15 +122,14 @@ def stop_on_signals(event, signals=None) -> None:
 
 def interrupt_on_signals(signals=None) -> None:
     """The first SIGINT/SIGTERM raises Interrupted in the main thread (the command settles what
-    is in flight and reports it); a second one forces the exit (130)."""
+    is in flight and reports it); a second one forces the exit (128 + its number)."""
     import signal
 
     state = {"hit": False}
 
     def handler(signum, frame):
         if state["hit"]:
-            write_stderr("nsqcli: forced exit")
-            os._exit(130)
+            forced_exit(signum)
         state["hit"] = True
         raise Interrupted(signum)
 

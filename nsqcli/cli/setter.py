@@ -12,7 +12,11 @@ from __future__ import annotations
 
 import collections
 import os
+import signal
 import threading
+
+#: the signals whose handlers post here: SETTER's thread never takes them (born with them blocked)
+_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGALRM}
 
 
 class Setter:
@@ -30,10 +34,17 @@ class Setter:
         with self._lock:
             if self._pid == os.getpid():
                 return
-            r, self._w = os.pipe()
-            os.set_blocking(self._w, False)
-            self._pid = os.getpid()
-            threading.Thread(target=self._run, args=(r,), name="nsqcli-signals", daemon=True).start()
+            r, w = os.pipe()
+            os.set_blocking(w, False)
+            old = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)  # inherited by the thread from birth
+            try:
+                threading.Thread(target=self._run, args=(r,), name="nsqcli-signals", daemon=True).start()
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, old)
+            # only once the thread runs: a start that failed ("can't start new thread", a
+            # KeyboardInterrupt in an embedding) leaves post() setting events itself, not posting
+            # them to a thread that does not exist (the event would never be set)
+            self._w, self._pid = w, os.getpid()
 
     def post(self, event: threading.Event) -> None:
         """(in a signal handler) Have ``event`` set soon: takes no lock."""
@@ -47,10 +58,7 @@ class Setter:
             pass
 
     def _run(self, r: int) -> None:
-        import signal
-
-        # the signals go to the main thread (where their handlers run), never to this one
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGALRM})
+        # (born with _SIGNALS blocked: they go to the main thread, where their handlers run)
         while True:
             os.read(r, 512)
             while self._pending:

@@ -148,3 +148,42 @@ def test_a_signal_inside_event_wait_still_stops_the_run(how):
     except subprocess.TimeoutExpired:
         raise AssertionError("the signal handler waited for ever for the lock its own thread holds") from None
     assert r.stdout == b"stopping True\n", r.stderr
+
+
+@pytest.mark.parametrize("sig, code", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_a_second_signal_forces_the_exit_with_its_own_code(sig, code):
+    """stop_on_signals (sandbox, to-parquet) and interrupt_on_signals (wait,
+    check): the second signal's forced exit is 128 + its number, like GracefulStop's (it was
+    130 for a SIGTERM too), and says which signal."""
+    import sys
+
+    script = ("import os, signal, threading\nfrom nsqcli.cli.app import stop_on_signals\n"
+              "done = threading.Event()\nstop_on_signals(done)\n"
+              f"os.kill(os.getpid(), signal.{sig})\nos.kill(os.getpid(), signal.{sig})\n"
+              "import time; time.sleep(5)\nprint('not forced')\n")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, env=clean_env(), timeout=10)
+    assert (r.returncode, r.stderr) == (code, f"nsqcli: forced exit ({sig})\n".encode()), (r.returncode, r.stderr)
+
+
+def test_a_setter_whose_thread_could_not_start_still_sets_the_events(monkeypatch):
+    """A start that failed ("can't start new thread" under a pids limit; a KeyboardInterrupt in
+    an embedding) must not leave SETTER believing it has a thread: the next command's signal
+    would post its event to nobody, and its clean stop would never come."""
+    import threading
+
+    from nsqcli.cli.setter import Setter
+
+    setter = Setter()
+    real = threading.Thread.start
+
+    def boom(self):
+        monkeypatch.setattr(threading.Thread, "start", real)
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threading.Thread, "start", boom)
+    with pytest.raises(RuntimeError):
+        setter.start()
+    setter.start()  # the next command in this process
+    ev = threading.Event()
+    setter.post(ev)  # what its signal handler does
+    assert ev.wait(5)

@@ -493,7 +493,8 @@ def _forced_lines(stats: Tally, records: BodyReader, producer) -> list[str]:
     is known at that instant (a signal handler: read only)."""
     publishing = producer.publishing
     unanswered = publishing.unanswered() if publishing is not None else 0
-    return [stats.summary(records.outstanding, stopped=True), records.where(unanswered)]
+    unsent = max(0, records.outstanding - unanswered)  # never written: not failed (as _fail says it)
+    return [stats.summary(records.outstanding, stopped=True, unsent=unsent), records.where(unanswered)]
 
 
 def _json_summary(topic, stats: Tally, failed: int, records: BodyReader, error: str | None, unanswered: int,

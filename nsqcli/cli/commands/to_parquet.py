@@ -171,7 +171,10 @@ def _run(app, spark, topics, channel, output, checkpoint, cols, trigger, per_bat
         _wait(app, q, seen, spool, stopping, last_report)
         took = sum(seen.values()) - before
         if again and target is None:  # what the channel held at this run's first plan: the target,
-            target, base = _planned_depth(q, tag), before  # counted from that plan's batch on
+            found = _planned_depth(q, tag)  # counted from that plan's batch on (not from this start:
+            if found is not None:           # a start that ran a crashed run's batch first counts it)
+                target, first = found
+                base = sum(n for b, n in seen.items() if b < first)
         if not again or stopping.is_set() or took == 0 or (starts > 1 and took < per_batch) \
                 or (target is not None and sum(seen.values()) - base >= target):
             break
@@ -186,11 +189,11 @@ def _a(noun: str) -> str:
     return ("an " if noun[0].lower() in "aeiou" else "a ") + noun
 
 
-def _planned_depth(q, tag: str) -> int | None:
-    """The channel depth the source saw when it planned the first batch of this run: the first
-    end offset carrying this run's ``tag`` (its ``depth``; a batch run again after a crash was
-    planned by that run, and saw an old depth; pyspark 4.0 gives offsets as dict text, not
-    JSON); None if none yet."""
+def _planned_depth(q, tag: str) -> tuple[int, int] | None:
+    """(depth, batch id): the channel depth the source saw when it planned the first batch of
+    this run, and that batch: the first end offset carrying this run's ``tag`` (its ``depth``; a
+    batch run again after a crash was planned by that run, and saw an old depth; pyspark 4.0
+    gives offsets as dict text, not JSON); None if none yet."""
     import ast
     import json
 
@@ -208,7 +211,7 @@ def _planned_depth(q, tag: str) -> int | None:
         if not isinstance(end, dict) or end.get("plannedBy") != tag:
             continue  # planned by an earlier run
         depth = end.get("depth")
-        return depth if isinstance(depth, int) and depth > 0 else None
+        return (depth, p.batchId) if isinstance(depth, int) and depth > 0 else None
     return None
 
 
