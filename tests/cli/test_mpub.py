@@ -551,7 +551,9 @@ def test_a_failover_that_resent_batches_says_so(nsqd_factory, topic):
                          "before nsqd answered them: the nsqd they were first sent to may hold them too "
                          "(possible duplicates)"), lines
     duplicates = _settled(first, topic) + _settled(second, topic, 0.3) - n
-    assert 0 < duplicates <= doc["resent"]
+    # the number said is a bound: the cut may land before the first nsqd took a resent batch
+    # (none held twice, once in CI on NSQ v1.2.1) or after (held twice), never beyond it
+    assert 0 <= duplicates <= doc["resent"]
 
 
 def test_the_timeout_bounds_the_whole_run(nsqd_factory, topic):
