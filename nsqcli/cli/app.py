@@ -86,14 +86,19 @@ def once_each(say):
     return notice
 
 
-def forced_exit(signum: int) -> None:
-    """A second signal: one line and exit 128 + its number (130 SIGINT, 143 SIGTERM, as README
-    says). os.write, not sys.stderr: the handler may run inside the main thread's own write to
-    it (a reentrant write raises, and the exit would not happen)."""
+def forced_exit(signum: int, lines: list[str] | None = None) -> None:
+    """A second signal: ``lines`` (without "nsqcli: "; the last one follows "forced exit
+    (SIG...): "), then exit 128 + its number (130 SIGINT, 143 SIGTERM, as README says).
+    os.write, not sys.stderr: the handler may run inside the main thread's own write to it (a
+    reentrant write raises, and the exit would not happen)."""
     import signal
 
+    lines = list(lines or [])
+    last = lines.pop() if lines else ""
+    text = "".join(f"nsqcli: {line}\n" for line in lines)
+    text += f"nsqcli: forced exit ({signal.Signals(signum).name}){': ' + last if last else ''}\n"
     try:
-        os.write(2, f"nsqcli: forced exit ({signal.Signals(signum).name})\n".encode())
+        os.write(2, text.encode())
     except OSError:
         pass
     os._exit(128 + signum)

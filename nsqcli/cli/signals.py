@@ -19,11 +19,10 @@ A handler never sets the event itself (nsqcli.cli.setter says why): it posts it 
 
 from __future__ import annotations
 
-import os
 import threading
 from contextlib import contextmanager
 
-from .app import Interrupted
+from .app import Interrupted, forced_exit
 from .setter import SETTER
 
 
@@ -58,22 +57,13 @@ class GracefulStop:
             raise Interrupted(signum)
 
     def _force(self, signum: int) -> None:
-        import signal
-
         lines: list[str] = []
         try:
             if self.on_force is not None:
                 lines = list(self.on_force())
         except BaseException:  # whatever it was doing, the exit must happen
             lines = []
-        last = lines.pop() if lines else ""
-        text = "".join(f"nsqcli: {line}\n" for line in lines)
-        text += f"nsqcli: forced exit ({signal.Signals(signum).name}){': ' + last if last else ''}\n"
-        try:
-            os.write(2, text.encode())  # not sys.stderr: the main thread may be inside its write
-        except OSError:
-            pass
-        os._exit(128 + signum)
+        forced_exit(signum, lines)
 
     def alarm(self, deadline: float | None) -> "GracefulStop":
         """At ``deadline`` (time.monotonic()) stop the work as a first signal would, with
