@@ -32,8 +32,12 @@ class AuthServer:
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self):
-                q = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(self.path).query))
-                outer.calls.append(q)
+                url = urllib.parse.urlsplit(self.path)
+                q = dict(urllib.parse.parse_qsl(url.query, keep_blank_values=True))
+                if url.path == "/auth" and "secret" in q:
+                    # only nsqd's calls: under xdist another test's probe of a port it
+                    # believed free can land here (CI on v1.2.1: a call with no secret)
+                    outer.calls.append(q)
                 grant = outer.grants.get(q.get("secret", ""))
                 if grant is None:
                     self.send_response(403)
