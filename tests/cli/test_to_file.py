@@ -330,7 +330,9 @@ def test_sigterm_at_the_first_message_is_a_clean_stop(nsqd, topic, tmp_path):
         assert rc == 0, (i, err)
         on_disk = read_records(out) if out.exists() else []
         assert len(on_disk) == len(set(on_disk)), i
-        assert {b"%s-%d" % (topics[0].encode(), k) for k in range(300)} <= set(on_disk), i
+        # the message in flight at the signal is written; how many more nsqd had sent by then
+        # is its own pace (CI on v1.2.1: 1 of 300), the rest waits in the channel (checked below)
+        assert any(r.startswith(topics[0].encode() + b"-") for r in on_disk), i
         time.sleep(0.3)  # a handshake the stop cut short has ended either way
         for t in topics:
             c = channel_stats(nsqd, t, "nsqcli_to_file")
