@@ -1,5 +1,6 @@
-"""to-http's delivery: endpoints, the modes (hostpool, round-robin, fanout), and one I/O thread
-that runs every exchange at once on non-blocking keep-alive connections.
+"""to-http's delivery: the modes (hostpool, round-robin, fanout) and one I/O thread that runs
+every exchange at once on non-blocking keep-alive connections (the endpoints and what an answer
+means: nsqcli.relay.endpoints).
 
 A message is one *job*: ``Deliverer.submit(body, on_done)``; ``on_done(None)`` after a 2xx
 answer to a POST (200 to a GET) from every endpoint the mode asks for, ``on_done(Failed)``
@@ -22,9 +23,9 @@ import selectors
 import socket
 import threading
 import time
-import urllib.parse
 
 from ..client.http import ResponseError, ResponseParser, build_request
+from .endpoints import Endpoint, Failed, retry_after
 
 log = logging.getLogger("nsqcli.relay.http_delivery")
 
@@ -35,53 +36,6 @@ MAX_CONNECTING = 4
 #: SYN dropped and sent again by the kernel (1 s later): the server's listen queue is full (see
 #: Deliverer._timed)
 SYN_RETRIED, FAST_CONNECT = 0.9, 0.2
-
-
-class Endpoint:
-    def __init__(self, method: str, url: str):
-        self.method, self.url = method, url
-        parts = urllib.parse.urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"invalid URL {url!r}: expected http(s)://HOST[:PORT]/PATH")
-        if not url.isascii():
-            raise ValueError(f"invalid URL {url!r}: percent-encode what is not ASCII")
-        if method == "GET" and url.count("%s") != 1:
-            raise ValueError(f"a --get URL needs exactly one %s (replaced by the query-escaped body): {url!r}")
-        self.scheme, self.host = parts.scheme, parts.hostname
-        self.port = parts.port or (443 if parts.scheme == "https" else 80)
-        self.host_header = parts.netloc.rpartition("@")[2]
-        self.key = (self.scheme, self.host, self.port)
-        if method == "POST":
-            self.fixed_target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-
-    def target(self, body: bytes) -> str:
-        if self.method == "POST":
-            return self.fixed_target
-        url = self.url.replace("%s", urllib.parse.quote(body, safe=""))
-        parts = urllib.parse.urlsplit(url)
-        return (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-
-
-class Failed(Exception):
-    """``abandoned``: not the endpoint's failure - the deliverer gave the exchange up (abort())."""
-
-    def __init__(self, message: str, retry_after: float | None = None, abandoned: bool = False):
-        super().__init__(message)
-        self.retry_after, self.abandoned = retry_after, abandoned
-
-
-def _retry_after(value: str | None) -> float | None:
-    if not value:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        from email.utils import parsedate_to_datetime
-
-        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
-    except (TypeError, ValueError):
-        return None
 
 
 class _Job:
@@ -504,7 +458,7 @@ class Deliverer:
         post = ep.method == "POST"
         ok = 200 <= p.status < 300 if post else p.status == 200
         self._answered(ep, job, None if ok else Failed(f"{ep.method} {ep.url}: HTTP {p.status} {p.reason}",
-                                                       _retry_after(p.headers.get("retry-after"))))
+                                                       retry_after(p.headers.get("retry-after"))))
         if reuse:
             self._usable(conn)
         else:

@@ -17,7 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nsqcli.client.http import ResponseError, ResponseParser
-from nsqcli.relay.http_delivery import Deliverer, Endpoint
+from nsqcli.relay.endpoints import Endpoint
+from nsqcli.relay.http_delivery import Deliverer
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import click
 
-from ...relay.http_delivery import Endpoint
+from ...relay.endpoints import Endpoint
 from ..command import command, option
 from ..harness import Job
 from ..options import (build_config, connection_options, daemon_options, nsqd_addresses, pop_connection, pop_run,
