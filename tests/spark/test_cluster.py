@@ -1,7 +1,8 @@
 """nsqcli.spark on a REAL standalone Spark cluster: a master and a worker started from the pip
 package (spark-class ... Master / Worker) on 127.0.0.1, executors in their own JVMs, nsqcli shipped
-to them with nsqcli.spark.ship(). The sink and the archive reader run there. Every process this
-test starts is stopped by its pid."""
+to them with nsqcli.spark.ship(). The sink, the archive reader and the source's tasks run there;
+the drivers (the tests' sessions, `replay`, `query`) share one JVM in this process. Every process
+this test starts is stopped by its pid."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.helpers import channel_stats, clean_env, http_post, topic_stats, wait_for
+from tests.support.spark_runs import may_share_a_jvm, nsqcli, session, shutdown_jvm
 
 pytestmark = pytest.mark.spark
 
@@ -81,29 +83,84 @@ def cluster(tmp_path_factory):
             log.close()
 
 
-DRIVER = r'''
-import json, os, sys
-os.environ["PYSPARK_PYTHON"] = sys.executable
-os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-from pyspark.sql import SparkSession
-master, nsqd, topic, archive = sys.argv[1:5]
-spark = (SparkSession.builder.master(master).appName("nsqcli-cluster-test")
-         .config("spark.pyspark.python", sys.executable).config("spark.driver.host", "127.0.0.1")
-         .config("spark.executor.memory", "1g").config("spark.ui.enabled", "false")
-         .config("spark.ui.showConsoleProgress", "false").getOrCreate())
-spark.sparkContext.setLogLevel("ERROR")
-import nsqcli.spark
-shipped = nsqcli.spark.ship(spark)
-nsqcli.spark.register(spark)
-where = spark.sparkContext.parallelize(range(4), 4).map(
-    lambda _: (__import__("os").getpid(), __import__("nsqcli").__file__)).collect()
-df = spark.range(20000).selectExpr("concat('c-', cast(id as string)) as body").repartition(4)
-df.write.format("nsq").option("nsqdTCPAddresses", nsqd).option("topic", topic).mode("append").save()
-rows = nsqcli.spark.read_archive(spark, archive).groupBy("topic", "host", "nsqd").count().collect()
-print("RESULT " + json.dumps({"shipped": shipped, "driver_pid": os.getpid(), "where": where,
-                              "archive": [r.asDict() for r in rows]}), flush=True)
-spark.stop()
-'''
+@pytest.fixture(scope="module", autouse=True)
+def _shared_jvm():
+    """The tests drive Spark from this process and run `replay` and `query` in it: one driver
+    JVM for the module (tests/support/spark_runs.py), ended with it. Executors are the cluster's."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("PYSPARK_PYTHON", sys.executable)  # read by the driver JVM at its launch
+        env.setenv("SPARK_LOCAL_IP", "127.0.0.1")
+        yield
+        shutdown_jvm()
+
+
+def on_a_driver(master: str, job, *args: str) -> dict:
+    """``job(spark, shipped, *args)`` on a SparkSession of the cluster (``shipped``: nsqcli's zip
+    for the executors) and its result, with the driver's pid. The driver is this process, on the
+    module's JVM; in a run without xdist, where the session fixture's SparkContext may be alive
+    here, it is a process of its own running the same job (``python -m tests.spark.test_cluster``)."""
+    if not may_share_a_jvm():
+        r = subprocess.run([sys.executable, "-m", "tests.spark.test_cluster", master, job.__name__, *args],
+                           cwd=Path(__file__).parents[2], env=clean_env(), capture_output=True, text=True,
+                           timeout=240)
+        assert r.returncode == 0, r.stderr[-3000:]
+        return json.loads(r.stdout.splitlines()[-1])
+    from pyspark.sql import SparkSession
+
+    import nsqcli.spark
+
+    spark = session(SparkSession.builder.master(master).appName(f"nsqcli-{job.__name__}")
+                    .config("spark.pyspark.python", sys.executable).config("spark.driver.host", "127.0.0.1")
+                    .config("spark.executor.memory", "1g").config("spark.ui.enabled", "false")
+                    .config("spark.ui.showConsoleProgress", "false"))
+    try:
+        spark.sparkContext.setLogLevel("ERROR")
+        shipped = nsqcli.spark.ship(spark)
+        nsqcli.spark.register(spark)
+        return dict(job(spark, shipped, *args), driver_pid=os.getpid())
+    finally:
+        spark.stop()
+
+
+def sink_job(spark, shipped, nsqd, topic, archive) -> dict:
+    """Where the executors run and import nsqcli from; 20,000 rows written to ``topic``; the
+    archive read and counted."""
+    import nsqcli.spark
+
+    where = spark.sparkContext.parallelize(range(4), 4).map(
+        lambda _: (__import__("os").getpid(), __import__("nsqcli").__file__)).collect()
+    df = spark.range(20000).selectExpr("concat('c-', cast(id as string)) as body").repartition(4)
+    df.write.format("nsq").option("nsqdTCPAddresses", nsqd).option("topic", topic).mode("append").save()
+    rows = nsqcli.spark.read_archive(spark, archive).groupBy("topic", "host", "nsqd").count().collect()
+    return {"shipped": shipped, "where": where, "archive": [r.asDict() for r in rows]}
+
+
+def source_job(spark, shipped, http, topic, out) -> dict:
+    """``topic`` streamed into parquet (available-now) and counted back; each task's END marker in
+    the spool, with the command lines of its process's ancestors."""
+    q = (spark.readStream.format("nsq").option("nsqdHTTPAddresses", http).option("topic", topic)
+         .option("maxMessagesPerPartition", "2000").option("spoolLocation", out + "/ck/spool").load()
+         .writeStream.format("parquet").option("path", out + "/parquet").option("checkpointLocation", out + "/ck")
+         .trigger(availableNow=True).start())
+    q.awaitTermination(180)
+    error = q.exception()
+    ends = [json.loads(f.read_bytes()) for f in Path(out, "ck", "spool").rglob("*")
+            if f.is_file() and f.read_bytes()[:1] == b"{"]
+    return {"error": str(error) if error else None, "rows": spark.read.parquet(out + "/parquet").count(),
+            "tasks": [{"rows": e["rows"], "pid": e["pid"], "ancestry": ancestry(e["pid"])} for e in ends]}
+
+
+def ancestry(pid: int) -> list[str]:
+    """The command lines from process ``pid`` up to init."""
+    out = []
+    while pid > 1:
+        try:
+            out.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+            pid = int(next(x for x in Path(f"/proc/{pid}/status").read_text().splitlines()
+                           if x.startswith("PPid:")).split()[1])
+        except OSError:
+            break
+    return out
 
 
 def test_sink_and_archive_reader_on_a_standalone_cluster(cluster, nsqd, topic, tmp_path):
@@ -120,16 +177,10 @@ def test_sink_and_archive_reader_on_a_standalone_cluster(cluster, nsqd, topic, t
         "".join(json.dumps(envelope(M(i))) + "\n" for i in range(1500)))
     http_post(nsqd.http_address, "/topic/create", topic=topic)
     http_post(nsqd.http_address, "/channel/create", topic=topic, channel="check")
-    script = tmp_path / "driver.py"
-    script.write_text(DRIVER)
-    r = subprocess.run([sys.executable, str(script), cluster, nsqd.tcp_address, topic, str(archive)],
-                       env=clean_env(), capture_output=True, text=True, timeout=240)
-    assert r.returncode == 0, r.stderr[-3000:]
-    result = json.loads(next(line for line in r.stdout.splitlines() if line.startswith("RESULT "))[7:])
+    result = on_a_driver(cluster, sink_job, nsqd.tcp_address, topic, str(archive))
     # executors ran in their own processes and imported nsqcli from the shipped zip
     assert result["shipped"] and result["shipped"].endswith(".zip")
-    pids = {pid for pid, _ in result["where"]}
-    assert result["driver_pid"] not in pids
+    assert result["driver_pid"] not in {pid for pid, _ in result["where"]}
     assert all(".zip" in path or "userFiles" in path for _, path in result["where"]), result["where"]
     assert topic_stats(nsqd, topic)["message_count"] == 20000
     assert channel_stats(nsqd, topic, "check")["depth"] == 20000
@@ -137,69 +188,21 @@ def test_sink_and_archive_reader_on_a_standalone_cluster(cluster, nsqd, topic, t
 
 
 def test_replay_and_query_commands_on_the_cluster(cluster, nsqd, topic, tmp_path):
-    """`nsqcli replay` and `nsqcli query --master spark://...`: nsqcli ships itself."""
-    from tests.support.helpers import NSQCLI
-
+    """`nsqcli replay` and `nsqcli query --master spark://...`: nsqcli ships itself (the runs are
+    in this process, as tests/support/spark_runs.py does; tests/spark/test_spark_commands.py runs
+    both as the real executable too)."""
     archive = tmp_path / "archive"
     archive.mkdir()
     (archive / "src.node-2.2026-11-22_10.log").write_bytes(b"".join(b"line %d\n" % i for i in range(700)))
-    env = clean_env({"SPARK_LOCAL_IP": "127.0.0.1"})
-    r = subprocess.run(NSQCLI + ["replay", str(archive), "-t", topic, "--nsqd-tcp-address", nsqd.tcp_address,
-                                 "--master", cluster, "--where", "body_text not like '%9'"],
-                       env=env, capture_output=True, text=True, timeout=240)
+    r = nsqcli(["replay", str(archive), "-t", topic, "--nsqd-tcp-address", nsqd.tcp_address, "--master", cluster,
+                "--where", "body_text not like '%9'"])
     assert r.returncode == 0, r.stderr[-2000:]
     assert topic_stats(nsqd, topic)["message_count"] == 630
     assert r.stderr.strip().splitlines()[-1].startswith(f"nsqcli: replayed 630 messages into {topic}")
-    r = subprocess.run(NSQCLI + ["query", "select host, count(*) as n from messages group by host", "-a",
-                                 str(archive), "--master", cluster, "--json"],
-                       env=env, capture_output=True, text=True, timeout=240)
+    r = nsqcli(["query", "select host, count(*) as n from messages group by host", "-a", str(archive),
+                "--master", cluster, "--json"])
     assert r.returncode == 0, r.stderr[-2000:]
     assert [json.loads(line) for line in r.stdout.splitlines()] == [{"host": "node-2", "n": 700}]
-
-
-SOURCE_DRIVER = r'''
-import json, os, sys
-os.environ["PYSPARK_PYTHON"] = sys.executable
-os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-from pyspark.sql import SparkSession
-master, http, topic, out = sys.argv[1:5]
-spark = (SparkSession.builder.master(master).appName("nsqcli-cluster-source")
-         .config("spark.pyspark.python", sys.executable).config("spark.driver.host", "127.0.0.1")
-         .config("spark.executor.memory", "1g").config("spark.ui.enabled", "false")
-         .config("spark.ui.showConsoleProgress", "false").getOrCreate())
-spark.sparkContext.setLogLevel("ERROR")
-import nsqcli.spark
-nsqcli.spark.ship(spark)
-nsqcli.spark.register(spark)
-spool = out + "/ck/spool"
-q = (spark.readStream.format("nsq").option("nsqdHTTPAddresses", http).option("topic", topic)
-     .option("maxMessagesPerPartition", "2000").option("spoolLocation", spool).load()
-     .writeStream.format("parquet").option("path", out + "/parquet").option("checkpointLocation", out + "/ck")
-     .trigger(availableNow=True).start())
-q.awaitTermination(180)
-
-def ancestry(pid):  # the command lines from the task's process up to init
-    out = []
-    while pid > 1:
-        try:
-            out.append(open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace"))
-            pid = int(next(l for l in open(f"/proc/{pid}/status") if l.startswith("PPid:")).split()[1])
-        except OSError:
-            break
-    return out
-
-ends = []
-for root, _, files in os.walk(spool):
-    for f in files:
-        data = open(os.path.join(root, f), "rb").read()
-        if data[:1] == b"{":
-            ends.append(json.loads(data))
-tasks = [{"rows": e["rows"], "pid": e["pid"], "ancestry": ancestry(e["pid"])} for e in ends]
-rows = spark.read.parquet(out + "/parquet").count()
-print("RESULT " + json.dumps({"error": str(q.exception()) if q.exception() else None, "rows": rows,
-                              "driver_pid": os.getpid(), "tasks": tasks}), flush=True)
-spark.stop()
-'''
 
 
 def test_the_source_reads_on_the_executors_of_a_standalone_cluster(cluster, nsqd, topic, tmp_path):
@@ -209,12 +212,7 @@ def test_the_source_reads_on_the_executors_of_a_standalone_cluster(cluster, nsqd
 
     with Producer(nsqd.tcp_address) as p:
         assert p.multi_publish(topic, [b"s%05d" % i for i in range(8000)]).published == 8000
-    script = tmp_path / "source_driver.py"
-    script.write_text(SOURCE_DRIVER)
-    r = subprocess.run([sys.executable, str(script), cluster, nsqd.http_address, topic, str(tmp_path / "out")],
-                       env=clean_env(), capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    result = json.loads(next(line for line in r.stdout.splitlines() if line.startswith("RESULT "))[7:])
+    result = on_a_driver(cluster, source_job, nsqd.http_address, topic, str(tmp_path / "out"))
     assert result["error"] is None and result["rows"] == 8000
     took = [t for t in result["tasks"] if t["rows"]]
     assert sum(t["rows"] for t in took) == 8000 and len(took) >= 4  # 2000 per task
@@ -223,3 +221,12 @@ def test_the_source_reads_on_the_executors_of_a_standalone_cluster(cluster, nsqd
         assert not any("SparkSubmit" in line for line in t["ancestry"])  # not the driver's JVM
     ch = channel_stats(nsqd, topic, "nsqcli_spark")
     assert ch["depth"] == 0 and ch["in_flight_count"] == 0
+
+
+if __name__ == "__main__":  # on_a_driver's process of its own: MASTER JOB ARGS...
+    from pyspark import SparkContext
+
+    _master, _job, *_args = sys.argv[1:]
+    os.environ.update(PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
+    assert SparkContext._gateway is None
+    print(json.dumps(on_a_driver(_master, globals()[_job], *_args)), flush=True)

@@ -18,7 +18,7 @@ from importlib import metadata
 
 import pytest
 from tests.support.helpers import NSQCLI, channel_stats, clean_env, wait_for
-from tests.support.spark_runs import _jvm, nsqcli, shutdown_jvm
+from tests.support.spark_runs import launched_here, nsqcli, shutdown_jvm
 from tests.spark.test_datasource import publish
 
 from nsqcli.spark import tables
@@ -87,7 +87,7 @@ def spark_read(fmt: str, out) -> list[bytes]:
     """The table's bodies as Spark reads it, with the same jar (path-based for both): on the JVM
     the resumed run launched here, else (it ran as a subprocess) a JVM of its own."""
     confs = dict(kv.split("=", 1) for kv in tables.session_confs(fmt, PYSPARK, str(out)))
-    if _jvm["ours"]:
+    if launched_here():
         from pyspark.sql import SparkSession
 
         b = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")

@@ -36,6 +36,24 @@ def nsqcli(args, timeout=180, real=False) -> subprocess.CompletedProcess:
                                        r.stderr.decode(errors="replace"))
 
 
+def session(builder):
+    """``builder.getOrCreate()`` in this process, on the runs' JVM (launching it as a run would when
+    there is none): a test driving Spark itself between runs. Stop it before the next run."""
+    from pyspark import SparkContext
+
+    assert may_share_a_jvm(), "a SparkContext of another test is alive in this process"
+    launching = SparkContext._gateway is None
+    try:
+        return builder.getOrCreate()
+    finally:
+        _jvm["ours"] = _jvm["ours"] or (launching and SparkContext._gateway is not None)
+
+
+def launched_here() -> bool:
+    """A run here launched this process's JVM, and it is still up (a session made now shares it)."""
+    return _jvm["ours"]
+
+
 def may_share_a_jvm() -> bool:
     from pyspark import SparkContext
 
