@@ -24,7 +24,7 @@ def req_ms(address: str, delay: float) -> int:
     """A REQ delay in ms within what nsqd ``address`` accepts: nsqd <= 1.2 closes the connection
     on a REQ above its --max-req-timeout (E_INVALID), 1.3 clamps it; capped where /config told
     it (nsqcli.client.limits), else left to nsqd."""
-    ms = max(0, int(delay * 1000))
+    ms = max(0, int(min(delay, 2**31 / 1000) * 1000))  # (not inf: int() would raise)
     cap = limits.value(address, "max_req_timeout")
     return ms if cap is None else min(ms, int(cap * 1000))
 

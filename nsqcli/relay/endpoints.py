@@ -14,15 +14,21 @@ class Endpoint:
 
     def __init__(self, method: str, url: str):
         self.method, self.url = method, url
-        parts = urllib.parse.urlsplit(url)
+        try:
+            parts = urllib.parse.urlsplit(url)
+            port = parts.port  # (urllib checks the port only when asked)
+        except ValueError as e:  # "Invalid IPv6 URL", "Port out of range 0-65535": name the URL
+            raise ValueError(f"invalid URL {url!r}: {e}") from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"invalid URL {url!r}: expected http(s)://HOST[:PORT]/PATH")
         if not url.isascii():
             raise ValueError(f"invalid URL {url!r}: percent-encode what is not ASCII")
+        if any(c <= " " or c == "\x7f" for c in url):  # it would split the request line
+            raise ValueError(f"invalid URL {url!r}: percent-encode spaces and control characters (%20)")
         if method == "GET" and url.count("%s") != 1:
             raise ValueError(f"a --get URL needs exactly one %s (replaced by the query-escaped body): {url!r}")
         self.scheme, self.host = parts.scheme, parts.hostname
-        self.port = parts.port or (443 if parts.scheme == "https" else 80)
+        self.port = port or (443 if parts.scheme == "https" else 80)
         self.host_header = parts.netloc.rpartition("@")[2]
         self.key = (self.scheme, self.host, self.port)
         if method == "POST":
@@ -44,16 +50,21 @@ class Failed(Exception):
         self.retry_after, self.abandoned = retry_after, abandoned
 
 
+#: the longest Retry-After taken as is: nsqd's default --max-req-timeout (a REQ's longest delay)
+MAX_RETRY_AFTER = 3600.0
+
+
 def retry_after(value: str | None) -> float | None:
-    """A Retry-After header's seconds (delta-seconds or an HTTP date), None when absent or unreadable."""
+    """A Retry-After header's seconds (delta-seconds or an HTTP date) up to MAX_RETRY_AFTER, None
+    when absent or unreadable."""
     if not value:
         return None
     value = value.strip()
-    if value.isdigit():
-        return float(value)
+    if value.isascii() and value.isdigit():  # not str.isdigit() alone: "²" is a digit to it
+        return min(float(value), MAX_RETRY_AFTER)
     try:
         from email.utils import parsedate_to_datetime
 
-        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
-    except (TypeError, ValueError):
+        return min(max(0.0, parsedate_to_datetime(value).timestamp() - time.time()), MAX_RETRY_AFTER)
+    except (TypeError, ValueError, OverflowError):
         return None

@@ -137,6 +137,7 @@ def test_a_requeue_delay_is_capped_at_nsqds_max_req_timeout(tmp_path):
     try:
         nsqd = sb.nsqd
         assert _req_ms(nsqd.tcp_address, 600) == 600_000  # nothing known: nsqd decides
+        assert _req_ms(nsqd.tcp_address, float("inf")) == 2**31  # (int(inf) raised)
         assert limits.ask([nsqd.tcp_address])[nsqd.tcp_address].max_req_timeout == 1.0
         assert _req_ms(nsqd.tcp_address, 600) == 1000 and _req_ms(nsqd.tcp_address, 0.5) == 500
         http_post(nsqd.http_address, "/pub", b"again", topic="t")

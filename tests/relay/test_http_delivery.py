@@ -86,6 +86,19 @@ def test_fanout_fails_when_one_endpoint_fails_and_names_it(servers):
     assert ok.bodies() == [b"x"]  # the good one got it (at least once: it gets it again on the retry)
 
 
+def test_an_unreadable_retry_after_still_answers_the_message(servers):
+    """A Retry-After of "\u00b2" (one latin-1 byte: a digit to str.isdigit(), not to float()) raised
+    in the I/O thread after the answer came: the message was never answered, close() never ended."""
+    odd = servers(lambda body, n: (503, {"Retry-After": "\u00b2"}, 0))
+    huge = servers(lambda body, n: (503, {"Retry-After": "9" * 400}, 0))
+    d = make([odd.url, huge.url], "fanout")
+    try:
+        (err,) = deliver_all(d, [b"x"], timeout=5)
+    finally:
+        assert d.close(5) == [] and d.finished
+    assert "HTTP 503" in str(err) and err.retry_after == 3600  # the huge one, capped; the odd one None
+
+
 def test_hostpool_fails_over_and_stays_but_retry_after_is_honoured(servers):
     bad, good = servers(lambda body, n: (500, {}, 0)), servers()
     d = make([bad.url, good.url], "hostpool", concurrency=1)

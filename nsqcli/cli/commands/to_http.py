@@ -60,7 +60,7 @@ def to_http(app, topic, channel, posts, gets, headers, content_type, mode, sampl
 
     A message is FINed after a 2xx answer to a POST (200 to a GET), otherwise requeued with
     backoff: a dead or failing endpoint slows the whole consumer down instead of spinning, and a
-    Retry-After (seconds or HTTP date) sets when the message comes back. At least once: killed at
+    Retry-After (seconds or HTTP date, up to an hour) sets when the message comes back. At least once: killed at
     any moment, what was not FINed is redelivered. When --timeout passes, the requests still in
     flight are given up and requeued at once (the run ends within ~0.5 s of it): an endpoint that
     had taken one gets it again. SIGTERM/SIGINT/SIGHUP instead wait for their answers.
