@@ -131,11 +131,11 @@ def pytest_collection_modifyitems(config, items):
         if item.get_closest_marker("spark") is not None:
             # under pytest-xdist (make test's Spark passes: -n 2 --dist loadgroup) the Spark tests
             # run on two workers, whole files each. On one, no SparkSession of the tests: the spark
-            # commands and tables (run in that process, sharing a JVM: tests/support/spark_runs.py)
-            # and the standalone cluster (subprocesses); on the other the ones on the session's
+            # commands, tables and the standalone cluster's drivers (run in that process, sharing
+            # a JVM: tests/support/spark_runs.py); on the other the ones on the session's
             # local[2,3], and the Connect server's. The halves take about as long (--durations=0
-            # per file, Spark pass: 405 s and 373 s of tests on a loaded machine; spark_lts pass:
-            # 175 s and 127 s).
+            # per file, the Spark pass alone: 272 s and 271 s of tests, plus 33 s of either; the
+            # spark_lts pass alone: 192 s and 132 s).
             own_jvms = item.path.name in ("test_cluster.py", "test_spark_commands.py", "test_tables.py")
             item.add_marker(pytest.mark.xdist_group("spark-own-jvms" if own_jvms else "spark-session"))
     for item in items:

@@ -88,7 +88,7 @@ def _shared_jvm():
     """The tests drive Spark from this process and run `replay` and `query` in it: one driver
     JVM for the module (tests/support/spark_runs.py), ended with it. Executors are the cluster's."""
     with pytest.MonkeyPatch.context() as env:
-        env.setenv("PYSPARK_PYTHON", sys.executable)  # read by the driver JVM at its launch
+        env.setenv("PYSPARK_PYTHON", sys.executable)  # (the sessions set spark.pyspark.python too)
         env.setenv("SPARK_LOCAL_IP", "127.0.0.1")
         yield
         shutdown_jvm()
@@ -102,9 +102,9 @@ def on_a_driver(master: str, job, *args: str) -> dict:
     if not may_share_a_jvm():
         r = subprocess.run([sys.executable, "-m", "tests.spark.test_cluster", master, job.__name__, *args],
                            cwd=Path(__file__).parents[2], env=clean_env(), capture_output=True, text=True,
-                           timeout=240)
+                           timeout=300)
         assert r.returncode == 0, r.stderr[-3000:]
-        return json.loads(r.stdout.splitlines()[-1])
+        return json.loads(next(x for x in r.stdout.splitlines() if x.startswith("RESULT "))[7:])
     from pyspark.sql import SparkSession
 
     import nsqcli.spark
@@ -123,12 +123,27 @@ def on_a_driver(master: str, job, *args: str) -> dict:
 
 
 def sink_job(spark, shipped, nsqd, topic, archive) -> dict:
-    """Where the executors run and import nsqcli from; 20,000 rows written to ``topic``; the
-    archive read and counted."""
+    """Where the tasks run (under an executor JVM or the driver's) and import nsqcli from; 20,000
+    rows written to ``topic``; the archive read and counted."""
     import nsqcli.spark
 
-    where = spark.sparkContext.parallelize(range(4), 4).map(
-        lambda _: (__import__("os").getpid(), __import__("nsqcli").__file__)).collect()
+    def where_it_runs(_):  # (in a task: only builtins and its own imports; pickled by value)
+        import os
+
+        import nsqcli
+        lines, pid = [], os.getpid()
+        while pid > 1:  # the command lines of the task's process and its ancestors
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    lines.append(f.read().decode(errors="replace"))
+                with open(f"/proc/{pid}/status") as f:
+                    pid = int(next(x for x in f if x.startswith("PPid:")).split()[1])
+            except OSError:
+                break
+        return (nsqcli.__file__, any("CoarseGrainedExecutorBackend" in x for x in lines),
+                any("SparkSubmit" in x for x in lines))
+
+    where = spark.sparkContext.parallelize(range(4), 4).map(where_it_runs).collect()
     df = spark.range(20000).selectExpr("concat('c-', cast(id as string)) as body").repartition(4)
     df.write.format("nsq").option("nsqdTCPAddresses", nsqd).option("topic", topic).mode("append").save()
     rows = nsqcli.spark.read_archive(spark, archive).groupBy("topic", "host", "nsqd").count().collect()
@@ -180,8 +195,9 @@ def test_sink_and_archive_reader_on_a_standalone_cluster(cluster, nsqd, topic, t
     result = on_a_driver(cluster, sink_job, nsqd.tcp_address, topic, str(archive))
     # executors ran in their own processes and imported nsqcli from the shipped zip
     assert result["shipped"] and result["shipped"].endswith(".zip")
-    assert result["driver_pid"] not in {pid for pid, _ in result["where"]}
-    assert all(".zip" in path or "userFiles" in path for _, path in result["where"]), result["where"]
+    for path, on_an_executor, on_the_driver in result["where"]:
+        assert on_an_executor and not on_the_driver
+        assert ".zip" in path or "userFiles" in path, path
     assert topic_stats(nsqd, topic)["message_count"] == 20000
     assert channel_stats(nsqd, topic, "check")["depth"] == 20000
     assert result["archive"] == [{"topic": "arch", "host": "node-1", "nsqd": "10.0.0.9:4150", "count": 1500}]
@@ -229,4 +245,4 @@ if __name__ == "__main__":  # on_a_driver's process of its own: MASTER JOB ARGS.
     _master, _job, *_args = sys.argv[1:]
     os.environ.update(PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
     assert SparkContext._gateway is None
-    print(json.dumps(on_a_driver(_master, globals()[_job], *_args)), flush=True)
+    print("RESULT " + json.dumps(on_a_driver(_master, globals()[_job], *_args)), flush=True)
