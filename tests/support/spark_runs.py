@@ -77,4 +77,8 @@ def shutdown_jvm() -> None:
     finally:
         if proc is not None:  # pyspark's gateway JVM exits at EOF on its stdin
             proc.stdin.close()
-            proc.wait(30)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:  # (not left running for the next test's JVM)
+                proc.kill()
+                proc.wait(10)
