@@ -288,7 +288,7 @@ def test_a_message_over_the_limit_is_fined_only_with_max_attempts(laid_out, topi
 @pytest.mark.parametrize("side", ["source", "destination"])
 def test_timeout_with_a_hung_nsqlookupd(nsqd_factory, topic, side):
     """--timeout 3s is the whole command's: a hung nsqlookupd (accepts, never answers) ends it at
-    3 s (was 5.2 s), exit 3 with one line - the copy was not done."""
+    3 s, not at a per-request timeout (5 s), exit 3 with one line - the copy was not done."""
     node = nsqd_factory()
     with socket.socket() as hung:
         hung.bind(("127.0.0.1", 0))
@@ -301,7 +301,8 @@ def test_timeout_with_a_hung_nsqlookupd(nsqd_factory, topic, side):
                        timeout=30)
         took = time.monotonic() - t0
     one_error_line(r, 3, r"--timeout passed while .*nsqlookupd|--timeout passed while connecting to the source")
-    assert 2.8 <= took <= 3.5, took
+    # measured from outside: the interpreter's start is in it (up to ~1 s on a loaded machine)
+    assert 2.8 <= took <= 4.5, took
 
 
 def test_copying_a_topic_onto_itself_is_a_usage_error(sandbox, topic):
