@@ -288,12 +288,14 @@ def committed_files(out) -> list[str]:
     return sorted(paths)
 
 
-def test_spark_commands_without_the_extra_say_what_to_install(tmp_path):
-    code = ("import sys; sys.modules['pyspark'] = None; sys.argv = ['nsqcli', 'query', 'select 1', '-a', '.']; "
+@pytest.mark.parametrize("missing", ["pyspark", "pyarrow"])
+def test_spark_commands_without_the_extra_say_what_to_install(tmp_path, missing):
+    code = (f"import sys; sys.modules[{missing!r}] = None; sys.argv = ['nsqcli', 'query', 'select 1', '-a', '.']; "
             "from nsqcli.cli import main; main()")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=clean_env(), timeout=30)
     assert r.returncode == 2
     assert r.stderr.startswith("nsqcli: error: nsqcli query needs the spark extra:") and "pip install 'nsqcli[spark]'" in r.stderr
+    assert f"({missing} is not installed)" in r.stderr
     assert r.stderr.count("\n") == 1
 
 
