@@ -57,8 +57,10 @@ def installed(bin_dir: Path, version: str = NSQ_VERSION) -> bool:
     return f"nsqd v{version.lstrip('v')}" in out
 
 
-def install(bin_dir: Path, go_home: Path, version: str = NSQ_VERSION, say=print) -> Path:
-    """Build into ``bin_dir`` unless already there; returns ``bin_dir``."""
+def install(bin_dir: Path, go_home: Path | None, version: str = NSQ_VERSION, say=print) -> Path:
+    """Build into ``bin_dir`` unless already there; returns ``bin_dir``. ``go_home``: a GOPATH,
+    module cache and build cache of their own there; None: Go's own (shared with every other Go
+    build of this user, so a second clone or a `make clean` builds from cache)."""
     if installed(bin_dir, version):
         say(f"NSQ {version} already in {bin_dir}")
         return bin_dir
@@ -67,8 +69,9 @@ def install(bin_dir: Path, go_home: Path, version: str = NSQ_VERSION, say=print)
         raise InstallError("'go' not found on PATH. Install Go >= 1.21 (https://go.dev/dl/ or your package "
                            "manager), then run this again - or put nsqd and nsqlookupd on PATH")
     bin_dir.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, GOPATH=str(go_home / "path"), GOMODCACHE=str(go_home / "mod"),
-               GOCACHE=str(go_home / "cache"), GOFLAGS="-mod=mod", GO111MODULE="on", CGO_ENABLED="0")
+    env = dict(os.environ, GOFLAGS="-mod=mod", GO111MODULE="on", CGO_ENABLED="0")
+    if go_home is not None:
+        env.update(GOPATH=str(go_home / "path"), GOMODCACHE=str(go_home / "mod"), GOCACHE=str(go_home / "cache"))
     say(f"downloading github.com/nsqio/nsq@{version} through the Go module proxy")
     with tempfile.TemporaryDirectory() as scratch:  # `go mod download -json` wants a module context
         r = subprocess.run([go, "mod", "download", "-json", f"github.com/nsqio/nsq@{version}"], cwd=scratch,
@@ -90,7 +93,8 @@ def install(bin_dir: Path, go_home: Path, version: str = NSQ_VERSION, say=print)
     # the module cache is read-only; go build writes only to -o and GOCACHE
     r = subprocess.run([go, "build", "-trimpath", "-o", str(bin_dir) + os.sep, *pkgs], cwd=src, env=env,
                        capture_output=True, text=True)
-    subprocess.run(["chmod", "-R", "u+w", str(go_home / "mod")], capture_output=True)  # so rm -rf works
+    if go_home is not None:
+        subprocess.run(["chmod", "-R", "u+w", str(go_home / "mod")], capture_output=True)  # so rm -rf works
     if r.returncode != 0:
         raise InstallError(f"go build failed: {r.stderr.strip()[-400:]}; if your Go is too old or too new for "
                            f"{version}, retry with GOTOOLCHAIN=go1.21.13")
@@ -102,8 +106,8 @@ def install(bin_dir: Path, go_home: Path, version: str = NSQ_VERSION, say=print)
 
 def main(argv: list[str] | None = None) -> int:
     """scripts/install-nsq [VERSION ...]: each release into version_dir() (NSQ_BIN overrides it
-    when one version is built); NSQ_VERSION (default for no argument) and NSQ_GO_HOME from the
-    environment."""
+    when one version is built); NSQ_VERSION (default for no argument) and NSQ_GO_HOME (Go caches
+    of their own there; by default Go's own) from the environment."""
     argv = sys.argv[1:] if argv is None else argv
     if any(a.startswith("-") for a in argv):
         print("usage: scripts/install-nsq [VERSION ...]   (e.g. v1.3.0 v1.2.1; default "
@@ -111,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     root = Path(__file__).resolve().parent.parent
     versions = argv or [os.environ.get("NSQ_VERSION", NSQ_VERSION)]
-    go_home = Path(os.environ.get("NSQ_GO_HOME", root / ".nsq" / "go"))
+    go_home = Path(os.environ["NSQ_GO_HOME"]) if os.environ.get("NSQ_GO_HOME") else None
     for version in versions:
         version = "v" + version.lstrip("v")
         bin_dir = version_dir(root, version)

@@ -186,18 +186,21 @@ def test_sandbox_without_nsqd_says_what_to_do(tmp_path):
 
 
 def test_sandbox_install_builds_into_the_user_data_dir(tmp_path):
-    """`nsqcli sandbox --install` with Go present: the same build as scripts/install-nsq (the
-    Go module cache is shared with the project's, so only the build runs)."""
+    """`nsqcli sandbox --install` with Go present: the same build as scripts/install-nsq (its Go
+    module and build caches are Go's own, which scripts/install-nsq filled, so the build is quick)."""
     import shutil
 
     from nsqcli import nsq_install
 
     data = tmp_path / "data"
     bindir = data / "nsqcli" / f"nsq-{nsq_install.NSQ_VERSION}" / "bin"
-    # reuse the project's Go caches: the module is already downloaded there by scripts/install-nsq
-    (data / "nsqcli").mkdir(parents=True)
-    os.symlink(ROOT / ".nsq" / "go", data / "nsqcli" / "go")
+    # sandbox --install keeps Go caches of its own beside the programs: here they are Go's own,
+    # where scripts/install-nsq downloaded the module and built it
     go = Path(shutil.which("go")).parent
+    (data / "nsqcli" / "go").mkdir(parents=True)
+    for name, var in (("mod", "GOMODCACHE"), ("cache", "GOCACHE")):
+        where = subprocess.run([go / "go", "env", var], capture_output=True, text=True, check=True).stdout.strip()
+        os.symlink(where, data / "nsqcli" / "go" / name)
     env = pip_like_env(tmp_path, PATH=f"{go}:/usr/bin:/bin")
     r = subprocess.run(NSQCLI + ["sandbox", "--install"], capture_output=True, timeout=300, env=env, cwd=tmp_path)
     assert r.returncode == 0, r.stderr.decode()
