@@ -135,17 +135,21 @@ LTS_ON_THE_SESSIONS_WORKER = ("test_to_parquet_available_now_after_a_crash_takes
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("spark") is not None:
-            # under pytest-xdist (make test's Spark passes: -n 2 --dist loadgroup) the Spark tests
-            # run on two workers, whole files each. On one, no SparkSession of the tests: the spark
-            # commands, tables and the standalone cluster's drivers (run in that process, sharing
-            # a JVM: tests/support/spark_runs.py); on the other the ones on the session's
-            # local[2,3], and the Connect server's. The halves take about as long (--durations=0
-            # per file, the Spark pass alone: 272 s and 271 s of tests, plus 33 s of either; the
-            # spark_lts pass alone: 192 s and 132 s).
-            own_jvms = item.path.name in ("test_cluster.py", "test_spark_commands.py", "test_tables.py")
+            # under pytest-xdist (make test's Spark passes: --dist loadgroup) the Spark tests run
+            # in groups of whole files, a worker each. "spark-own-jvms": no SparkSession of the
+            # tests; the spark commands and tables run in that process, sharing a JVM
+            # (tests/support/spark_runs.py). "spark-servers": the standalone cluster (its drivers
+            # run in that process as well) and the Connect server (its clients are processes of
+            # their own). "spark-session": the tests on the session's local[2,3]. Their tests take
+            # 229 s, 170 s and 215 s (--durations=0, the Spark pass alone, -n 2); the spark_lts
+            # pass has no servers' tests.
+            name = item.path.name
+            group = ("spark-servers" if name in ("test_cluster.py", "test_connect.py")
+                     else "spark-own-jvms" if name in ("test_spark_commands.py", "test_tables.py")
+                     else "spark-session")
             if config.option.markexpr == "spark_lts" and item.name in LTS_ON_THE_SESSIONS_WORKER:
-                own_jvms = False
-            item.add_marker(pytest.mark.xdist_group("spark-own-jvms" if own_jvms else "spark-session"))
+                group = "spark-session"
+            item.add_marker(pytest.mark.xdist_group(group))
     for item in items:
         mark = item.get_closest_marker("nsq_1_3")
         if mark is not None and not (mark.args and isinstance(mark.args[0], str) and mark.args[0].strip()):
