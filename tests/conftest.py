@@ -125,12 +125,6 @@ def pytest_report_header(config):
     return f"nsqd: {out} ({path})"
 
 
-# In the spark_lts pass (-m spark_lts) the own-JVM half is the longer one (alone, beside the
-# Spark pass: 333 s and 235 s of tests): this test runs on the session's worker there, its
-# to-parquet runs as subprocesses (one JVM more, ~13 s). Not in the Spark pass, whose halves are even.
-LTS_ON_THE_SESSIONS_WORKER = ("test_to_parquet_available_now_after_a_crash_takes_the_interrupted_batch_and_the_rest",)
-
-
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which reads the xdist_group marks added here
 def pytest_collection_modifyitems(config, items):
     for item in items:
@@ -147,8 +141,6 @@ def pytest_collection_modifyitems(config, items):
             group = ("spark-servers" if name in ("test_cluster.py", "test_connect.py")
                      else "spark-own-jvms" if name in ("test_spark_commands.py", "test_tables.py")
                      else "spark-session")
-            if config.option.markexpr == "spark_lts" and item.name in LTS_ON_THE_SESSIONS_WORKER:
-                group = "spark-session"
             item.add_marker(pytest.mark.xdist_group(group))
     for item in items:
         mark = item.get_closest_marker("nsq_1_3")
