@@ -30,22 +30,21 @@ SPARK_LTS_VENV = .venv-spark-$(SPARK_LTS)
 
 setup: $(VENV)/.installed nsq
 
-# flock: `make test` installs both environments at once, and an editable install writes
-# nsqcli.egg-info into this tree: one at a time there
 $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	flock .editable-install.lock $(BIN)/pip install -qq -e '.[test,spark]'  # -qq: errors only (setuptools' generic note on editable installs is not ours to fix)
+	$(BIN)/pip install -qq -e '.[test,spark]'  # -qq: errors only (setuptools' generic note on editable installs is not ours to fix)
 	touch $@
 
 nsq:
 	scripts/install-nsq v1.3.0 $(COMPAT_VERSIONS)
 	scripts/install-toxiproxy
 
-# A fresh machine's installs run three at once (-O: each one's output whole, when it ends): the
-# Python environments download and unpack while Go builds NSQ, and each environment's Spark
-# class archive is made as soon as that environment is there (alone, one after another, they
-# took 31 + 51 + 48 s, then 50 s for the archives).
+# A fresh machine's installs run at once (-O: each one's output whole, when it ends): the Python
+# environments while Go builds NSQ, and each environment's Spark class archive as soon as that
+# environment is there (alone, one after another, they took 31 + 51 + 48 s, then 50 s for the
+# archives). The pyspark 4.0.5 environment comes after the first: an editable install writes
+# nsqcli.egg-info into this tree, so two at once could tread on each other.
 test:
 	$(MAKE) --no-print-directory -j3 -O setup spark-cds lts-env
 	BIN=$(BIN) LTS_VENV=$(SPARK_LTS_VENV) XDIST="$(XDIST)" SPARK_XDIST="$(SPARK_XDIST)" LTS_XDIST="$(LTS_XDIST)" PYTEST_ARGS="$(PYTEST_ARGS)" \
@@ -54,7 +53,7 @@ test:
 spark-cds: $(VENV)/.installed
 	$(BIN)/python scripts/spark-cds
 
-lts-env:
+lts-env: $(VENV)/.installed
 	scripts/spark-env $(SPARK_LTS) $(SPARK_LTS_VENV)
 	$(SPARK_LTS_VENV)/bin/python scripts/spark-cds
 
@@ -73,4 +72,4 @@ bench-spark: setup
 	$(BIN)/python -m bench.spark $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) .venv-spark-* .nsq .pytest_cache .hypothesis .editable-install.lock
+	rm -rf $(VENV) .venv-spark-* .nsq .pytest_cache .hypothesis
