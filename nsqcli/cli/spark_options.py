@@ -32,17 +32,25 @@ def spark_options(f):
     return f
 
 
+def require_extra(name: str, remote) -> None:
+    """One line (exit 2) when the spark extra, or with ``remote`` the Connect client's packages,
+    cannot be imported: what is missing, or what failed to import."""
+    try:
+        from ..spark.session import require
+        require(connect=bool(remote))
+    except ImportError as e:  # nsqcli.spark itself says what is missing
+        missing = isinstance(e, ModuleNotFoundError) and e.name
+        what = f"{e.name} is not installed" if missing else str(e).split("] ", 1)[-1].rstrip(".")
+        raise click.UsageError(f"nsqcli {name} needs the spark extra: pip install 'nsqcli[spark]' "
+                               f"({what})") from None
+
+
 def session(app, name: str, master, remote, confs, py_files, spark_log_level):
     """Open the SparkSession; one-line errors for a missing extra (exit 2) or Java."""
     import shutil
 
-    try:
-        from ..spark.session import build, require
-        require(connect=bool(remote))
-    except ImportError as e:  # nsqcli.spark itself says what is missing
-        what = f"{e.name} is not installed" if e.name else str(e).split("] ", 1)[-1].rstrip(".")
-        raise click.UsageError(f"nsqcli {name} needs the spark extra: pip install 'nsqcli[spark]' "
-                               f"({what})") from None
+    require_extra(name, remote)
+    from ..spark.session import build
     if master and remote:
         raise click.UsageError("--master and --remote cannot be used together")
     conf = {}

@@ -11,19 +11,20 @@ Nothing outside this package imports pyspark; importing it without the extra say
 
 from __future__ import annotations
 
+import sys
 from importlib.util import find_spec
 
 try:
     import pyspark  # noqa: F401
-except ImportError as e:  # pragma: no cover - exercised by the CLI's "missing extra" error
-    raise ImportError(f"nsqcli.spark needs the spark extra: pip install 'nsqcli[spark]' ({e})",
-                      name=e.name or "pyspark") from e
+except ModuleNotFoundError as e:  # pragma: no cover - exercised by the CLI's "missing extra" error
+    raise ModuleNotFoundError(f"nsqcli.spark needs the spark extra: pip install 'nsqcli[spark]' ({e})",
+                              name=e.name) from e
 # pyarrow is looked for, not imported: every Python process Spark starts for the data source
 # (creating it, planning a read, each streaming query's runner, each task) imports this package,
 # and most never touch pyarrow, which costs them ~0.1 s of CPU (with numpy) each
-if find_spec("pyarrow") is None:  # pragma: no cover - as above
-    raise ImportError("nsqcli.spark needs the spark extra: pip install 'nsqcli[spark]' (No module named 'pyarrow')",
-                      name="pyarrow")
+if sys.modules.get("pyarrow") is None and find_spec("pyarrow") is None:  # pragma: no cover - as above
+    raise ModuleNotFoundError("nsqcli.spark needs the spark extra: pip install 'nsqcli[spark]' "
+                              "(No module named 'pyarrow')", name="pyarrow")
 
 
 def register(spark) -> None:

@@ -289,13 +289,16 @@ def committed_files(out) -> list[str]:
 
 
 @pytest.mark.parametrize("missing", ["pyspark", "pyarrow"])
-def test_spark_commands_without_the_extra_say_what_to_install(tmp_path, missing):
-    code = (f"import sys; sys.modules[{missing!r}] = None; sys.argv = ['nsqcli', 'query', 'select 1', '-a', '.']; "
+@pytest.mark.parametrize("argv", [["query", "select 1", "-a", "."], ["to-parquet", "-t", "x", "-o", "o", "--checkpoint", "ck"]],
+                         ids=["query", "to-parquet"])
+def test_spark_commands_without_the_extra_say_what_to_install(tmp_path, missing, argv):
+    code = (f"import sys; sys.modules[{missing!r}] = None; sys.argv = ['nsqcli', *{argv!r}]; "
             "from nsqcli.cli import main; main()")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=clean_env(), timeout=30)
-    assert r.returncode == 2
-    assert r.stderr.startswith("nsqcli: error: nsqcli query needs the spark extra:") and "pip install 'nsqcli[spark]'" in r.stderr
-    assert f"({missing} is not installed)" in r.stderr
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=clean_env(), timeout=30,
+                       cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith(f"nsqcli: error: nsqcli {argv[0]} needs the spark extra:"), r.stderr
+    assert "pip install 'nsqcli[spark]'" in r.stderr and f"({missing} is not installed)" in r.stderr
     assert r.stderr.count("\n") == 1
 
 

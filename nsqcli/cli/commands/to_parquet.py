@@ -9,7 +9,7 @@ import click
 
 from ..command import command, option
 from ..options import connection_options, pop_connection, topic_arguments
-from ..spark_options import spark_session, sink_options, spark_error, spark_options
+from ..spark_options import require_extra, spark_session, sink_options, spark_error, spark_options
 from ..types import DURATION, HTTP_ADDRESS
 
 
@@ -77,6 +77,7 @@ def to_parquet(app, topics, channel, output, fmt, checkpoint, partition_by, trig
     if bad:
         raise click.UsageError(f"--partition-by: unknown column {bad[0]!r} (columns: {', '.join(sorted(known))})")
     spool = _spool_dir(spool, checkpoint)
+    require_extra("to-parquet", remote)  # before --format's checks, which read nsqcli.spark.tables
     confs = _table_confs(fmt, output, confs, remote)
     with spark_session(app, "to-parquet", master, remote, confs, py_files, spark_log_level) as spark:
         return _run(app, spark, topics, channel, output, checkpoint, cols, trigger, max_messages_per_batch,
