@@ -93,7 +93,7 @@ def install(bin_dir: Path, go_home: Path | None, version: str = NSQ_VERSION, say
     # the module cache is read-only; go build writes only to -o and GOCACHE
     r = subprocess.run([go, "build", "-trimpath", "-o", str(bin_dir) + os.sep, *pkgs], cwd=src, env=env,
                        capture_output=True, text=True)
-    if go_home is not None:
+    if go_home is not None and not (go_home / "mod").is_symlink():  # (a link: someone else's cache)
         subprocess.run(["chmod", "-R", "u+w", str(go_home / "mod")], capture_output=True)  # so rm -rf works
     if r.returncode != 0:
         raise InstallError(f"go build failed: {r.stderr.strip()[-400:]}; if your Go is too old or too new for "
