@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 PYTEST_ARGS ?= --durations=25  # where CI time goes: the 25 slowest tests of each pass
 # pytest-xdist: the tests mostly wait on real servers, so 4 run at once on 2 cores. The Spark tests
-# have a pass of their own, in two groups of whole files (tests/conftest.py): among the rest they
+# have passes of their own, in groups of whole files (tests/conftest.py): among the rest they
 # were 2-3x slower and hit the timeout. scripts/test-passes runs the passes two at a time.
 XDIST ?= -n 4 --dist loadgroup
 SPARK_XDIST ?= -n 3 --dist loadgroup
@@ -40,26 +40,26 @@ nsq:
 	scripts/install-nsq v1.3.0 $(COMPAT_VERSIONS)
 	scripts/install-toxiproxy
 
-# A fresh machine's installs run at once (-O: each one's output whole, when it ends): the Python
+# A fresh machine's installs run at once (-O, where make has it: each one's output whole): the Python
 # environments while Go builds NSQ, and each environment's Spark class archive as soon as that
 # environment is there (alone, one after another, they took 31 + 51 + 48 s, then 50 s for the
 # archives). The pyspark 4.0.5 environment comes after the first: an editable install writes
 # nsqcli.egg-info into this tree, so two at once could tread on each other.
 test:
-	$(MAKE) --no-print-directory -j3 -O setup spark-cds lts-env
+	$(MAKE) --no-print-directory -j3 $(if $(filter output-sync,$(.FEATURES)),-O) setup spark-cds lts-env LTS_AFTER=$(VENV)/.installed
 	BIN=$(BIN) LTS_VENV=$(SPARK_LTS_VENV) XDIST="$(XDIST)" SPARK_XDIST="$(SPARK_XDIST)" LTS_XDIST="$(LTS_XDIST)" PYTEST_ARGS="$(PYTEST_ARGS)" \
 		COMPAT_VERSIONS="$(COMPAT_VERSIONS)" COMPAT_TESTS="$(COMPAT_TESTS)" scripts/test-passes
 
 spark-cds: $(VENV)/.installed
 	$(BIN)/python scripts/spark-cds
 
-lts-env: $(VENV)/.installed
+lts-env: $(LTS_AFTER)
 	scripts/spark-env $(SPARK_LTS) $(SPARK_LTS_VENV)
 	$(SPARK_LTS_VENV)/bin/python scripts/spark-cds
 
 test-spark-lts: nsq lts-env
 	@echo "== the spark_lts tests again, on pyspark $(SPARK_LTS)"
-	$(SPARK_LTS_VENV)/bin/pytest -m spark_lts
+	env -u PYTHONDONTWRITEBYTECODE $(SPARK_LTS_VENV)/bin/pytest -m spark_lts  # its pyspark is installed without bytecode (scripts/spark-env)
 
 demo: setup
 	$(BIN)/python scripts/demo

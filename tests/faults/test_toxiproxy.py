@@ -70,13 +70,14 @@ def lines(n: int, prefix: bytes = b"m") -> list[bytes]:
 
 # -- latency past the deadline ---------------------------------------------------------------
 
-@pytest.mark.parametrize("latency_ms, deadline", [(5000, 2.0), (2000, 3.0)], ids=["in-handshake", "in-publish"])
+@pytest.mark.parametrize("latency_ms, deadline", [(5000, 2.0), (2500, 4.0)], ids=["in-handshake", "in-publish"])
 def test_pub_through_latency_exits_3_at_its_deadline(proxy, nsqd, topic, latency_ms, deadline, record_property):
-    """5 s: IDENTIFY's answer never comes in time. 2 s with a 3 s deadline: the handshake
-    passes (2 s after start-up), the PUB reaches nsqd at once, its OK would come 2 s later,
-    1 s past the deadline. Either way: exit 3 at the deadline, one line - and no claim 'not
-    published' about a PUB that nsqd holds. (At 1.5 s the OK came at the deadline itself: on a
-    loaded machine pub woke late, found it there and, rightly, exited 0.)"""
+    """5 s: IDENTIFY's answer never comes in time. 2.5 s with a 4 s deadline (which counts from
+    the start, interpreter included: c s before it connects): the handshake passes with 1.5 - c s
+    to spare, the PUB reaches nsqd at once, its OK would come 1 + c s past the deadline. Either
+    way: exit 3 at the deadline, one line - and no claim 'not published' about a PUB that nsqd
+    holds. (At 1.5 s and 3 s the OK came at the deadline itself: on a loaded machine pub woke
+    late, found it there and, rightly, exited 0.)"""
     proxy.add("latency", latency=latency_ms)
     r, took = run(["pub", "--timeout", f"{deadline:g}s", "--nsqd-tcp-address", proxy.listen, topic, "hello"])
     record_property("pub_exit_s", round(took, 2))

@@ -7,7 +7,7 @@ a later test's session or run gets a JVM with its own jars and options.
 A run goes to a subprocess - the real executable - when a SparkContext of another test is alive
 in this process (the session fixture's), and when ``real`` asks for it (a few runs of each
 command prove the executable behaves the same). tests/conftest.py puts the files using this on
-one xdist worker, the session fixture's tests on the other."""
+xdist workers of their own, away from the session fixture's tests."""
 
 from __future__ import annotations
 
