@@ -11,6 +11,7 @@ xdist workers of their own, away from the session fixture's tests."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 
 from tests.support.helpers import NSQCLI, clean_env
@@ -24,14 +25,10 @@ def nsqcli(args, timeout=180, real=False) -> subprocess.CompletedProcess:
     if real or not may_share_a_jvm():
         return subprocess.run(NSQCLI + list(args), capture_output=True, text=True, timeout=timeout,
                               env=clean_env())
-    from pyspark import SparkContext
     from tests.support.inprocess import run_in_process
 
-    launching = SparkContext._gateway is None
-    try:
+    with _here():
         r = run_in_process(args, may_stay=lambda t: type(t).__module__.startswith(("py4j.", "pyspark.")))
-    finally:
-        _jvm["ours"] = _jvm["ours"] or (launching and SparkContext._gateway is not None)
     return subprocess.CompletedProcess(r.args, r.returncode, r.stdout.decode(errors="replace"),
                                        r.stderr.decode(errors="replace"))
 
@@ -39,12 +36,19 @@ def nsqcli(args, timeout=180, real=False) -> subprocess.CompletedProcess:
 def session(builder):
     """``builder.getOrCreate()`` in this process, on the runs' JVM (launching it as a run would when
     there is none): a test driving Spark itself between runs. Stop it before the next run."""
+    assert may_share_a_jvm(), "a SparkContext of another test is alive in this process"
+    with _here():
+        return builder.getOrCreate()
+
+
+@contextlib.contextmanager
+def _here():
+    """Spark used in this process: a JVM launched meanwhile is the runs' (shutdown_jvm ends it)."""
     from pyspark import SparkContext
 
-    assert may_share_a_jvm(), "a SparkContext of another test is alive in this process"
     launching = SparkContext._gateway is None
     try:
-        return builder.getOrCreate()
+        yield
     finally:
         _jvm["ours"] = _jvm["ours"] or (launching and SparkContext._gateway is not None)
 
