@@ -283,9 +283,11 @@ def test_sighup_stops_cleanly_where_it_has_no_other_use(nsqd, topic, command):
     ep = HTTPEndpoint(None)
     args = {"tail": ["tail", topic, "-c", "c"], "to-http": ["to-http", "-t", topic, "--post", ep.url]}[command]
     p = start(args + ["--nsqd-tcp-address", nsqd.tcp_address])
-    wait_for(lambda: (channel_stats(nsqd, topic, "c" if command == "tail" else "nsq_to_http") or {})
-             .get("message_count") == 10 and channel_stats(nsqd, topic, "c" if command == "tail" else "nsq_to_http")
-             ["in_flight_count"] == 0, timeout=15, what="all 10 answered")
+    channel = "c" if command == "tail" else "nsq_to_http"
+    # FINs counted per client: message_count 10 with nothing in flight also holds before the
+    # first RDY, when none of the ten has been sent yet.
+    wait_for(lambda: sum(cl["finish_count"] for cl in (channel_stats(nsqd, topic, channel) or {})
+                         .get("clients") or []) == 10, timeout=15, what="all 10 FINed")
     out = stop(p, signal.SIGHUP)
     ep.close()
     assert p.returncode == 0, p.lines
