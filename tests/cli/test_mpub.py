@@ -278,7 +278,8 @@ def test_mpub_signal_says_exactly_what_was_acknowledged(nsqd, topic, sig):
                          stdin=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     p.stdin.write(b"".join(b"rec%d\n" % i for i in range(4000)))
     p.stdin.flush()
-    time.sleep(1.5)
+    # publishing (so its handlers are in place): a fixed sleep could end before that on a busy machine
+    wait_for(lambda: (topic_stats(nsqd, topic) or {}).get("message_count", 0) > 0, what="the first records")
     p.send_signal(sig)
     _, err = p.communicate(timeout=20)
     assert p.returncode == 128 + sig, err
@@ -303,7 +304,7 @@ def test_mpub_nsqd_dying_between_batches_gives_the_right_resume_point(nsqd_facto
                          stdin=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     p.stdin.write(b"".join(b"rec%d\n" % i for i in range(3000)))
     p.stdin.flush()
-    time.sleep(1.5)
+    wait_for(lambda: (topic_stats(server, topic) or {}).get("message_count", 0) >= 10, what="a batch published")
     count_before = topic_stats(server, topic)["message_count"]
     server.stop()  # a clean nsqd shutdown keeps every message it acknowledged on disk
     _, err = p.communicate(timeout=30)

@@ -41,6 +41,14 @@ def _waiting(ch: dict) -> int:
     return ch["depth"] + ch["in_flight_count"] + ch["deferred_count"]
 
 
+def _after_exit(nsqd, topic, channel="billing") -> dict:
+    """The channel once nsqd has seen tail's connection go: the frames written before the close -
+    the REQs giving messages back are the last, unanswered - are read by then (nsqd reads a
+    connection in order), which they may not be the moment tail has exited."""
+    return wait_for(lambda: (lambda c: c if c["client_count"] == 0 else None)(channel_stats(nsqd, topic, channel)),
+                    timeout=5, what="tail's connection gone")
+
+
 def test_peek_shows_n_and_leaves_the_channel_as_it_was(nsqd, topic):
     bodies = [b"m%d" % i for i in range(10)]
     _backlog(nsqd, topic, "billing", bodies)
@@ -50,7 +58,7 @@ def test_peek_shows_n_and_leaves_the_channel_as_it_was(nsqd, topic):
     assert r.stdout == b"m0\nm1\nm2\n"
     err = r.stderr.decode()
     assert "the 3 message(s) looked at were given back" in err and "attempts rose by one" in err, err
-    after = channel_stats(nsqd, topic, "billing")
+    after = _after_exit(nsqd, topic)
     assert _waiting(after) == _waiting(before) == 10 and after["message_count"] == before["message_count"]
     assert after["requeue_count"] == 3 and after["client_count"] == 0
     wait_for(lambda: channel_stats(nsqd, topic, "billing")["in_flight_count"] == 0, what="nothing in flight")
@@ -158,7 +166,7 @@ def test_peek_without_n_shows_the_whole_backlog_and_ends(nsqd, topic):
     assert r.returncode == 0, r.stderr
     assert r.stdout.decode().splitlines() == [f"1 x{i}" for i in range(40)]
     assert b"the 40 message(s) looked at were given back" in r.stderr
-    ch = channel_stats(nsqd, topic, "billing")
+    ch = _after_exit(nsqd, topic)
     assert _waiting(ch) == 40 and ch["requeue_count"] == 40
 
 
@@ -178,7 +186,7 @@ def test_peek_of_a_backlog_larger_than_max_in_flight_looks_at_each_message_once(
     r = run(["tail", topic, "-c", "billing", "--peek", "--max-in-flight", "50", "--timeout", "30s"], _env(nsqd))
     assert r.returncode == 0, r.stderr
     assert sorted(r.stdout.splitlines()) == [b"%04d" % i for i in range(600)]
-    ch = channel_stats(nsqd, topic, "billing")
+    ch = _after_exit(nsqd, topic)
     assert _waiting(ch) == 600 and ch["requeue_count"] == 600, r.stderr
 
 
@@ -200,7 +208,7 @@ def test_peek_stopped_by_sigterm_gives_back_what_it_holds(nsqd, topic):
             p.kill()
     assert p.returncode == 0 and out == b"", err
     assert b"the 2 message(s) looked at were given back" in err
-    ch = channel_stats(nsqd, topic, "billing")
+    ch = _after_exit(nsqd, topic)
     assert ch["depth"] == 2 and ch["in_flight_count"] == 0 and ch["requeue_count"] == 2
 
 
@@ -263,7 +271,7 @@ def test_peek_touches_what_it_holds_past_the_message_timeout(nsqd_factory, topic
         if p.poll() is None:
             p.kill()
     assert p.returncode == 0, err
-    ch = channel_stats(nsqd, topic, "billing")
+    ch = _after_exit(nsqd, topic)
     assert ch["depth"] == 1 and ch["in_flight_count"] == 0 and ch["requeue_count"] == 1 and ch["timeout_count"] == 0
 
 

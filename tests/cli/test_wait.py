@@ -67,7 +67,9 @@ def test_fail_on_requeue_exits_1_within_1s_of_the_first_req(nsqd, topic):
     p = start_wait(topic, "c", "--drained", "--fail-on-requeue", "--nsqd-http-address", nsqd.http_address,
                    "--timeout", "20s")
     try:
-        time.sleep(1.5)  # the wait has its baseline (requeue_count 0)
+        # the wait has its baseline (requeue_count 0): it says what it waits for 5 s after its start,
+        # after a look (a fixed sleep of 1.5 s could pass before the first look on a busy machine)
+        assert p.stderr.readline().startswith(b"nsqcli: waiting (5s): ")
         assert p.poll() is None
         c = Consumer(topic, "c", lambda m: m.requeue(delay=60, backoff=False), nsqd_tcp_addresses=[nsqd.tcp_address],
                      config=Config(max_backoff_duration=0))

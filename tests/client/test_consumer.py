@@ -265,8 +265,9 @@ def test_sample_rate(nsqd, topic):
     c = Consumer(topic, "c", lambda m: got.append(m.body), nsqd_tcp_addresses=[nsqd.tcp_address],
                  config=Config(max_in_flight=200, sample_rate=25))
     c.start()
-    wait_for(lambda: channel_stats(nsqd, topic, "c")["depth"] == 0 and
-             channel_stats(nsqd, topic, "c")["in_flight_count"] == 0, what="channel drained")
+    # all 2000 in the channel first: depth 0 also holds before the topic's pump has copied them
+    wait_for(lambda: (lambda ch: ch["message_count"] == 2000 and ch["depth"] == 0 and ch["in_flight_count"] == 0)(
+        channel_stats(nsqd, topic, "c")), what="channel drained")
     c.stop()
     assert 300 < len(got) < 700, len(got)  # nsqd delivers ~25 % and drops the rest
 

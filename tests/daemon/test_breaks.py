@@ -25,7 +25,9 @@ def run(args, timeout=30, env=None):
 def test_metrics_address_port_0_serves_on_a_free_port_and_colon_port_is_accepted(nsqd, topic):
     """Port 0 (any free port, said in the log) and ":PORT" (every interface, as node_exporter's
     --web.listen-address) were refused as 'invalid address ... expected HOST:PORT', exit 2."""
-    r = run(["tail", topic, "-c", "c", "--nsqd-tcp-address", nsqd.tcp_address, "--timeout", "1.5",
+    # tail ends 0 when its --timeout passes once subscribed, 3 when before: 4 s covers a busy
+    # machine's start-up, the pre-checks and the handshake
+    r = run(["tail", topic, "-c", "c", "--nsqd-tcp-address", nsqd.tcp_address, "--timeout", "4",
              "--metrics-address", "127.0.0.1:0", "--log-format", "text"])
     err = r.stderr.decode()
     assert r.returncode == 0, err
@@ -72,8 +74,10 @@ def test_status_file_directory_removed_mid_run_one_plain_warning_and_the_work_go
         folder.rmdir()
         time.sleep(6)  # the next write is due 5 s after the first
         http_post(nsqd.http_address, "/pub", b"after", topic=topic)
-        wait_for(lambda: p.poll() is None and True, timeout=1)
-        time.sleep(0.5)
+        # shown and FINed (tail writes a message before it FINs it), not merely sent
+        wait_for(lambda: p.poll() is not None or sum(cl["finish_count"] for cl in
+                                                     channel_stats(nsqd, topic, "c")["clients"]) == 1,
+                 timeout=10, what="the message FINed")
     finally:
         p.send_signal(signal.SIGTERM)
         out, err = p.communicate(timeout=20)

@@ -265,20 +265,26 @@ def test_a_slow_close_does_not_hold_a_finished_command_past_its_deadline(proxy, 
     durable_topic(nsqd, topic)
     proxy.add("slow_close", delay=10_000)
     proxy.add("slow_close", stream="upstream", delay=10_000)
+    # deadlines long enough for a busy machine's start-up and the handshake through the proxy: a
+    # command that waited for the held close would end at its deadline (5 s) or later, not before
     for i in range(2):
-        r, took = run(["pub", "--timeout", "1s", "--nsqd-tcp-address", proxy.listen, topic, f"m{i}"])
+        r, took = run(["pub", "--timeout", "5s", "--nsqd-tcp-address", proxy.listen, topic, f"m{i}"])
         record_property(f"pub{i}_s", round(took, 2))
         assert r.returncode == 0 and r.stderr == b"", r.stderr
-        assert took <= 1.0 + MARGIN, took
+        assert took <= 2.0 + MARGIN, took
+    # mpub has no deadline; it used to linger 2 s on the close. Its own start-up and exit, as this
+    # machine runs them now, are measured straight to nsqd (no proxy) on a topic of their own
+    r, base = run(["mpub", "-t", topic + "_base", "--nsqd-tcp-address", nsqd.tcp_address], input=b"b\n")
+    assert r.returncode == 0, r.stderr
     r, took = run(["mpub", "-t", topic, "--nsqd-tcp-address", proxy.listen], input=b"m2\nm3\n")
     record_property("mpub_s", round(took, 2))
     assert r.returncode == 0, r.stderr
-    assert took <= 1.0 + MARGIN, took  # every MPUB answered: nothing to linger for (it waited 2 s)
+    assert took <= base + 1.0, (took, base)  # every MPUB answered: nothing to linger for
     assert held(nsqd, topic) == 4
-    r, took = run(["tail", topic, "-c", "c", "-n", "4", "--timeout", "1500ms", "--nsqd-tcp-address", proxy.listen])
+    r, took = run(["tail", topic, "-c", "c", "-n", "4", "--timeout", "5s", "--nsqd-tcp-address", proxy.listen])
     record_property("tail_s", round(took, 2))
     assert r.returncode == 0, r.stderr
     assert sorted(r.stdout.split()) == [b"m0", b"m1", b"m2", b"m3"]
-    assert took <= 1.5 + MARGIN, took
+    assert took <= 2.5 + MARGIN, took
     c = wait_for(lambda: settled(nsqd, topic), 5, what="the channel settled")
     assert (c["depth"], c["message_count"], c["requeue_count"], c["timeout_count"]) == (0, 4, 0, 0), c
