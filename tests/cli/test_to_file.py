@@ -684,9 +684,10 @@ LOG_LINE = rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z nsqcli to-file\[(\d+)\] (DE
 
 
 def test_an_nsqd_killed_and_restarted_is_recovered_only_once_back(nsqd_factory, topic, tmp_path):
-    """SIGKILL of the nsqd, 4 s down, restarted on its port: the outage said at once, reminders
-    while down (shrunk to 1 s here; 30 s growing to 5 min by default), no "recovered" before the
-    restart and exactly one after; every line in the log format (UTC Z, ms, the pid)."""
+    """SIGKILL of the nsqd, down until two reminders are out (~3 s), restarted on its port: the
+    outage said at once, reminders while down (shrunk to 1 s here; 30 s growing to 5 min by
+    default), no "recovered" before the restart and exactly one after; every line in the log
+    format (UTC Z, ms, the pid)."""
     src = nsqd_factory()
     publish(src, topic, numbered(5))
     p = start(["-t", topic, "--nsqd-tcp-address", src.tcp_address, "--output-dir", str(tmp_path / "out"),

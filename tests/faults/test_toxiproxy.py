@@ -279,7 +279,7 @@ def test_a_slow_close_does_not_hold_a_finished_command_past_its_deadline(proxy, 
     r, took = run(["mpub", "-t", topic, "--nsqd-tcp-address", proxy.listen], input=b"m2\nm3\n")
     record_property("mpub_s", round(took, 2))
     assert r.returncode == 0, r.stderr
-    assert took <= base + 1.0, (took, base)  # every MPUB answered: nothing to linger for
+    assert took <= base + 1.5, (took, base)  # every MPUB answered: nothing to linger for (+2 s)
     assert held(nsqd, topic) == 4
     r, took = run(["tail", topic, "-c", "c", "-n", "4", "--timeout", "5s", "--nsqd-tcp-address", proxy.listen])
     record_property("tail_s", round(took, 2))
