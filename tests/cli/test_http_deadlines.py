@@ -1,7 +1,7 @@
 """--timeout bounds the whole command, counted from process start, on the commands that speak
 HTTP (issue 33, part 3): stat, lookup, doctor and the topic/channel actions against a hung node
-(a real nsqd, SIGSTOPped: it accepts connections and never answers) end within 1 s of the
-deadline with exit 3; against a healthy node they exit 0 long before it."""
+(a real nsqd, SIGSTOPped: it accepts connections and never answers) end at the deadline with
+exit 3 (within MARGIN, from outside); against a healthy node they exit 0 long before it."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from tests.support.helpers import one_error_line, run_nsqcli
 from tests.support.hung import stopped
 
 TIMEOUT = 1.5
-#: process start-up (the deadline counts from it) plus the machine's slack
-MARGIN = 1.0
+#: measured from outside: the interpreter's start-up before nsqcli's clock starts (the deadline
+#: counts from there) and the exit, on a busy machine. Under the 5 s a request's own timeout takes.
+MARGIN = 2.0
 
 
 @pytest.fixture
@@ -25,9 +26,9 @@ def hung(nsqd_factory):
         yield server
 
 
-def _timed(args):
+def _timed(args, timeout=TIMEOUT):
     t0 = time.monotonic()
-    r = run_nsqcli(args + ["--timeout", f"{TIMEOUT}s"], timeout=30)
+    r = run_nsqcli(args + ["--timeout", f"{timeout}s"], timeout=30)
     return r, time.monotonic() - t0
 
 
@@ -48,15 +49,16 @@ def test_a_hung_node_costs_the_timeout_then_exit_3(hung, name, args):
 
 def test_the_deadline_counts_from_process_start_and_cuts_every_stage(hung, nsqd):
     """A healthy nsqd beside the hung one: doctor still ends at the deadline, and says which
-    checks were not done and which were."""
+    checks were not done and which were. 2.5 s: a deadline given to each of its two stages
+    would take 5 s, over the bound."""
     r, took = _timed(["doctor", "--nsqd-tcp-address", hung.tcp_address, "--nsqd-tcp-address", nsqd.tcp_address,
-                      "--nsqd-http-address", hung.http_address, "--nsqd-http-address", nsqd.http_address])
+                      "--nsqd-http-address", hung.http_address, "--nsqd-http-address", nsqd.http_address], 2.5)
     checks = 4 + (1 if importlib.util.find_spec("pyspark") else 0)  # doctor's last line: the installed pyspark
     one_error_line(r, 3, rf"--timeout passed before every check was done \(2 of {checks} checks failed\)")
     out = r.stdout.decode()
     assert f"ok   nsqd {nsqd.tcp_address} (TCP)" in out and f"FAIL nsqd {hung.tcp_address} (TCP)" in out, out
     assert "give a longer --timeout" in out, out
-    assert took < TIMEOUT + MARGIN, took
+    assert took < 2.5 + MARGIN, took
 
 
 def test_a_healthy_cluster_is_not_held_until_the_timeout(nsqd, lookupd):

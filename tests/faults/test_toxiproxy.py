@@ -20,7 +20,10 @@ from tests.support.helpers import NSQCLI, channel_stats, clean_env, http_post, t
 from nsqcli.records import envelope_body
 from nsqcli.sandbox import _die_with_parent
 
-MARGIN = 1.0  # seconds past a deadline a busy 2-core machine may take to exit (start-up included)
+MARGIN = 2.0  # seconds past a deadline a busy 2-core machine may take: the interpreter's start-up
+# before nsqcli's clock starts (the deadline counts from there), and the exit. Each bound stays
+# under what the bug it guards against would take (a 5 s answer waited for, a deadline counted
+# after the handshake: 6.5 s)
 
 
 @pytest.fixture
@@ -228,9 +231,9 @@ def test_a_half_open_connection_is_noticed_by_the_read_deadline_and_tail_resumes
         for b in lines(5, b"before"):
             http_post(nsqd.http_address, "/pub", b, topic=topic)
         wait_for(lambda: sum(1 for _, n, _ in seen if n == "out") == 5, 15, what="the first 5 printed")
-        stalled_at = time.monotonic()
         held_close = proxy.add("slow_close", delay=60_000)  # first in the chain: nsqd's close waits a minute
         silence = proxy.add("timeout", timeout=0)  # then: every byte from nsqd dropped
+        stalled_at = time.monotonic()  # after the calls to toxiproxy (heartbeats passed until then)
         for b in lines(5, b"during"):
             http_post(nsqd.http_address, "/pub", b, topic=topic)  # sent by nsqd into the stall
         noticed = wait_for(lambda: next((t for t, n, ln in seen if n == "err" and t > stalled_at), None), 15,
@@ -253,7 +256,7 @@ def test_a_half_open_connection_is_noticed_by_the_read_deadline_and_tail_resumes
     record_property("noticed_after_s", round(took, 2))
     # 7 s after the last byte (a heartbeat at most 1 s before the stall), looked at once a
     # second (loop.FULL_SWEEP): 6-8 s after the stall, plus the margin of a busy machine
-    assert 5.5 <= took <= 8.0 + MARGIN, (took, err)
+    assert 5.5 <= took <= 9.0, (took, err)
     assert "no data" in err, err
     c = wait_for(lambda: settled(nsqd, topic), 5, what="the channel settled")
     assert c["depth"] == 0 and c["message_count"] == 10, c
@@ -271,7 +274,7 @@ def test_a_slow_close_does_not_hold_a_finished_command_past_its_deadline(proxy, 
         r, took = run(["pub", "--timeout", "5s", "--nsqd-tcp-address", proxy.listen, topic, f"m{i}"])
         record_property(f"pub{i}_s", round(took, 2))
         assert r.returncode == 0 and r.stderr == b"", r.stderr
-        assert took <= 2.0 + MARGIN, took
+        assert took <= 3.0, took
     # mpub has no deadline; it used to linger 2 s on the close. Its own start-up and exit, as this
     # machine runs them now, are measured straight to nsqd (no proxy) on a topic of their own
     r, base = run(["mpub", "-t", topic + "_base", "--nsqd-tcp-address", nsqd.tcp_address], input=b"b\n")
@@ -285,6 +288,6 @@ def test_a_slow_close_does_not_hold_a_finished_command_past_its_deadline(proxy, 
     record_property("tail_s", round(took, 2))
     assert r.returncode == 0, r.stderr
     assert sorted(r.stdout.split()) == [b"m0", b"m1", b"m2", b"m3"]
-    assert took <= 2.5 + MARGIN, took
+    assert took <= 3.5, took
     c = wait_for(lambda: settled(nsqd, topic), 5, what="the channel settled")
     assert (c["depth"], c["message_count"], c["requeue_count"], c["timeout_count"]) == (0, 4, 0, 0), c

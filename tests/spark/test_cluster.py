@@ -19,7 +19,9 @@ import pytest
 from tests.support.helpers import channel_stats, clean_env, http_post, topic_stats, wait_for
 from tests.support.spark_runs import may_share_a_jvm, nsqcli, session, shutdown_jvm
 
-pytestmark = pytest.mark.spark
+# a JVM launch takes 20-40 s on a saturated 2-core CI machine, and a pytest-timeout inside a py4j
+# call breaks this process's gateway for the tests after it: bounds for launches, not for work
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
 
 def free_port() -> int:
@@ -178,6 +180,7 @@ def ancestry(pid: int) -> list[str]:
     return out
 
 
+@pytest.mark.timeout(420)  # also the cluster's start: master, worker, this driver, an executor
 def test_sink_and_archive_reader_on_a_standalone_cluster(cluster, nsqd, topic, tmp_path):
     from nsqcli.records import envelope
 

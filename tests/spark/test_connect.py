@@ -28,7 +28,8 @@ import pytest
 from tests.support.helpers import NSQCLI, channel_stats, clean_env, topic_stats, wait_for
 from tests.spark.test_datasource import publish
 
-pytestmark = pytest.mark.spark
+# JVM launches (the Connect server's, its Python workers') take 20-40 s each on a saturated CI machine
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -147,6 +148,7 @@ spark.stop()
 '''
 
 
+@pytest.mark.timeout(360)  # also the Connect server's start
 def test_nsq_sink_and_source_from_a_connect_client(connect_server, nsqd, topic, client_dir, tmp_path):
     """Batch write through Connect, then a stream nsq -> nsq (AvailableNow, 1000 per batch)."""
     script = client_dir / "driver.py"

@@ -14,7 +14,9 @@ import pytest
 
 from tests.support.helpers import NSQCLI, channel_stats, clean_env, http_post, topic_stats, wait_for
 
-pytestmark = pytest.mark.spark
+# the session's JVM launch counts against the first test (20-40 s on a saturated CI machine), and
+# a pytest-timeout inside a py4j call breaks the session for the tests after it
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -196,8 +198,10 @@ def test_read_archive_written_by_to_file(spark, nsqd, topic, tmp_path, fmt):
                  what="to-file subscribed")
         bodies = [b"arch-%d \xe2\x9c\x93" % i for i in range(300)] + ([b"\xff\x00bin"] if fmt == "json" else [])
         publish(nsqd, topic, bodies)
-        wait_for(lambda: channel_stats(nsqd, topic, "nsqcli_to_file")["in_flight_count"] == 0
-                 and channel_stats(nsqd, topic, "nsqcli_to_file")["depth"] == 0, 20, what="to-file FINed all")
+        # all in the channel (depth 0 also holds before the topic's pump has copied them), all FINed
+        wait_for(lambda: (lambda c: c["message_count"] == len(bodies) and c["in_flight_count"] == 0
+                          and c["depth"] == 0)(channel_stats(nsqd, topic, "nsqcli_to_file")), 20,
+                 what="to-file FINed all")
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0, proc.stderr.read()

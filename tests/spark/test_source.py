@@ -16,7 +16,9 @@ import pytest
 
 from tests.support.helpers import channel_stats, clean_env, wait_for
 
-pytestmark = pytest.mark.spark
+# the session's JVM launch counts against the first test (20-40 s on a saturated CI machine), and
+# a pytest-timeout inside a py4j call breaks the session for the tests after it
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -500,6 +502,7 @@ print("starts", _ + 1, flush=True)
 
 
 @pytest.mark.spark_lts
+@pytest.mark.timeout(360)  # two drivers launched, its own bounds add up to ~200 s before the drain
 def test_driver_killed_mid_stream_then_restarted_loses_and_repeats_nothing(spark, nsqd, topic, tmp_path):
     bodies = [b"crash-%04d" % i for i in range(3000)]
     publish(nsqd, topic, bodies)

@@ -46,9 +46,10 @@ def archive(tmp_path_factory, sandbox):
         time.sleep(1.2)
         publish(nsqd, "ev_a", [b"second-a-%d" % i for i in range(20)])
         publish(nsqd, "ev_b", [b"second-b-%d" % i for i in range(10)])
-        for t in ("ev_a", "ev_b"):
-            wait_for(lambda: channel_stats(nsqd, t, "nsqcli_to_file")["in_flight_count"] == 0
-                     and channel_stats(nsqd, t, "nsqcli_to_file")["depth"] == 0, 20)
+        # all in the channel (depth 0 also holds before the topic's pump has copied them), all FINed
+        for t, n in (("ev_a", 40), ("ev_b", 20)):
+            wait_for(lambda: (lambda c: c["message_count"] == n and c["in_flight_count"] == 0 and c["depth"] == 0)(
+                channel_stats(nsqd, t, "nsqcli_to_file")), 20, what=f"{t} archived")
     finally:
         for p in procs:
             p.send_signal(signal.SIGTERM)
