@@ -22,8 +22,7 @@ from nsqcli.sandbox import _die_with_parent
 
 MARGIN = 2.0  # seconds past a deadline a busy 2-core machine may take: the interpreter's start-up
 # before nsqcli's clock starts (the deadline counts from there), and the exit. Each bound stays
-# under what the bug it guards against would take (a 5 s answer waited for, a deadline counted
-# after the handshake: 6.5 s)
+# under what the bug it guards against would take (a 5 s answer waited for; the PUB's OK at 9 s)
 
 
 @pytest.fixture
@@ -73,14 +72,14 @@ def lines(n: int, prefix: bytes = b"m") -> list[bytes]:
 
 # -- latency past the deadline ---------------------------------------------------------------
 
-@pytest.mark.parametrize("latency_ms, deadline", [(5000, 2.0), (2500, 4.0)], ids=["in-handshake", "in-publish"])
+@pytest.mark.parametrize("latency_ms, deadline", [(5000, 2.0), (4500, 6.0)], ids=["in-handshake", "in-publish"])
 def test_pub_through_latency_exits_3_at_its_deadline(proxy, nsqd, topic, latency_ms, deadline, record_property):
-    """5 s: IDENTIFY's answer never comes in time. 2.5 s with a 4 s deadline (which counts from
-    the start, interpreter included: c s before it connects): the handshake passes with 1.5 - c s
-    to spare, the PUB reaches nsqd at once, its OK would come 1 + c s past the deadline. Either
-    way: exit 3 at the deadline, one line - and no claim 'not published' about a PUB that nsqd
-    holds. (At 1.5 s and 3 s the OK came at the deadline itself: on a loaded machine pub woke
-    late, found it there and, rightly, exited 0.)"""
+    """5 s: IDENTIFY's answer never comes in time. 4.5 s with a 6 s deadline (c s of it pass before
+    pub connects): the handshake passes with 1.5 - c s to spare, the PUB reaches nsqd at once,
+    its OK would come 3 + c s past the deadline, past the bound too (a pub that waited for it
+    before its exit 3). Either way: exit 3 at the deadline, one line - and no claim 'not
+    published' about a PUB that nsqd holds. (At 1.5 s and 3 s the OK came at the deadline
+    itself: on a loaded machine pub woke late, found it there and, rightly, exited 0.)"""
     proxy.add("latency", latency=latency_ms)
     r, took = run(["pub", "--timeout", f"{deadline:g}s", "--nsqd-tcp-address", proxy.listen, topic, "hello"])
     record_property("pub_exit_s", round(took, 2))
@@ -274,7 +273,7 @@ def test_a_slow_close_does_not_hold_a_finished_command_past_its_deadline(proxy, 
         r, took = run(["pub", "--timeout", "5s", "--nsqd-tcp-address", proxy.listen, topic, f"m{i}"])
         record_property(f"pub{i}_s", round(took, 2))
         assert r.returncode == 0 and r.stderr == b"", r.stderr
-        assert took <= 3.0, took
+        assert took <= 4.0, took  # a pub that waited for the held close: 5 s (its deadline)
     # mpub has no deadline; it used to linger 2 s on the close. Its own start-up and exit, as this
     # machine runs them now, are measured straight to nsqd (no proxy) on a topic of their own
     r, base = run(["mpub", "-t", topic + "_base", "--nsqd-tcp-address", nsqd.tcp_address], input=b"b\n")
@@ -288,6 +287,6 @@ def test_a_slow_close_does_not_hold_a_finished_command_past_its_deadline(proxy, 
     record_property("tail_s", round(took, 2))
     assert r.returncode == 0, r.stderr
     assert sorted(r.stdout.split()) == [b"m0", b"m1", b"m2", b"m3"]
-    assert took <= 3.5, took
+    assert took <= 4.0, took  # one that waited for the held close: 5 s
     c = wait_for(lambda: settled(nsqd, topic), 5, what="the channel settled")
     assert (c["depth"], c["message_count"], c["requeue_count"], c["timeout_count"]) == (0, 4, 0, 0), c

@@ -199,8 +199,8 @@ def test_read_archive_written_by_to_file(spark, nsqd, topic, tmp_path, fmt):
         bodies = [b"arch-%d \xe2\x9c\x93" % i for i in range(300)] + ([b"\xff\x00bin"] if fmt == "json" else [])
         publish(nsqd, topic, bodies)
         # all in the channel (depth 0 also holds before the topic's pump has copied them), all FINed
-        wait_for(lambda: (lambda c: c["message_count"] == len(bodies) and c["in_flight_count"] == 0
-                          and c["depth"] == 0)(channel_stats(nsqd, topic, "nsqcli_to_file")), 20,
+        wait_for(lambda: (lambda c: c if c and c["message_count"] == len(bodies) and c["in_flight_count"] == 0
+                          and c["depth"] == 0 else None)(channel_stats(nsqd, topic, "nsqcli_to_file")), 20,
                  what="to-file FINed all")
     finally:
         proc.send_signal(signal.SIGTERM)

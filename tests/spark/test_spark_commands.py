@@ -17,7 +17,9 @@ from tests.support.helpers import NSQCLI, channel_stats, clean_env, topic_stats,
 from tests.support.spark_runs import nsqcli, shutdown_jvm
 from tests.spark.test_datasource import drain, publish, run_to_file
 
-pytestmark = pytest.mark.spark
+# the first test pays for the archive fixture and the module's JVM launch (20-40 s on a saturated CI
+# machine); a pytest-timeout inside a py4j call breaks the JVM the runs here share
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
 SPARK = ["--master", "local[2]"]
 
@@ -48,8 +50,9 @@ def archive(tmp_path_factory, sandbox):
         publish(nsqd, "ev_b", [b"second-b-%d" % i for i in range(10)])
         # all in the channel (depth 0 also holds before the topic's pump has copied them), all FINed
         for t, n in (("ev_a", 40), ("ev_b", 20)):
-            wait_for(lambda: (lambda c: c["message_count"] == n and c["in_flight_count"] == 0 and c["depth"] == 0)(
-                channel_stats(nsqd, t, "nsqcli_to_file")), 20, what=f"{t} archived")
+            wait_for(lambda: (lambda c: c if c and c["message_count"] == n and c["in_flight_count"] == 0
+                              and c["depth"] == 0 else None)(channel_stats(nsqd, t, "nsqcli_to_file")),
+                     20, what=f"{t} archived")
     finally:
         for p in procs:
             p.send_signal(signal.SIGTERM)
