@@ -172,7 +172,9 @@ def test_a_task_run_again_reads_its_spool_and_a_racing_attempt_loses_cleanly(nsq
 
     publish(nsqd, topic, [b"r%04d" % i for i in range(3000)])
     s = SourceSettings({"topic": topic, "nsqdTCPAddresses": nsqd.tcp_address,
-                        "spoolLocation": str(tmp_path / "spool"), "readIdleTimeout": "300ms"})
+                        # 3 s: the winner's second gather waits for the loser's REQs (a busy machine
+                        # can take more than a few hundred ms to send them)
+                        "spoolLocation": str(tmp_path / "spool"), "readIdleTimeout": "3s"})
     part = Part(topic, nsqd.tcp_address, 2000)
     prepare(str(tmp_path / "spool"), "e1", 1)  # the driver does this when it plans the batch
     results: list = [None, None]
@@ -399,7 +401,7 @@ def test_redelivered_messages_of_another_topic_are_not_mistaken_for_spooled_ones
             p.multi_publish(b, [b"b%05d" % (i * 100 + j) for j in range(100)])
     root = str(tmp_path / "spool")
     opts = {"topic": f"{a},{b}", "nsqdTCPAddresses": nsqd.tcp_address, "spoolLocation": root,
-            "readIdleTimeout": "500ms"}
+            "readIdleTimeout": "3s"}  # the second chunk comes as the first is written: a busy machine is slow
     s = SourceSettings(opts)
     prepare(root, "e1", 1)
     got_a = list(take(s, Part(a, nsqd.tcp_address, 3000), "e1", 1, 0))
