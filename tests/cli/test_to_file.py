@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.support import helpers
 from tests.support.fakes import FakeLookupd, FakeNsqd, http_answer
 from tests.support.helpers import (
     NSQCLI,
@@ -84,11 +85,8 @@ def publish(nsqd, topic, lines):
 
 
 def drained(nsqd, topic, channel="nsqcli_to_file", total=None):
-    """Everything FINed; with ``total``, only once the channel has received that many (a
-    publish returns before nsqd's topic pump has copied the messages into the channel)."""
-    c = channel_stats(nsqd, topic, channel)
-    return (c is not None and c["depth"] == 0 and c["in_flight_count"] == 0
-            and (total is None or c["message_count"] >= total))
+    """tests.support.helpers.drained, on to-file's channel by default."""
+    return helpers.drained(nsqd, topic, channel, total)
 
 
 def numbered(n, start=0):

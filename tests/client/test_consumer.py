@@ -7,7 +7,7 @@ import threading
 import time
 
 from tests.support.fakes import FRAME_RESPONSE, FakeLookupd, FakeNsqd, MemoryStream, frame, message
-from tests.support.helpers import Collector, channel_stats, http_post, wait_for
+from tests.support.helpers import Collector, channel_stats, drained, http_post, wait_for
 
 from nsqcli import Config, Consumer, Producer
 from nsqcli.protocol import MessageData
@@ -266,8 +266,7 @@ def test_sample_rate(nsqd, topic):
                  config=Config(max_in_flight=200, sample_rate=25))
     c.start()
     # all 2000 in the channel first: depth 0 also holds before the topic's pump has copied them
-    wait_for(lambda: (lambda ch: ch["message_count"] == 2000 and ch["depth"] == 0 and ch["in_flight_count"] == 0)(
-        channel_stats(nsqd, topic, "c")), what="channel drained")
+    wait_for(lambda: drained(nsqd, topic, "c", total=2000), what="channel drained")
     c.stop()
     assert 300 < len(got) < 700, len(got)  # nsqd delivers ~25 % and drops the rest
 

@@ -13,7 +13,7 @@ import subprocess
 import time
 import urllib.request
 
-from tests.support.helpers import NSQCLI, channel_stats, clean_env, http_post, wait_for
+from tests.support.helpers import NSQCLI, channel_stats, clean_env, finished, http_post, wait_for
 
 from nsqcli.sandbox import free_port
 
@@ -75,9 +75,7 @@ def test_status_file_directory_removed_mid_run_one_plain_warning_and_the_work_go
         time.sleep(6)  # the next write is due 5 s after the first
         http_post(nsqd.http_address, "/pub", b"after", topic=topic)
         # shown and FINed (tail writes a message before it FINs it), not merely sent
-        wait_for(lambda: p.poll() is not None or sum(cl["finish_count"] for cl in
-                                                     channel_stats(nsqd, topic, "c")["clients"]) == 1,
-                 timeout=10, what="the message FINed")
+        wait_for(lambda: p.poll() is not None or finished(nsqd, topic, "c") == 1, timeout=10, what="the message FINed")
     finally:
         p.send_signal(signal.SIGTERM)
         out, err = p.communicate(timeout=20)

@@ -16,7 +16,7 @@ import urllib.request
 
 import pytest
 from tests.support.fakes import HTTPEndpoint
-from tests.support.helpers import NSQCLI, channel_stats, clean_env, http_post, wait_for
+from tests.support.helpers import NSQCLI, channel_stats, clean_env, finished, http_post, wait_for
 from prometheus_client.parser import text_string_to_metric_families
 
 from nsqcli.sandbox import _die_with_parent, free_port
@@ -296,8 +296,7 @@ def test_sighup_stops_cleanly_where_it_has_no_other_use(nsqd, topic, command):
     channel = "c" if command == "tail" else "nsq_to_http"
     # FINs counted per client: message_count 10 with nothing in flight also holds before the
     # first RDY, when none of the ten has been sent yet.
-    wait_for(lambda: sum(cl["finish_count"] for cl in (channel_stats(nsqd, topic, channel) or {})
-                         .get("clients") or []) == 10, timeout=15, what="all 10 FINed")
+    wait_for(lambda: finished(nsqd, topic, channel) == 10, timeout=15, what="all 10 FINed")
     out = stop(p, signal.SIGHUP)
     ep.close()
     assert p.returncode == 0, p.lines

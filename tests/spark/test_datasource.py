@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.helpers import NSQCLI, channel_stats, clean_env, http_post, topic_stats, wait_for
+from tests.support.helpers import NSQCLI, channel_stats, clean_env, drained, http_post, topic_stats, wait_for
 
 # the session's JVM launch counts against the first test (20-40 s on a saturated CI machine), and
 # a pytest-timeout inside a py4j call breaks the session for the tests after it
@@ -199,9 +199,7 @@ def test_read_archive_written_by_to_file(spark, nsqd, topic, tmp_path, fmt):
         bodies = [b"arch-%d \xe2\x9c\x93" % i for i in range(300)] + ([b"\xff\x00bin"] if fmt == "json" else [])
         publish(nsqd, topic, bodies)
         # all in the channel (depth 0 also holds before the topic's pump has copied them), all FINed
-        wait_for(lambda: (lambda c: c if c and c["message_count"] == len(bodies) and c["in_flight_count"] == 0
-                          and c["depth"] == 0 else None)(channel_stats(nsqd, topic, "nsqcli_to_file")), 20,
-                 what="to-file FINed all")
+        wait_for(lambda: drained(nsqd, topic, "nsqcli_to_file", total=len(bodies)), 20, what="to-file FINed all")
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0, proc.stderr.read()

@@ -13,7 +13,7 @@ import sys
 import time
 
 import pytest
-from tests.support.helpers import NSQCLI, channel_stats, clean_env, topic_stats, wait_for
+from tests.support.helpers import NSQCLI, channel_stats, clean_env, drained, topic_stats, wait_for
 from tests.support.spark_runs import nsqcli, shutdown_jvm
 from tests.spark.test_datasource import drain, publish, run_to_file
 
@@ -50,9 +50,7 @@ def archive(tmp_path_factory, sandbox):
         publish(nsqd, "ev_b", [b"second-b-%d" % i for i in range(10)])
         # all in the channel (depth 0 also holds before the topic's pump has copied them), all FINed
         for t, n in (("ev_a", 40), ("ev_b", 20)):
-            wait_for(lambda: (lambda c: c if c and c["message_count"] == n and c["in_flight_count"] == 0
-                              and c["depth"] == 0 else None)(channel_stats(nsqd, t, "nsqcli_to_file")),
-                     20, what=f"{t} archived")
+            wait_for(lambda: drained(nsqd, t, "nsqcli_to_file", total=n), 20, what=f"{t} archived")
     finally:
         for p in procs:
             p.send_signal(signal.SIGTERM)

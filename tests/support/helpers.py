@@ -57,6 +57,21 @@ def channel_stats(nsqd, topic: str, channel: str) -> dict | None:
     return None
 
 
+def drained(nsqd, topic: str, channel: str, total: int | None = None) -> dict | None:
+    """The channel's /stats once everything in it is FINed, else None. With ``total``, only once
+    it has received that many: a publish returns before nsqd's topic pump has copied the
+    messages into the channel, and depth 0 with nothing in flight holds before that too."""
+    c = channel_stats(nsqd, topic, channel)
+    ok = (c is not None and c["depth"] == 0 and c["in_flight_count"] == 0
+          and (total is None or c["message_count"] >= total))
+    return c if ok else None
+
+
+def finished(nsqd, topic: str, channel: str) -> int:
+    """The FINs of the channel's connected clients (/stats drops a client's count when it leaves)."""
+    return sum(cl["finish_count"] for cl in (channel_stats(nsqd, topic, channel) or {}).get("clients") or [])
+
+
 def wait_for(predicate, timeout: float = 10.0, interval: float = 0.05, what: str = "condition"):
     """Poll ``predicate`` until it returns a truthy value; fail the test after ``timeout``."""
     deadline = time.monotonic() + timeout
