@@ -66,8 +66,18 @@ class StderrLog:
 
 
 def stop(p, sig=signal.SIGTERM, timeout=30):
+    """Signal to-file and wait for its exit. One still running ``timeout`` later fails the test
+    with its stderr and every thread's stack (SIGUSR1), to say where it hung."""
     p.send_signal(sig)
-    out, err = p.communicate(timeout=timeout)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.send_signal(signal.SIGUSR1)
+        time.sleep(1)
+        p.kill()
+        out, err = p.communicate()
+        pytest.fail(f"still running {timeout:g} s after {signal.Signals(sig).name}; its stderr and stacks:\n"
+                    + (err or b"").decode(errors="replace"))
     return p.returncode, out, err
 
 
