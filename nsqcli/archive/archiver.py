@@ -89,6 +89,7 @@ class TopicArchiver:
         self.finished = 0
         self.requeued = 0            # given back to nsqd because they were not durable (a write failed)
         self.cut_short = False       # its start was cut short by a signal
+        self.started = False         # its consumer's start() returned
         self.last_received = 0.0     # time.time() of the last batch
         self.consumer = Consumer(topic, channel, batch_handler=self._on_batch, config=config,
                                  nsqd_tcp_addresses=nsqd, lookupd_http_addresses=lookupd,
@@ -97,6 +98,7 @@ class TopicArchiver:
 
     def start(self, fail_fast: bool, found: list[str] = ()) -> "TopicArchiver":
         self.consumer.start(fail_fast=fail_fast, found=found)
+        self.started = True
         return self
 
     # -- consumer thread ----------------------------------------------------------------------
@@ -233,7 +235,7 @@ class Archiver:
             log.info("recovered %s from a previous run", path)
         for t in self.fixed_topics:
             self._add_topic(t, fail_fast=True)
-        if self.pattern is not None:
+        if self.pattern is not None and not self.stop_event.is_set():
             self._refresh_topics(first=True)
         self._timer = threading.Thread(target=self._timer_loop, name="nsqcli-archiver", daemon=True)
         self._timer.start()
@@ -242,6 +244,16 @@ class Archiver:
                                                    daemon=True)
             self._topics_thread.start()
         return self
+
+    def interrupt(self) -> None:
+        """(stop_event is set) A signal came during start(): no topic starts from here on, and
+        the handshakes of those starting fail at once (each then stops without its summary line)."""
+        with self._lock:
+            archivers = list(self.topics.values())
+        for a in archivers:
+            if not a.started:
+                a.cut_short = True
+            a.consumer.interrupt()
 
     def stop(self, timeout: float = 30.0) -> None:
         self.stop_event.set()
@@ -266,9 +278,11 @@ class Archiver:
         at once, not after the consumer's own first poll)."""
         a = TopicArchiver(topic, self.channel, self.opts, self.formatter, self.config, self.nsqd,
                           self.lookupd, self.on_error, self._fatal, handlers=self.handlers)
-        fdlimit.reserve(1)  # its file: never taken by a connection
-        with self._lock:  # known before it connects: a start cut short by a signal is still stopped
+        with self._lock:  # known before it connects (interrupt(), stop()), unless stopping already
+            if self.stop_event.is_set():
+                return
             self.topics[topic] = a
+        fdlimit.reserve(1)  # its file: never taken by a connection
         try:
             a.start(fail_fast=fail_fast, found=found)
         except NSQError:  # it failed, and left nothing behind (Consumer.start)
@@ -276,9 +290,8 @@ class Archiver:
                 self.topics.pop(topic, None)
             fdlimit.reserve(-1)
             raise
-        except BaseException:  # cut short by a signal: stop() closes what it has or is still dialing
-            a.cut_short = True
-            raise
+        if a.cut_short:  # interrupt() came during its start: stop() says what there is to say
+            return
         again = " again" if topic in self._retired else ""
         log.info("archiving topic %s%s", topic, again, extra=ev("topic_added", topic=topic, nsqd=list(found),
                                                                again=bool(again)))

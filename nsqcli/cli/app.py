@@ -125,24 +125,6 @@ def stop_on_signals(event, signals=None) -> None:
             signal.signal(sig, handler)
 
 
-def interrupt_on_signals(signals=None) -> None:
-    """The first SIGINT/SIGTERM raises Interrupted in the main thread (the command settles what
-    is in flight and reports it); a second one forces the exit (128 + its number)."""
-    import signal
-
-    state = {"hit": False}
-
-    def handler(signum, frame):
-        if state["hit"]:
-            forced_exit(signum)
-        state["hit"] = True
-        raise Interrupted(signum)
-
-    for sig in signals or (signal.SIGINT, signal.SIGTERM):
-        if signal.getsignal(sig) is not signal.SIG_IGN:  # ignored by the parent: stays ignored
-            signal.signal(sig, handler)
-
-
 #: the daemons' logger with --log-format json (set by the run harness): the line that goes with
 #: the exit code is then a JSON record too ({"level": "error", "event": "exit", "exit_code": N})
 json_exit_log = None

@@ -100,17 +100,23 @@ class ToFile(Job):
     def consumers(self) -> list:
         return [a.consumer for a in list(self.archiver.topics.values())]
 
-    def start(self, deadline, stopper) -> None:
+    def install_signals(self) -> None:
         from .setter import SETTER
 
         SETTER.start()
         signal.signal(signal.SIGHUP, lambda *_: SETTER.post(self.archiver.hup_event))  # no lock in a handler
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})  # blocked across a hand-off's exec
+
+    def start(self, deadline, stopper) -> None:
         self.archiver.start()
         spec = self.spec
-        if spec["topic_pattern"] and not self.archiver.topics:  # said once; "archiving topic X" when one comes
+        if spec["topic_pattern"] and not self.archiver.topics and not self.done.is_set():
+            # said once; "archiving topic X" when one comes
             self.log.info("waiting for a topic matching %r: nsqlookupd %s knows none with a producer yet "
                           "(asked every %gs)", spec["topic_pattern"], ", ".join(spec["lookupd"]), spec["topic_refresh"])
+
+    def interrupt(self) -> None:
+        self.archiver.interrupt()
 
     def last_progress(self) -> float:
         return time.monotonic()  # to-file has no --idle-timeout

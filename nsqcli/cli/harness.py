@@ -39,6 +39,11 @@ LOOP_STUCK_AFTER = 10.0
 ANSWERS_STUCK_AFTER = 120.0
 #: after --timeout passed, what the stop may still take (REQ or FIN what is in flight, close)
 STOP_GRACE = 0.35
+#: after a signal cut a start short: how long its thread is given to end (handshakes fail at
+#: once; a lookup keeps its own deadline) before the exit, or, with a connection up, before
+#: the clean stop
+START_ABORT = 1.0
+START_ABORT_CONNECTED = 10.0
 
 
 class Settings:
@@ -73,43 +78,51 @@ class Job:
         self.done = threading.Event()
         self.outages = None      # nsqcli.cli.app.Outages, when the command reports its errors there
         self.started = time.monotonic()
+        self.consumers_lock = threading.Lock()  # start_consumer's registration, against interrupt()
 
     # -- what it runs ------------------------------------------------------------------------
     def consumers(self) -> list:
         return []
 
+    def install_signals(self) -> None:
+        """(the main thread, before start) Handlers of the job's own (``handles_hup``)."""
+
     def start(self, deadline: float | None, stopper) -> None:
-        """Connect (within ``deadline``); a signal during it ends the run (``stopper.blocking``):
-        exit 130/143 when nothing is connected yet, else the clean stop. So every consumer
-        start() has begun to start must be in ``consumers()`` by then (``start_consumer``),
-        for stop() to drain it or close what it is still dialing."""
+        """Connect (within ``deadline``). It runs on a thread of its own: a signal meanwhile
+        sets ``done`` and calls :meth:`interrupt` from the main thread, then the run ends with
+        130/143 when nothing is connected, else with the clean stop. So start() checks ``done``
+        before each consumer it starts, and every consumer it starts is in ``consumers()``
+        first (``start_consumer``), for interrupt() to cut its start short and stop() to drain
+        it or close what it is still dialing."""
+
+    def interrupt(self) -> None:
+        """(the main thread; ``done`` is set) A signal came while start() runs: no new
+        connection from here on, and the handshakes in progress fail at once."""
+        for c in self.consumers():
+            c.interrupt()
 
     def connected(self) -> bool:
         """Whether any consumer has a connection (so may hold messages)."""
         return any(c.connections for c in self.consumers())
 
-    @staticmethod
-    def start_consumer(c, deadline: float | None, into: list, lock=None) -> None:
-        """``c.start(deadline=deadline)``, then ``c`` goes into ``into`` (what consumers()
-        returns). Also when a signal cut the start short: stop() then closes what it has
-        connected, or is still dialing (a handshake that ends later would otherwise SUB and
-        take messages nobody drains). Not when the start failed: it left nothing behind."""
-        from contextlib import nullcontext
-
+    def start_consumer(self, c, deadline: float | None, into: list, lock=None) -> None:
+        """``c`` goes into ``into`` (what consumers() returns; under ``lock``, by default
+        ``consumers_lock``, which consumers() must take too), then ``c.start(deadline=deadline)``
+        - unless the run is stopping already, then neither. Taken out again when the start
+        failed: it left nothing behind."""
         from ..errors import NSQError
 
-        def keep():
-            with lock if lock is not None else nullcontext():
-                into.append(c)
-
+        lock = lock if lock is not None else self.consumers_lock
+        with lock:  # checked and added at once: interrupt() (after done.set()) sees it, or it sees done
+            if self.done.is_set():
+                return
+            into.append(c)
         try:
             c.start(deadline=deadline)
         except NSQError:
+            with lock:
+                into.remove(c)
             raise
-        except BaseException:
-            keep()
-            raise
-        keep()
 
     def tick(self, now: float) -> None:
         """Called every turn of the wait loop (the main thread)."""
@@ -243,11 +256,11 @@ class Harness:
             import faulthandler
 
             faulthandler.register(signal.SIGUSR1, all_threads=True)
+        job.install_signals()
         expired = False
         try:
             try:
-                with stopper.blocking():  # a signal while connecting ends it at once (130)
-                    job.start(s.deadline, stopper)
+                self._start(stopper)
             except Interrupted:
                 if not job.connected():
                     raise
@@ -274,6 +287,26 @@ class Harness:
                 self._close_outputs()
         job.finish(time.monotonic() - job.started, expired, s, self.app)
         return 0
+
+    def _start(self, stopper) -> None:
+        """job.start() on a thread of its own (nsqcli.cli.signals says why: a signal must never
+        raise inside code that takes locks). A signal meanwhile: nothing more starts, what is
+        dialing fails at once, and Interrupted is raised once the start has ended - or after
+        START_ABORT (nothing connected) / START_ABORT_CONNECTED seconds, if it is still in a
+        lookup that keeps its own deadline."""
+        from ..exits import Interrupted
+        from .signals import Call
+
+        job = self.job
+        call = Call(lambda: job.start(self.s.deadline, stopper), name="nsqcli-start")
+        try:
+            stopper.wait_for(call)
+        except Interrupted:
+            job.done.set()  # here, not in the handler: start() sees it before its next consumer
+            job.interrupt()
+            if not call.wait(START_ABORT) and job.connected():
+                call.wait(START_ABORT_CONNECTED)  # stop() must not race a start still adding
+            raise
 
     def _wait(self) -> bool:
         """Until done; True when --timeout ended the run."""

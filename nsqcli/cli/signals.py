@@ -4,12 +4,26 @@ daemons' clean stop: ``tail``, ``to-file``, ``to-nsq``, ``stat``).
 A signal handler that raises can land between any two bytecodes: between writing a batch and
 recording it, between counting an acknowledgement and dropping it from a queue. So the first
 SIGINT/SIGTERM only sets an event, and the work stops at its next safe point and reports
-exactly what it finished. The one exception is a read that may never return (stdin from a
-quiet pipe, a handshake with a server that accepts and never answers): inside
-:meth:`GracefulStop.blocking` the signal raises ``Interrupted`` there, where nothing has been
-counted yet, and the command ends at once with 128 + the signal's number. A second signal
-forces the exit (128 + its number) - after ``on_force``'s lines (mpub: what nsqd acknowledged
-and the --skip that resumes), so a forced exit still says where to resume.
+exactly what it finished. The one exception is a wait that may never end (stdin from a
+quiet pipe, a handshake or a request to a server that accepts and never answers): there the
+signal raises ``Interrupted``, where nothing has been counted yet, and the command ends at once
+with 128 + the signal's number. A second signal forces the exit (128 + its number) - after
+``on_force``'s lines (mpub: what nsqd acknowledged and the --skip that resumes), so a forced
+exit still says where to resume.
+
+Where it raises matters as much as when. An exception raised by a handler lands between two
+bytecodes of whatever the main thread runs; in code that takes a lock (threading.Condition's
+``__enter__`` and ``wait`` are Python code, and so is logging's) it can land after the lock
+was taken and before the ``with`` that releases it was set up: the lock stays held, and the
+next thread that wants it waits for ever (a to-file still running 30 s after SIGTERM: its
+timer thread's lock taken by the main thread as a signal came, while starting a topic). So the
+main thread is interruptible only where it runs nothing of ours:
+
+- :meth:`GracefulStop.call` runs the work on a thread of its own (:class:`Call`) while the main
+  thread waits on a bare lock, where the handler's exception leaves nothing held. The work
+  goes on: the caller stops it (``Consumer.interrupt``) or lets the exit end it.
+- :meth:`GracefulStop.blocking` is for one C call that takes no lock of ours (``os.read``,
+  ``select``): the reads of mpub's input.
 
 :meth:`GracefulStop.alarm` makes a deadline (``--timeout``) stop the work the same way: the
 event is set (``expired`` says why) and a blocking read is interrupted.
@@ -23,9 +37,54 @@ import threading
 from contextlib import contextmanager
 
 from .app import Interrupted, forced_exit
-from .setter import SETTER
+from .setter import SETTER, quiet_thread
+
+#: how long the main thread waits on a Call's lock between two looks at it (a signal normally
+#: cuts the wait short at once; this bounds the case where the kernel gave it to another thread)
+WAIT_SLICE = 0.25
 
 
+class Call:
+    """``fn()`` on a thread of its own (with the signals blocked: they go to the main thread),
+    for :meth:`GracefulStop.call` to wait for. The thread is a daemon: a call still running
+    when the command exits does not hold the exit."""
+
+    def __init__(self, fn, name: str = "nsqcli-call"):
+        import _thread
+
+        self.fn = fn
+        self._gate = _thread.allocate_lock()  # held until fn has returned or raised
+        self._gate.acquire()
+        self._outcome: tuple | None = None    # (True, value) or (False, exception)
+        self.thread = quiet_thread(self._run, name)
+
+    def _run(self) -> None:
+        try:
+            self._outcome = (True, self.fn())
+        except BaseException as e:  # noqa: BLE001 - raised again by result(), in the waiting thread
+            self._outcome = (False, e)
+        finally:
+            self._gate.release()
+
+    @property
+    def done(self) -> bool:
+        return self._outcome is not None
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Until ``fn`` has returned or raised (True), or ``timeout`` seconds (False).
+
+        Only a bare lock's acquire, in C: a signal handler that raises here leaves nothing held
+        (at worst this one-shot lock, which :attr:`done` makes no later wait need)."""
+        if self._outcome is None and self._gate.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
+            self._gate.release()
+        return self._outcome is not None
+
+    def result(self):
+        """What ``fn`` returned, or raise what it raised (once it is done)."""
+        ok, value = self._outcome
+        if not ok:
+            raise value
+        return value
 
 
 class GracefulStop:
@@ -95,8 +154,9 @@ class GracefulStop:
 
     @contextmanager
     def blocking(self):
-        """A call that may block for ever (a read from a quiet pipe, a handshake with a server
-        that never answers): a signal during it raises Interrupted."""
+        """Around ONE C call that may block for ever and takes no lock of ours (``os.read`` of
+        a quiet pipe, ``select``): a signal during it raises Interrupted. Anything more (a
+        handshake, a request, code that logs or takes a lock) goes through :meth:`call`."""
         self._blocking += 1
         try:
             if self.signum is not None:
@@ -104,3 +164,29 @@ class GracefulStop:
             yield
         finally:
             self._blocking -= 1
+
+    def wait_for(self, call: Call):
+        """``call``'s result (or its exception); a signal (or the alarm) while waiting raises
+        Interrupted here, and the call goes on in its thread."""
+        self._blocking += 1
+        try:
+            if self.signum is not None:
+                raise Interrupted(self.signum)
+            while not call.wait(WAIT_SLICE):
+                pass
+        finally:
+            self._blocking -= 1
+        return call.result()
+
+    def pause(self, seconds: float) -> None:
+        """Sleep ``seconds``; a signal meanwhile ends the sleep and raises Interrupted (after
+        the wait, not inside it)."""
+        self.event.wait(max(0.0, seconds))
+        if self.signum is not None:
+            raise Interrupted(self.signum)
+
+    def call(self, fn, name: str = "nsqcli-call"):
+        """``fn()``, run where a signal cannot land in it (a thread of its own): a signal
+        meanwhile raises Interrupted here at once, and ``fn`` is left to end on its own (its
+        deadline) or with the process."""
+        return self.wait_for(Call(fn, name))

@@ -271,6 +271,12 @@ class Consumer:
         if self._handlers is not None:
             self._handlers.wait_idle(deadline)
 
+    def interrupt(self) -> None:
+        """(any thread) A signal cut the start short: no new connection from here on, and the
+        handshakes in progress fail at once (start() then returns; stop() or drain() follows)."""
+        self._stopping = True
+        self._abort_connecting()
+
     def _abort_connecting(self) -> None:
         """Unblock handshakes in progress on other threads (they then fail at once)."""
         with self._lock:

@@ -72,8 +72,9 @@ class Producer:
         self._current = 0
         self._lock = threading.Lock()
         self._closed = False
-        #: a context manager around each connection attempt (the CLI's: a signal during a
-        #: handshake that never ends raises there)
+        #: runs each connection attempt, ``connecting(fn) -> fn()`` (the CLI's GracefulStop.call:
+        #: on a thread of its own, so that a signal during a handshake that never ends raises in
+        #: the waiting thread, never inside the attempt)
         self.connecting = None
         #: a threading.Event: once set, a wait for nsqd's answer (publish, DPUB) ends within
         #: STOP_POLL seconds with :class:`Stopped` instead of waiting out its timeout
@@ -119,8 +120,11 @@ class Producer:
             if self.connecting is None:
                 conn.connect(deadline=self.deadline)
             else:
-                with self.connecting():
-                    conn.connect(deadline=self.deadline)
+                try:
+                    self.connecting(lambda: conn.connect(deadline=self.deadline))
+                except BaseException:  # the wait was interrupted: the handshake must not go on
+                    conn.abort()
+                    raise
             self._links[address] = conn
             return conn
 

@@ -89,7 +89,7 @@ def test_a_signal_the_parent_ignores_stays_ignored(name, nsqd, topic):
             proc.kill()
             proc.communicate()
     # SIGTERM's clean stop: 0, or for stat, when it came during a request to nsqd (a request is
-    # not waited out: stat.py's stopper.blocking), interrupted with the line that says so
+    # not waited out: stat.py's stopper.call), interrupted with the line that says so
     if name == "stat" and proc.returncode == 128 + signal.SIGTERM:
         assert err.decode().splitlines()[-1].startswith("nsqcli: interrupted (SIGTERM)"), err
     else:
@@ -166,8 +166,7 @@ def test_a_signal_inside_event_wait_still_stops_the_run(how):
 
 @pytest.mark.parametrize("sig, code", [("SIGINT", 130), ("SIGTERM", 143)])
 def test_a_second_signal_forces_the_exit_with_its_own_code(sig, code):
-    """stop_on_signals (sandbox, to-parquet) and interrupt_on_signals (wait,
-    check): the second signal's forced exit is 128 + its number, like GracefulStop's (it was
+    """stop_on_signals (sandbox, to-parquet), as GracefulStop (the others): the second signal's forced exit is 128 + its number, like GracefulStop's (it was
     130 for a SIGTERM too), and says which signal."""
     import sys
 
@@ -201,3 +200,58 @@ def test_a_setter_whose_thread_could_not_start_still_sets_the_events(monkeypatch
     ev = threading.Event()
     setter.post(ev)  # what its signal handler does
     assert ev.wait(5)
+
+
+# A job whose start() spins on a lock, as a to-file starting 200 topics takes the timer
+# thread's: a SIGTERM from another thread while it spins. Raised inside the start (in the main
+# thread, as it was), the signal's exception landed between two bytecodes of threading's own
+# code once in a while, after the lock was taken and before the `with` that frees it: a to-file
+# still running 30 s after SIGTERM (CI), its timer thread's lock held by nobody alive.
+SPINNING_START = r"""
+import os, signal, sys, threading, time
+from nsqcli.cli.app import App
+from nsqcli.exits import Interrupted
+from nsqcli.cli.harness import Job, Settings, run
+
+cond = threading.Condition()
+seen = []
+
+class Spinning(Job):
+    name = "spin"
+
+    def start(self, deadline, stopper):
+        try:
+            threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGTERM)).start()
+            end = time.monotonic() + 5
+            while time.monotonic() < end and not self.done.is_set():
+                with cond:
+                    pass
+            seen.append("start ended" if self.done.is_set() else "start not told")
+        except BaseException as e:
+            seen.append(f"{type(e).__name__} inside start")
+            raise
+
+    def connected(self):
+        return CONNECTED
+
+    def stop(self, end):
+        seen.append("lock free" if cond.acquire(timeout=2) else "lock held")
+
+try:
+    code = run(App(), Spinning(), Settings(status_interval=0, log_format="plain"))
+except Interrupted as e:
+    code = 128 + e.signum
+print(code, seen)
+"""
+
+
+@pytest.mark.parametrize("connected, code", [(True, 0), (False, 143)])
+def test_a_signal_during_a_start_never_raises_inside_it(connected, code):
+    """The start runs on a thread of its own (nsqcli.cli.signals): it is told (``done``), ends
+    at its next check, and the run ends with the clean stop (a connection up) or 143 (none),
+    the start's lock free for stop()."""
+    import sys
+
+    script = SPINNING_START.replace("CONNECTED", str(connected))
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, env=clean_env(), timeout=30)
+    assert r.stdout.decode() == f"{code} ['start ended', 'lock free']\n", (r.stdout, r.stderr)

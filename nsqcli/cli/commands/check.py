@@ -94,10 +94,12 @@ def check(app, topic, channel, fmt, nsqd, lookupd, request_timeout, timeout, cli
     nsqd, lookupd = list(nsqd), list(lookupd)
     if not nsqd and not lookupd:
         nsqd = ["127.0.0.1:4151"]
-    from ..app import interrupt_on_signals, write_stdout
+    from ..app import write_stdout
+    from ..signals import GracefulStop
 
-    interrupt_on_signals()
-    result = run_check(topic, channel, nsqd, lookupd, limits, clients_min, request_timeout, deadline)
+    stopper = GracefulStop().install()  # a signal during the requests: exit 130/143
+    result = stopper.call(lambda: run_check(topic, channel, nsqd, lookupd, limits, clients_min, request_timeout,
+                                            deadline), "nsqcli-check")
 
     write_stdout({"nagios": nagios, "prometheus": prometheus, "json": as_json, "text": text}[fmt](result))
     return result.status

@@ -360,8 +360,8 @@ def mpub(app, topic, rest, delimiter, null, count, as_json, fmt, batch_size, lin
     deadline = deadline_of(timeout)
     stopper = GracefulStop().install()
     try:
-        with stopper.blocking():  # a lookupd that never answers: SIGINT/SIGTERM end the wait (130/143)
-            addresses = _producers(app, conn, topic, deadline)  # it keeps the deadline itself
+        # a lookupd that never answers: SIGINT/SIGTERM end the wait (130/143); it keeps the deadline itself
+        addresses = stopper.call(lambda: _producers(app, conn, topic, deadline), "nsqcli-lookup")
     except Interrupted as e:
         _fail(app, e, topic, stats, records, stopper, as_json, deadline)
     stopper.alarm(deadline)  # from here a passing --timeout stops the run as a signal does
@@ -370,7 +370,8 @@ def mpub(app, topic, rest, delimiter, null, count, as_json, fmt, batch_size, lin
     progress = _Progress(app, stats, sources) if app.stderr_is_tty else None
     if progress:
         records.listeners.append(progress.update)
-    records.blocking = producer.connecting = stopper.blocking
+    records.blocking = stopper.blocking  # os.read and select: one C call each
+    producer.connecting = stopper.call  # a handshake nsqd never answers: a signal ends the wait
     stopper.on_force = lambda: _forced_lines(stats, records, producer)
     result = None
     stopped = False

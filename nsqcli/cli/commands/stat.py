@@ -117,9 +117,11 @@ def stat(app, topic, channel, nsqd, lookupd, interval, count, per_node, clients,
     poller = Poller(topic, channel, clients=True)
     try:
         while not stop.is_set():
-            with stopper.blocking():  # a node that never answers: a signal ends the wait (130)
-                nodes = _nodes(app, nsqd, lookupd, topic, lookupd_errors, last is None, request_timeout, deadline)
-                sample = poller.poll(nodes, _left(request_timeout, deadline))
+            def ask(first=last is None):
+                nodes = _nodes(app, nsqd, lookupd, topic, lookupd_errors, first, request_timeout, deadline)
+                return nodes, poller.poll(nodes, _left(request_timeout, deadline))
+
+            nodes, sample = stopper.call(ask, "nsqcli-stat")  # a node that never answers: a signal ends the wait (130)
             down = sample.down
             if topic and last is None:
                 _require_topic(topic, sample, lookupd, nodes, lookupd_errors)

@@ -210,7 +210,8 @@ class ToNsq(Job):
         self._consumers: list = []
 
     def consumers(self) -> list:
-        return list(self._consumers)
+        with self.consumers_lock:
+            return list(self._consumers)
 
     def start(self, deadline, stopper) -> None:
         from ...client.consumer import Consumer

@@ -65,7 +65,8 @@ def wait(app, topic, channel, ready, exists, drained, depth_below, fail_on_reque
     answer holds up --ready and --drained (it may carry the channel) but not --exists.
     Nothing is written on stdout.
     """
-    from ..app import DeadlineExceeded, interrupt_on_signals
+    from ..app import DeadlineExceeded
+    from ..signals import GracefulStop
     from ...errors import NSQError
 
     if interval <= 0:
@@ -84,17 +85,21 @@ def wait(app, topic, channel, ready, exists, drained, depth_below, fail_on_reque
     nsqd, lookupd = list(nsqd), list(lookupd)
     if not nsqd and not lookupd:
         nsqd = ["127.0.0.1:4151"]
-    interrupt_on_signals()
+    stopper = GracefulStop().install()  # a signal: exit 130/143 (during a request too: nothing to settle)
     gate = Gate(topic, channel, exists, drained, depth_below, fail_on_requeue, fail_on_timeout)
     t0 = time.monotonic()
     said_at = None
-    while True:
-        budget = left(deadline, request_timeout, floor=0.05)
-        unmet = _pings(nsqd, lookupd, budget) if ready else []
+
+    def look() -> list[str]:
+        unmet = _pings(nsqd, lookupd, left(deadline, request_timeout, floor=0.05)) if ready else []
         if gate.needs_stats:
             unmet += gate.look(nsqd, lookupd, left(deadline, request_timeout, floor=0.05))
-            if gate.failed:
-                raise NSQError(gate.failed)
+        return unmet
+
+    while True:
+        unmet = stopper.call(look, "nsqcli-wait")
+        if gate.failed:
+            raise NSQError(gate.failed)
         now = time.monotonic()
         if not unmet:
             app.info(f"ready after {now - t0:.1f}s: {gate.describe(ready)}")
@@ -104,7 +109,7 @@ def wait(app, topic, channel, ready, exists, drained, depth_below, fail_on_reque
         if said_at is None and now - t0 >= FIRST_SAY or said_at is not None and now - said_at >= REMIND:
             said_at = now
             app.info(f"waiting ({now - t0:.0f}s): {'; '.join(unmet)}")
-        time.sleep(left(deadline, interval, floor=0.0))
+        stopper.pause(left(deadline, interval, floor=0.0))
 
 
 def _why(error) -> str:
