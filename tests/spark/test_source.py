@@ -296,6 +296,23 @@ def test_nsqd_restarting_between_spool_and_fin_repeats_nothing(nsqd, topic, tmp_
     assert ch["depth"] == 0 and ch["deferred_count"] == 0
 
 
+def stop_once_sent(nsqd, topic: str, root: str, n: int) -> threading.Thread:
+    """request_stop() once nsqd has sent the task ``n`` messages (in flight to its channel), not
+    after a guessed time: a stop asked before the task took anything (its start slowed by a busy
+    machine) closes the partition empty, which is not what these tests are about."""
+    from nsqcli.spark.spool import request_stop
+
+    def run():
+        wait_for(lambda: (channel_stats(nsqd, topic, "nsqcli_spark") or {}).get("in_flight_count", 0) >= n,
+                 60, what=f"{n} messages in flight to the task")
+        t.asked = request_stop(root)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.asked = False
+    t.start()
+    return t
+
+
 def test_a_stop_closes_a_trickling_partition_at_once_and_keeps_it_exact(nsqd, topic, tmp_path):
     """to-parquet on SIGTERM asks for a stop (.STOP in the newest batches): a task reading a slow
     trickle closes its partition at once with what it took (spooled, FINed, END), instead of
@@ -303,7 +320,7 @@ def test_a_stop_closes_a_trickling_partition_at_once_and_keeps_it_exact(nsqd, to
     in the channel, and a marker left behind (a killed stop) does not touch later batches."""
     from nsqcli.client.producer import Producer
     from nsqcli.spark.plan import Part, SourceSettings
-    from nsqcli.spark.spool import prepare, request_stop, summaries
+    from nsqcli.spark.spool import prepare, summaries
     from nsqcli.spark.take import take
 
     root = str(tmp_path / "spool")
@@ -325,7 +342,7 @@ def test_a_stop_closes_a_trickling_partition_at_once_and_keeps_it_exact(nsqd, to
     t.start()
     rows: list = []
     try:
-        threading.Timer(1.5, request_stop, args=(root,)).start()
+        stopper = stop_once_sent(nsqd, topic, root, 40)  # the 10 published first and 30 of the trickle
         started = time.monotonic()
         rows = [b for rb in take(s, Part(topic, nsqd.tcp_address, 100_000), "e1", 1, 0)
                 for b in rb.column("body").to_pylist()]
@@ -333,6 +350,8 @@ def test_a_stop_closes_a_trickling_partition_at_once_and_keeps_it_exact(nsqd, to
     finally:
         done.set()
         t.join()
+    stopper.join(1)
+    assert stopper.asked  # the take ended after the stop, not before it was asked
     assert took < 30, took  # closed at the stop, not at maxReadTime (120 s) or a full chunk (2500)
     assert 10 <= len(rows) < 2500 and len(set(rows)) == len(rows)
     [end] = summaries(root, "e1", 1)
@@ -351,7 +370,7 @@ def test_a_stop_closes_a_trickling_partition_at_once_and_keeps_it_exact(nsqd, to
 def test_a_stop_does_not_wait_out_a_long_read_idle_timeout(nsqd, topic, tmp_path):
     """A task waiting on a quiet channel (readIdleTimeout 20 s) closes soon after a stop."""
     from nsqcli.spark.plan import Part, SourceSettings
-    from nsqcli.spark.spool import prepare, request_stop
+    from nsqcli.spark.spool import prepare
     from nsqcli.spark.take import take
 
     root = str(tmp_path / "spool")
@@ -359,10 +378,12 @@ def test_a_stop_does_not_wait_out_a_long_read_idle_timeout(nsqd, topic, tmp_path
     publish(nsqd, topic, [b"q%d" % i for i in range(10)])
     s = SourceSettings({"topic": topic, "nsqdTCPAddresses": nsqd.tcp_address, "spoolLocation": root,
                         "readIdleTimeout": "20s"})
-    threading.Timer(1.0, request_stop, args=(root,)).start()
+    stopper = stop_once_sent(nsqd, topic, root, 10)
     started = time.monotonic()
     rows = sum(rb.num_rows for rb in take(s, Part(topic, nsqd.tcp_address, 1000), "e1", 1, 0))
     took = time.monotonic() - started
+    stopper.join(1)
+    assert stopper.asked
     assert rows == 10 and took < 10, took  # not the 20 s idle time (review: 20.1 s)
 
 
