@@ -237,6 +237,8 @@ class Archiver:
             self._add_topic(t, fail_fast=True)
         if self.pattern is not None and not self.stop_event.is_set():
             self._refresh_topics(first=True)
+        if self.stop_event.is_set():  # interrupted (a signal during the start): stop() follows
+            return self
         self._timer = threading.Thread(target=self._timer_loop, name="nsqcli-archiver", daemon=True)
         self._timer.start()
         if self.pattern is not None:  # lookupd polls and topic starts/stops block: not on the timer
@@ -338,9 +340,11 @@ class Archiver:
         answers count for adding topics; removal needs every lookupd to have answered."""
         found: set[str] = set()
         answered = 0
-        for a in ask_http(self.lookupd, lambda address: http_json(address, "/topics", timeout=5.0), 5.0):
+        stopping = self.stop_event.is_set  # a stop (a signal during the start) ends the round early
+        for a in ask_http(self.lookupd, lambda address: http_json(address, "/topics", timeout=5.0), 5.0, stopping):
             if a.error is not None:
-                self.on_error(a.error)
+                if not stopping():  # (then it is the stop's own Timeout, or nothing a user needs now)
+                    self.on_error(a.error)
                 continue
             found |= set((a.value or {}).get("topics") or [])
             answered += 1
@@ -350,6 +354,8 @@ class Archiver:
     def _refresh_topics(self, first: bool = False) -> None:
         self._next_refresh = time.monotonic() + self.topic_refresh
         found = self.lookupd_topics()
+        if self.stop_event.is_set():
+            return
         if found is None:
             if first:
                 raise NSQError("no nsqlookupd answered /topics: " + ", ".join(self.lookupd))

@@ -304,8 +304,11 @@ class Harness:
         except Interrupted:
             job.done.set()  # here, not in the handler: start() sees it before its next consumer
             job.interrupt()
-            if not call.wait(START_ABORT) and job.connected():
-                call.wait(START_ABORT_CONNECTED)  # stop() must not race a start still adding
+            if not call.wait(START_ABORT) and job.connected():  # stop() must not race a start still adding
+                most = START_ABORT_CONNECTED
+                if self.s.deadline is not None:  # nor pass --timeout's own end
+                    most = min(most, self.s.deadline + STOP_GRACE - time.monotonic())
+                call.wait(max(0.0, most))
             raise
 
     def _wait(self) -> bool:

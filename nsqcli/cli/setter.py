@@ -36,7 +36,11 @@ class Setter:
                 return
             r, w = os.pipe()
             os.set_blocking(w, False)
-            quiet_thread(self._run, "nsqcli-signals", (r,))
+            old = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)  # inherited by the thread from birth
+            try:
+                threading.Thread(target=self._run, args=(r,), name="nsqcli-signals", daemon=True).start()
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, old)
             # only once the thread runs: a start that failed ("can't start new thread", a
             # KeyboardInterrupt in an embedding) leaves post() setting events itself, not posting
             # them to a thread that does not exist (the event would never be set)
@@ -62,16 +66,3 @@ class Setter:
 
 
 SETTER = Setter()
-
-
-def quiet_thread(target, name: str, args=()) -> threading.Thread:
-    """A daemon thread started with :data:`_SIGNALS` blocked, from its birth: the kernel gives
-    them to the main thread, where their handlers run (and where a wait on a lock is cut short
-    by them, which a signal taken by another thread would not do)."""
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)  # inherited by the thread from birth
-    try:
-        t = threading.Thread(target=target, args=args, name=name, daemon=True)
-        t.start()
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
-    return t

@@ -37,26 +37,30 @@ import threading
 from contextlib import contextmanager
 
 from .app import Interrupted, forced_exit
-from .setter import SETTER, quiet_thread
+from .setter import SETTER
 
-#: how long the main thread waits on a Call's lock between two looks at it (a signal normally
-#: cuts the wait short at once; this bounds the case where the kernel gave it to another thread)
-WAIT_SLICE = 0.25
+#: how long the main thread waits on a Call's lock between two looks at it. A signal the kernel
+#: gives the main thread (Linux: the thread group's leader first, when it does not block it)
+#: cuts the wait short at once; one another thread took runs its handler at the next look.
+WAIT_SLICE = 0.1
 
 
 class Call:
-    """``fn()`` on a thread of its own (with the signals blocked: they go to the main thread),
-    for :meth:`GracefulStop.call` to wait for. The thread is a daemon: a call still running
-    when the command exits does not hold the exit."""
+    """``fn()`` on a thread of its own, for :meth:`GracefulStop.call` to wait for. The thread
+    is a daemon: a call still running when the command exits does not hold the exit. (Its
+    signal mask is the caller's: a thread born with the signals blocked would pass them
+    blocked on to every thread it starts and every process they spawn - exec's COMMAND.)"""
 
     def __init__(self, fn, name: str = "nsqcli-call"):
         import _thread
+        import threading
 
         self.fn = fn
         self._gate = _thread.allocate_lock()  # held until fn has returned or raised
         self._gate.acquire()
         self._outcome: tuple | None = None    # (True, value) or (False, exception)
-        self.thread = quiet_thread(self._run, name)
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.thread.start()
 
     def _run(self) -> None:
         try:

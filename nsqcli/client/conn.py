@@ -219,14 +219,13 @@ class Connection(Dialing):
     def _abort(self, error: BaseException) -> None:
         """From any thread: end a handshake in progress with ``error`` (a handshake that
         completes before the loop gets to it fails with it all the same)."""
-        loop = self._loop
-        if loop is None:
-            return
         with self._wlock:
             if self._phase != HANDSHAKE:
                 return
             self._aborted = error
-        loop.call(lambda: self._phase == HANDSHAKE and self._handshake_failed(error))
+        loop = self._loop  # read after _aborted is set: None means begin() has not picked a loop
+        if loop is not None:  # yet, and its _attach will see _aborted
+            loop.call(lambda: self._phase == HANDSHAKE and self._handshake_failed(error))
 
     def _set_events(self, events: int | None = None) -> None:
         if events is None:

@@ -209,7 +209,7 @@ class Consumer:
                 self.lookupd_addresses and len(errors) < len(self.lookupd_addresses)):
             self._shutdown_threads()
             raise errors[0]
-        for err in errors:
+        for err in errors if not self._stopping else ():  # (interrupted: nothing to say)
             if not fdlimit.out_of_descriptors(err):  # said once already
                 self._report(err)
         workers.TIMERS.add(self, self._timer_step)

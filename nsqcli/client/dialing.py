@@ -93,6 +93,9 @@ class Dialing:
     def _attach(self) -> None:
         if self._phase != HANDSHAKE:  # aborted before the loop got to it
             return
+        if self._aborted is not None:  # aborted before begin() had picked this loop
+            self._handshake_failed(self._aborted)
+            return
         try:
             self._fd = self._stream.fileno()
             connecting = getattr(self._stream, "connecting", False)

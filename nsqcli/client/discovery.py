@@ -139,7 +139,9 @@ class Discovery:
         timeout = self.config.lookupd_poll_timeout
         if deadline is not None:
             timeout = max(0.001, min(timeout, deadline - time.monotonic()))
-        producers, errors = lookup_all(self.lookupds, self.topic, timeout)
+        producers, errors = lookup_all(self.lookupds, self.topic, timeout, cancel=self._stopping)
+        if self._stopping():  # interrupted meanwhile (a signal during the start): nothing to say or dial
+            return []
         self._note_answers(producers, errors)
         if report:
             for e in errors:

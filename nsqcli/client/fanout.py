@@ -24,6 +24,8 @@ from ..errors import Timeout
 MAX_THREADS = 32
 #: past ``timeout``: time for a request that gave up at its own deadline to say so
 SLACK = 0.5
+#: how often a round with ``cancel`` looks at it
+CANCEL_LOOK = 0.05
 
 
 class Answer:
@@ -43,19 +45,22 @@ class Answer:
 
 
 def ask_all(items, fn, timeout: float, *, catch=Exception, name=str, threads: int = MAX_THREADS,
-            slack: float = SLACK) -> list[Answer]:
+            slack: float = SLACK, cancel=None) -> list[Answer]:
     """``fn(item)`` for every item of ``items`` concurrently (at most ``threads`` at a time);
     one Answer per item in input order, within about ``timeout + slack`` seconds whatever the
     items do.
 
     An exception of a ``catch`` type (a class or a tuple of them) becomes that item's ``error``;
     any other (a bug) is raised here once the round is over, the first in input order. An item
-    not answered by the end of the round gets ``Timeout("no answer within Ns", name(item))``."""
+    not answered by the end of the round gets ``Timeout("no answer within Ns", name(item))``.
+
+    ``cancel()`` (looked at every CANCEL_LOOK s) True ends the round early (a consumer
+    interrupted while it asks its lookupds): the items not answered yet get that Timeout."""
     items = list(items)
     if not items:
         return []
     round_ = _Round(items, fn, max(1, min(threads, len(items))))
-    round_.wait(time.monotonic() + timeout + slack)
+    round_.wait(time.monotonic() + timeout + slack, cancel)
     answers = []
     for item, a in zip(items, round_.take()):
         if a is None:
@@ -98,8 +103,13 @@ class _Round:
                 if not self.left:
                     self.done.set()
 
-    def wait(self, end: float) -> None:
-        self.done.wait(max(0.0, end - time.monotonic()))
+    def wait(self, end: float, cancel=None) -> None:
+        if cancel is None:
+            self.done.wait(max(0.0, end - time.monotonic()))
+            return
+        while not cancel() and not self.done.wait(max(0.0, min(CANCEL_LOOK, end - time.monotonic()))):
+            if time.monotonic() >= end:
+                return
 
     def take(self) -> list[Answer | None]:
         """The answers so far; later ones are dropped and no item is started any more."""

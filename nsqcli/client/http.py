@@ -457,13 +457,13 @@ def lookup_topic(address: str, topic: str, timeout: float = 5.0) -> list[NsqdNod
                            base_url(address) + "/lookup") from None
 
 
-def lookup_all(addresses: list[str], topic: str, timeout: float = 5.0
+def lookup_all(addresses: list[str], topic: str, timeout: float = 5.0, cancel=None
                ) -> tuple[list[NsqdNode], list[LookupdError]]:
     """Ask EVERY lookupd at once (one ``timeout`` for them all); union the producers by tcp
-    address, in the order of ``addresses``. Returns (producers, errors)."""
+    address, in the order of ``addresses``. Returns (producers, errors). ``cancel``: ask_all's."""
     seen: dict[str, NsqdNode] = {}
     errors: list[LookupdError] = []
-    for a in ask_http(addresses, lambda address: lookup_topic(address, topic, timeout), timeout):
+    for a in ask_http(addresses, lambda address: lookup_topic(address, topic, timeout), timeout, cancel):
         if a.error is not None:
             errors.append(a.error)
             continue
@@ -472,14 +472,14 @@ def lookup_all(addresses: list[str], topic: str, timeout: float = 5.0
     return list(seen.values()), errors
 
 
-def ask_http(addresses: list[str], fn, timeout: float) -> list:
+def ask_http(addresses: list[str], fn, timeout: float, cancel=None) -> list:
     """``fn(address)`` for every nsqlookupd or nsqd HTTP address at once, in one round of
     ``timeout`` (nsqcli.client.fanout.ask_all): one Answer per address, in order. Each failure -
     a LookupdError from ``fn``, or no answer by the round's end - is a LookupdError naming the
     address; any other exception is raised."""
     from .fanout import ask_all  # here, not at the top: `nsqcli pub` imports this module
 
-    answers = ask_all(addresses, fn, timeout, catch=LookupdError, name=base_url)
+    answers = ask_all(addresses, fn, timeout, catch=LookupdError, name=base_url, cancel=cancel)
     for a in answers:
         if a.error is not None and not isinstance(a.error, LookupdError):  # the round's Timeout
             a.error = LookupdError(a.error.reason, a.error.address)

@@ -72,6 +72,20 @@ def test_binary_body_dead_letter_is_base64_and_give_up_code(nsqd, topic):
     assert d["error"] == "exit code 65 (--give-up-exit-code)" and d["attempts"] == 1
 
 
+def test_the_command_starts_with_no_signal_blocked(nsqd, topic):
+    """A COMMAND inherits the mask of the thread that spawns it: with the consumer started on a
+    thread born with SIGINT/SIGTERM/SIGHUP/SIGALRM blocked (review), `timeout 1 sleep 4` slept
+    4 s and a COMMAND's own alarm() never fired."""
+    import sys
+
+    http_post(nsqd.http_address, "/pub", b"x", topic=topic)
+    r = run_nsqcli(["exec", topic, "-c", "w", "-n", "1", "--timeout", "20s", "--nsqd-tcp-address", nsqd.tcp_address,
+                    "--", sys.executable, "-c",
+                    "import signal; print(sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])))"],
+                   timeout=40)
+    assert r.returncode == 0 and r.stdout == b"[]\n", (r.stdout, r.stderr)
+
+
 def test_kill_9_loses_nothing(nsqd, topic, tmp_path):
     bodies = [f"m{i:03d}" for i in range(40)]
     http_post(nsqd.http_address, "/mpub", "\n".join(bodies).encode(), topic=topic)

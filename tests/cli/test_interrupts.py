@@ -255,3 +255,35 @@ def test_a_signal_during_a_start_never_raises_inside_it(connected, code):
     script = SPINNING_START.replace("CONNECTED", str(connected))
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, env=clean_env(), timeout=30)
     assert r.stdout.decode() == f"{code} ['start ended', 'lock free']\n", (r.stdout, r.stderr)
+
+
+@pytest.mark.parametrize("name", ["to-file", "to-nsq"])
+def test_a_signal_while_a_lookupd_hangs_the_start_stops_at_once_and_quietly(name, nsqd, topic, tmp_path):
+    """Connected to nsqd while its lookupd never answers: the start is still in its lookup (up
+    to 5 s). A signal ends that lookup at once (review: 3.8 s later, and its "no complete
+    answer" warning printed after the signal), then the clean stop: exit 0, nothing else said."""
+    http_post(nsqd.http_address, "/topic/create", topic=topic)
+    with FakeNsqd(_silent) as lookupd:
+        argv = {"to-file": ["to-file", "-t", topic, "--output-dir", str(tmp_path)],
+                "to-nsq": ["to-nsq", "-t", topic, "--destination-nsqd-tcp-address", nsqd.tcp_address,
+                           "--destination-topic", topic + "_copy"]}[name]
+        proc = subprocess.Popen(NSQCLI + argv + ["--nsqd-tcp-address", nsqd.tcp_address, "--lookupd-http-address",
+                                                 lookupd.address, "--status-interval", "0"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=clean_env())
+        try:
+            wait_for(lambda: proc.poll() is not None or (lookupd.connections > 0 and any(
+                c["client_count"] for c in (topic_stats(nsqd, topic) or {}).get("channels") or [])),
+                30, what="a connection to nsqd and one to the lookupd")
+            assert proc.poll() is None, proc.communicate()
+            proc.send_signal(signal.SIGINT)
+            sent = time.monotonic()
+            out, err = proc.communicate(timeout=15)
+            took = time.monotonic() - sent
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    text = err.decode()
+    assert proc.returncode == 0, text
+    assert took < 3.0, (took, text)  # the lookup's own 5 s not waited out
+    assert "lookup" not in text and "WARNING" not in text, text

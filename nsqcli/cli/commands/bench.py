@@ -15,7 +15,7 @@ import click
 
 from ...loadgen import STAMP, consumer, guarded, percentiles, publisher
 from ..command import Command, Group, option
-from ..options import (build_config, check_timeout, connection_options, deadline_alarm, nsqd_addresses,
+from ..options import (build_config, check_timeout, connection_options, deadline_of, nsqd_addresses,
                        pop_connection, resolve_producers, timeout_option, topic_arguments)
 from ..types import DURATION
 
@@ -63,15 +63,20 @@ def _report(results, size, as_json, app):
 
 
 def run_bench(app, mode, topic, channel, size, count, duration, batch_size, publishers, consumers, max_in_flight,
-              processes, as_json, conn):
+              processes, as_json, conn, deadline: float | None = None):
+    """``deadline`` (--timeout, monotonic): looked at by every wait here, which then raises
+    DeadlineExceeded (exit 3) and stops the clients - not an alarm raising wherever the main
+    thread is (nsqcli.cli.signals says why)."""
     count = _check_amount(size, count, duration)
+    late = _Late(mode, deadline)
     import multiprocessing as mp
 
     ctx = mp.get_context("fork")
     addresses = nsqd_addresses(conn)
     lookupds = list(conn.get("lookupd_http_addresses") or ())
     if mode != "sub" and not addresses:
-        addresses = resolve_producers(app, conn, topic)
+        addresses = resolve_producers(app, conn, topic, deadline)
+        late.check()
     pub_cfg = build_config(conn)
     sub_cfg = build_config(conn, max_in_flight=max_in_flight, max_attempts=0)
     # threads: a plain queue. A multiprocessing queue pickles in a feeder thread: a thread that
@@ -94,10 +99,14 @@ def run_bench(app, mode, topic, channel, size, count, duration, batch_size, publ
         for i in range(publishers):
             workers.append(make(guarded(publisher), (i, addresses, pub_cfg, topic, size, per, duration, batch_size,
                                              progress, pub_stop, out)))
-    _start(workers, mode, consumers, ready)
+    try:
+        _start(workers, mode, consumers, ready, late)
+    except BaseException:
+        stop.set()
+        raise
     expected = (publishers if mode != "sub" else 0) + (consumers if mode != "pub" else 0)
     bar = _Bar(app, mode, count, publishers, progress, received) if app.stderr_is_tty and not as_json else None
-    results = _collect(workers, out, expected, stop, bar)
+    results = _collect(workers, out, expected, stop, bar, late)
     from ...errors import NSQError
 
     errors = [r for r in results if r[0] == "error"]
@@ -122,7 +131,20 @@ def _check_amount(size: int, count, duration):
     return count
 
 
-def _start(workers: list, mode: str, consumers: int, ready) -> None:
+class _Late:
+    """--timeout for the bench's waits."""
+
+    def __init__(self, mode: str, deadline: float | None):
+        self.mode, self.deadline = mode, deadline
+
+    def check(self) -> None:
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            from ..app import DeadlineExceeded
+
+            raise DeadlineExceeded(f"--timeout passed before 'bench {self.mode}' was done")
+
+
+def _start(workers: list, mode: str, consumers: int, ready, late: _Late) -> None:
     """Start the clients; pubsub: the consumers first (up to 15 s for them to be ready)."""
     if mode == "pubsub":
         # consumers first: the channel exists before the first message, so none is a backlog
@@ -130,6 +152,7 @@ def _start(workers: list, mode: str, consumers: int, ready) -> None:
             w.start()
         deadline = time.monotonic() + 15
         while ready.value < consumers and time.monotonic() < deadline and any(w.is_alive() for w in workers):
+            late.check()
             time.sleep(0.01)
         for w in workers[consumers:]:
             w.start()
@@ -138,11 +161,12 @@ def _start(workers: list, mode: str, consumers: int, ready) -> None:
             w.start()
 
 
-def _collect(workers: list, out, expected: int, stop, bar) -> list:
+def _collect(workers: list, out, expected: int, stop, bar, late: _Late) -> list:
     """Every client's result (fewer when all ended without one); then the clients are told to stop."""
     results = []
     try:
         while len(results) < expected:
+            late.check()
             try:
                 results.append(out.get(timeout=0.2))
             except Exception:
@@ -224,9 +248,8 @@ def _mode_command(mode: str, doc: str):
             as_json, timeout, **kwargs):
         check_timeout(timeout)
         conn = pop_connection(kwargs)
-        with deadline_alarm(timeout, f"--timeout passed before 'bench {mode}' was done"):
-            return run_bench(app, mode, topic, channel, size, count or 0, duration, batch_size, publishers, consumers,
-                             max_in_flight, processes, as_json, conn)
+        return run_bench(app, mode, topic, channel, size, count or 0, duration, batch_size, publishers, consumers,
+                         max_in_flight, processes, as_json, conn, deadline_of(timeout))
 
     return cmd
 

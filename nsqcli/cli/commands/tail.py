@@ -448,7 +448,7 @@ class Tail(Job):
         self.app.debug(f"tailing {', '.join(self.topics)} on channel {self.channel}")
         if self.discovery is not None:
             pattern, refresh, _ = self.discovery
-            if not self.topics:
+            if not self.topics and not self.done.is_set():
                 self.app.info(f"waiting for a topic matching {pattern.pattern!r}: nsqlookupd "
                               f"{', '.join(self.conn['lookupd_http_addresses'])} knows none yet (asked every "
                               f"{refresh:g} s)")
