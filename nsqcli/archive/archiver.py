@@ -371,6 +371,8 @@ class Archiver:
                 log.warning("topic %s not archived: its file name %r would leave --output-dir", t, escaping)
         # every topic's producers in one round (not one lookupd round per topic)
         produced = self._with_producers((set(self.topics) & wanted if self._all_answered else set()) | new)
+        if self.stop_event.is_set():  # the stop ended the lookups early: their answers are not whole
+            return
         if self._all_answered:  # never drop a topic on a partial view
             gone = set(self.topics) - wanted
             # nsqlookupd keeps listing a deleted (non-ephemeral) topic, with no producer left
@@ -388,7 +390,7 @@ class Archiver:
 
         pairs = [(t, address) for t in sorted(topics) for address in self.lookupd]
         answers = ask_all(pairs, lambda p: lookup_topic(p[1], p[0], 5.0), 5.0, catch=LookupdError,
-                          name=lambda p: p[1], threads=LOOKUP_THREADS)
+                          name=lambda p: p[1], threads=LOOKUP_THREADS, cancel=self.stop_event.is_set)
         produced: dict[str, list[str]] = {}
         for (t, _), a in zip(pairs, answers):
             if a.error is not None or a.value:  # kept: carried, or not known to be gone

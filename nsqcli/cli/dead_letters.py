@@ -21,14 +21,16 @@ def dead_letter_options(f):
     return f
 
 
-def open_dead_letters(app, conn: dict, source_topic: str, topic: str, deadline: float | None, outages=None):
+def open_dead_letters(app, conn: dict, source_topic: str, topic: str, deadline: float | None, outages=None,
+                      cancel=None):
     """DeadLetters (nsqcli.relay.dead_letter) publishing to ``topic`` on the source's cluster: the
-    given nsqd, else the nsqd nsqlookupd says carry ``source_topic``. Within ``deadline``."""
+    given nsqd, else the nsqd nsqlookupd says carry ``source_topic``. Within ``deadline``;
+    ``cancel``: resolve_producers'."""
     from ..client.producer import Producer
     from ..relay.dead_letter import DeadLetters
     from .options import resolve_producers
 
-    addresses = resolve_producers(app, conn, source_topic, deadline)
+    addresses = resolve_producers(app, conn, source_topic, deadline, cancel)
     return DeadLetters(Producer(addresses, build_config(conn)), topic, app.warn, outages)
 
 

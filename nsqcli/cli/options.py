@@ -313,9 +313,10 @@ def nsqd_addresses(conn: dict) -> list[str]:
     return addrs
 
 
-def resolve_producers(app, conn: dict, topic: str, deadline: float | None = None) -> list[str]:
+def resolve_producers(app, conn: dict, topic: str, deadline: float | None = None, cancel=None) -> list[str]:
     """nsqd addresses to publish to: the explicit ones, else the nodes that lookupd says carry
-    the topic (the official to_nsq cannot do this)."""
+    the topic (the official to_nsq cannot do this). ``cancel()`` True (a signal during a
+    daemon's start) ends the lookup at once, with an NSQError and nothing said."""
     addrs = nsqd_addresses(conn)
     lookupds = list(conn.get("lookupd_http_addresses") or ())
     if addrs or not lookupds:
@@ -326,7 +327,9 @@ def resolve_producers(app, conn: dict, topic: str, deadline: float | None = None
     from ..errors import NSQError
 
     timeout = 5.0 if deadline is None else max(0.001, min(5.0, deadline - time.monotonic()))
-    producers, errors = lookup_all(lookupds, topic, timeout)
+    producers, errors = lookup_all(lookupds, topic, timeout, cancel)
+    if cancel is not None and cancel():
+        raise NSQError("interrupted while asking nsqlookupd")
     if errors and len(errors) == len(lookupds):  # said once, as the error (not also as warnings)
         raise NSQError(f"no nsqlookupd answered ({'; '.join(map(str, errors))})")
     for e in errors:

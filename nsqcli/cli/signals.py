@@ -160,7 +160,11 @@ class GracefulStop:
     def blocking(self):
         """Around ONE C call that may block for ever and takes no lock of ours (``os.read`` of
         a quiet pipe, ``select``): a signal during it raises Interrupted. Anything more (a
-        handshake, a request, code that logs or takes a lock) goes through :meth:`call`."""
+        handshake, a request, code that logs or takes a lock) goes through :meth:`call`. (Off the
+        main thread it does nothing: the handler would raise in the main thread, wherever it is.)"""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
         self._blocking += 1
         try:
             if self.signum is not None:
@@ -172,6 +176,9 @@ class GracefulStop:
     def wait_for(self, call: Call):
         """``call``'s result (or its exception); a signal (or the alarm) while waiting raises
         Interrupted here, and the call goes on in its thread."""
+        if threading.current_thread() is not threading.main_thread():  # a handler raises in the main
+            call.wait()                                                 # thread only: not from here
+            return call.result()
         self._blocking += 1
         try:
             if self.signum is not None:

@@ -102,7 +102,21 @@ def test_grammar_row(args, code, pattern):
     grammar_row(args, code, pattern)
 
 
-def test_bench_sub_timeout_exits_3(nsqd, topic):
+@pytest.mark.parametrize("clients", [[], ["--processes", "--consumers", "2"]], ids=["threads", "processes"])
+def test_bench_sub_timeout_exits_3(nsqd, topic, clients):
+    """One line, exit 3 (review: with --processes, each child added "interrupted (SIGTERM)" as
+    the exit ended it: they had the parent's early signal handler)."""
     http_post(nsqd.http_address, "/pub", b"x" * 16, topic=topic)  # the topic exists, 1 message of 5
-    r = run_nsqcli(["bench", "sub", topic, "-n", "5", "--timeout", "2s", "--nsqd-tcp-address", nsqd.tcp_address])
+    r = run_nsqcli(["bench", "sub", topic, "-n", "5", "--timeout", "2s", "--nsqd-tcp-address", nsqd.tcp_address]
+                   + clients)
     refused(r, 3, r"--timeout passed before 'bench sub' was done")
+
+
+def test_bench_timeout_while_the_lookupd_hangs_exits_3():
+    """A lookup cut short by --timeout is the deadline (exit 3), not "no nsqlookupd answered"
+    (exit 1, review)."""
+    from tests.support.fakes import FakeNsqd
+
+    with FakeNsqd(lambda peer: peer.silence(60)) as lookupd:
+        r = run_nsqcli(["bench", "pub", "bench_lookup", "--lookupd-http-address", lookupd.address, "--timeout", "1s"])
+    refused(r, 3, r"--timeout passed before 'bench pub' was done")

@@ -75,7 +75,13 @@ def run_bench(app, mode, topic, channel, size, count, duration, batch_size, publ
     addresses = nsqd_addresses(conn)
     lookupds = list(conn.get("lookupd_http_addresses") or ())
     if mode != "sub" and not addresses:
-        addresses = resolve_producers(app, conn, topic, deadline)
+        from ...errors import NSQError
+
+        try:
+            addresses = resolve_producers(app, conn, topic, deadline)
+        except NSQError:
+            late.check(0.01)  # the lookup ran out of time with --timeout: exit 3, not its error
+            raise
         late.check()
     pub_cfg = build_config(conn)
     sub_cfg = build_config(conn, max_in_flight=max_in_flight, max_attempts=0)
@@ -137,8 +143,8 @@ class _Late:
     def __init__(self, mode: str, deadline: float | None):
         self.mode, self.deadline = mode, deadline
 
-    def check(self) -> None:
-        if self.deadline is not None and time.monotonic() >= self.deadline:
+    def check(self, margin: float = 0.0) -> None:
+        if self.deadline is not None and time.monotonic() >= self.deadline - margin:
             from ..app import DeadlineExceeded
 
             raise DeadlineExceeded(f"--timeout passed before 'bench {self.mode}' was done")

@@ -151,8 +151,9 @@ class Exec(Job):
     def start(self, deadline, stopper) -> None:
         if self.dead_letter_topic:
             self.dead = open_dead_letters(self.app, self.conn, self.topic, self.dead_letter_topic, deadline,
-                                          self.outages)
-        self.consumer.start(deadline=deadline)
+                                          self.outages, cancel=self.done.is_set)
+        if not self.done.is_set():  # (a signal during the lookup above: stop() follows)
+            self.consumer.start(deadline=deadline)
 
     def last_progress(self) -> float:
         return self.last

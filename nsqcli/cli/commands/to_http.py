@@ -135,8 +135,9 @@ class ToHttp(Job):
             from ..dead_letters import open_dead_letters
 
             self.relay.dead = open_dead_letters(self.app, self.conn, self.topic, self.dead_letter_topic, deadline,
-                                                self.outages)
-        self.consumer.start(deadline=deadline)  # lookups and handshakes spend the same deadline
+                                                self.outages, cancel=self.done.is_set)
+        if not self.done.is_set():  # (a signal during the lookup above: stop() follows)
+            self.consumer.start(deadline=deadline)  # lookups and handshakes spend the same deadline
 
     def last_progress(self) -> float:
         return self.relay.last

@@ -220,7 +220,7 @@ class ToNsq(Job):
             from ..dead_letters import open_dead_letters
 
             self.copier.dead = open_dead_letters(self.app, self.conn, self.topics[0], self.dead_letter_topic,
-                                                 deadline, self.outages)
+                                                 deadline, self.outages, cancel=self.done.is_set)
 
         for topic in self.topics:
             c = Consumer(topic, self.channel, batch_handler=self.copier, config=self.cfg,
