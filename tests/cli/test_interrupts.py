@@ -257,6 +257,23 @@ def test_a_signal_during_a_start_never_raises_inside_it(connected, code):
     assert r.stdout.decode() == f"{code} ['start ended', 'lock free']\n", (r.stdout, r.stderr)
 
 
+def sigint_once(cmd: list, ready, what: str, timeout: float = 15) -> tuple[int, bytes, float]:
+    """Start ``cmd``, SIGINT it once ``ready()``; (its exit code, its stderr, the seconds from
+    the signal to its exit)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=clean_env())
+    try:
+        wait_for(lambda: proc.poll() is not None or ready(), 30, what=what)
+        assert proc.poll() is None, proc.communicate()
+        proc.send_signal(signal.SIGINT)
+        sent = time.monotonic()
+        _, err = proc.communicate(timeout=timeout)
+        return proc.returncode, err, time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
 @pytest.mark.parametrize("name", ["to-file", "to-nsq"])
 def test_a_signal_while_a_lookupd_hangs_the_start_stops_at_once_and_quietly(name, nsqd, topic, tmp_path):
     """Connected to nsqd while its lookupd never answers: the start is still in its lookup (up
@@ -267,24 +284,15 @@ def test_a_signal_while_a_lookupd_hangs_the_start_stops_at_once_and_quietly(name
         argv = {"to-file": ["to-file", "-t", topic, "--output-dir", str(tmp_path)],
                 "to-nsq": ["to-nsq", "-t", topic, "--destination-nsqd-tcp-address", nsqd.tcp_address,
                            "--destination-topic", topic + "_copy"]}[name]
-        proc = subprocess.Popen(NSQCLI + argv + ["--nsqd-tcp-address", nsqd.tcp_address, "--lookupd-http-address",
-                                                 lookupd.address, "--status-interval", "0"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=clean_env())
-        try:
-            wait_for(lambda: proc.poll() is not None or (lookupd.connections > 0 and any(
-                c["client_count"] for c in (topic_stats(nsqd, topic) or {}).get("channels") or [])),
-                30, what="a connection to nsqd and one to the lookupd")
-            assert proc.poll() is None, proc.communicate()
-            proc.send_signal(signal.SIGINT)
-            sent = time.monotonic()
-            out, err = proc.communicate(timeout=15)
-            took = time.monotonic() - sent
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
+        def ready():
+            channels = (topic_stats(nsqd, topic) or {}).get("channels") or []
+            return lookupd.connections > 0 and any(c["client_count"] for c in channels)
+
+        code, err, took = sigint_once(NSQCLI + argv + ["--nsqd-tcp-address", nsqd.tcp_address, "--lookupd-http-address",
+                                                       lookupd.address, "--status-interval", "0"],
+                                      ready, "a connection to nsqd and one to the lookupd")
     text = err.decode()
-    assert proc.returncode == 0, text
+    assert code == 0, text
     assert took < 4.0, (took, text)  # the lookup (begun just before the signal) not waited out: 5 s
     assert "lookup" not in text and "WARNING" not in text, text
 
@@ -298,18 +306,6 @@ def test_a_signal_during_the_dead_letter_lookup_stops_at_once(name):
                   "--dead-letter-topic", "dl"]
         argv = {"exec": ["exec", *common, "--", "true"],
                 "to-http": ["to-http", *common, "--post", f"http://{other.address}/"]}[name]
-        proc = subprocess.Popen(NSQCLI + argv,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=clean_env())
-        try:
-            wait_for(lambda: lookupd.connections > 0 or proc.poll() is not None, 30, what="the lookup")
-            assert proc.poll() is None, proc.communicate()
-            proc.send_signal(signal.SIGINT)
-            sent = time.monotonic()
-            out, err = proc.communicate(timeout=10)
-            took = time.monotonic() - sent
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
-    assert (proc.returncode, err) == (130, b"nsqcli: interrupted (SIGINT)\n"), err
+        code, err, took = sigint_once(NSQCLI + argv, lambda: lookupd.connections > 0, "the lookup")
+    assert (code, err) == (130, b"nsqcli: interrupted (SIGINT)\n"), err
     assert took < 0.9, took  # not START_ABORT (1 s): the lookup ended at the signal
