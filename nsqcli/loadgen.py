@@ -16,19 +16,11 @@ SAMPLE = 200_000  # latencies kept per consumer for percentiles (every k-th when
 def guarded(target):
     """A client's failure becomes one result line ("error", idx, text), never a traceback."""
     def run(idx, *args):
-        import multiprocessing
-        import signal
-
-        if multiprocessing.parent_process() is not None:  # --processes: a forked child, with the
-            # parent's handlers (one "interrupted" line each): Ctrl-C is its KeyboardInterrupt (a
-            # result line the parent may read), the parent's exit (SIGTERM to daemonic children) silent
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
         out = args[-1] if target is publisher else args[-3]
         try:
             target(idx, *args)
         except BaseException as e:  # noqa: BLE001 - reported to the parent, which exits 1
-            out.put(("error", idx, f"{type(e).__name__}: {e}" if not str(e) else str(e), 0, 0.0, []))
+            out.put(("error", idx, str(e) or type(e).__name__, 0, 0.0, []))
     return run
 
 

@@ -166,14 +166,15 @@ def require_channel(topic: str, channel: str, conn: dict, nsqd_http: list[str], 
     return depths, problems
 
 
-def matching_topics(conn: dict, pattern, by: float) -> tuple:
-    """--topic-pattern: the topics any nsqlookupd knows that match (NSQError when none answered)."""
+def matching_topics(conn: dict, pattern, by: float, cancel=None) -> tuple:
+    """--topic-pattern: the topics any nsqlookupd knows that match (NSQError when none answered).
+    ``cancel``: ask_all's (a stop ends the round: NSQError)."""
     from ..client.http import ask_http, http_json
     from ..errors import NSQError
 
     lookupds = list(conn.get("lookupd_http_addresses") or ())
     found, errors = set(), []
-    for a in ask_http(lookupds, lambda address: http_json(address, "/topics", timeout=_left(by)), _left(by)):
+    for a in ask_http(lookupds, lambda address: http_json(address, "/topics", timeout=_left(by)), _left(by), cancel):
         if a.error is not None or not isinstance(a.value, dict):
             errors.append(str(a.error) if a.error is not None else "/topics is not a JSON object")
             continue

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 import json
 
-from tests.support.helpers import http_post, run_nsqcli, topic_stats
+from tests.support.helpers import http_post, run_nsqcli, topic_stats, wait_for
 from tests.support.inprocess import run_in_process
 
 
@@ -120,3 +120,31 @@ def test_bench_timeout_while_the_lookupd_hangs_exits_3():
     with FakeNsqd(lambda peer: peer.silence(60)) as lookupd:
         r = run_nsqcli(["bench", "pub", "bench_lookup", "--lookupd-http-address", lookupd.address, "--timeout", "1s"])
     refused(r, 3, r"--timeout passed before 'bench pub' was done")
+
+
+def test_processes_started_with_sigint_ignored_keep_ignoring_it(nsqd, topic):
+    """`nsqcli bench ... --processes &` in a script ignores SIGINT, and so must its clients: a
+    Ctrl-C on the script's terminal (the whole group) ended every client with KeyboardInterrupt
+    (review: exit 1, "4 bench client(s) failed"). Expected: exit 0 and the report."""
+    import os
+    import signal
+    import subprocess
+
+    from tests.support.helpers import NSQCLI, clean_env
+
+    def ignore_int():
+        os.setpgrp()
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    p = subprocess.Popen(NSQCLI + ["bench", "pubsub", topic, "--processes", "--publishers", "2", "--consumers", "2",
+                                   "--duration", "3s", "--nsqd-tcp-address", nsqd.tcp_address],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=clean_env(), preexec_fn=ignore_int)
+    try:
+        wait_for(lambda: (topic_stats(nsqd, topic) or {}).get("message_count", 0) > 0, 20, what="messages")
+        os.killpg(p.pid, signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.communicate()
+    assert p.returncode == 0 and b"Pub:" in out and b"Sub:" in out, (out, err)

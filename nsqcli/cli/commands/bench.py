@@ -72,6 +72,8 @@ def run_bench(app, mode, topic, channel, size, count, duration, batch_size, publ
     import multiprocessing as mp
 
     ctx = mp.get_context("fork")
+    if processes:
+        _quiet_children()
     addresses = nsqd_addresses(conn)
     lookupds = list(conn.get("lookupd_http_addresses") or ())
     if mode != "sub" and not addresses:
@@ -135,6 +137,31 @@ def _check_amount(size: int, count, duration):
     if not count and not duration:
         count = 100_000
     return count
+
+
+_quieted = False
+
+
+def _quiet_children() -> None:
+    """--processes: a forked client takes SIGINT/SIGTERM as the default does (ends, silently)
+    unless this process ignores it (a background job's SIGINT stays ignored), not with nsqcli's
+    handlers (each client would say "interrupted" as Ctrl-C, or the exit, ends it). Set in the
+    child as it is forked (os.register_at_fork): no moment where the parent's handler is its."""
+    global _quieted
+    if _quieted:
+        return
+    _quieted = True
+
+    def reset():
+        import signal
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            if signal.getsignal(sig) is not signal.SIG_IGN:
+                signal.signal(sig, signal.SIG_DFL)
+
+    import os
+
+    os.register_at_fork(after_in_child=reset)
 
 
 class _Late:

@@ -395,7 +395,8 @@ class Tail(Job):
         pattern, refresh, checks = self.discovery
         while not self.done.wait(refresh):
             try:
-                found = topic_checks.matching_topics(self.conn, pattern, time.monotonic() + min(refresh, 5.0))
+                found = topic_checks.matching_topics(self.conn, pattern, time.monotonic() + min(refresh, 5.0),
+                                                     cancel=self.done.is_set)  # a stop ends the round
             except NSQError as e:
                 self.app.debug(str(e))
                 continue
@@ -481,6 +482,7 @@ class Tail(Job):
             return 10.0 if end is None else min(10.0, max(0.1, end - time.monotonic()))
 
         if self._finder is not None:  # no new topic from here on (done is set)
+            self.interrupt()  # a topic the finder is starting ends its lookups and handshakes now
             self._finder.join(grace())
         consumers = self.consumers()
         if self.sink.peek is not None:  # CLS first (nsqd sends no more), then what is held goes back
