@@ -32,6 +32,17 @@ def test_stat_uses_nsqd_and_lookupd_addresses_together(sandbox, extra_nsqd, topi
         sandbox.nsqd.http_address, second.http_address}
 
 
+def test_a_lookupd_that_fails_is_said_once_and_the_rest_polled(nsqd, topic):
+    """stat's lookup runs on a thread of its own (a signal must not land in it): its warning is
+    still said, once, by the command, and the nsqd given is still polled."""
+    http_post(nsqd.http_address, "/pub", b"x", topic=topic)
+    r = run_nsqcli(["stat", "-t", topic, "-n", "2", "--interval", "0.2s", "--no-live", "--nsqd-http-address",
+                    nsqd.http_address, "--lookupd-http-address", "127.0.0.1:1"])
+    err = r.stderr.decode()
+    assert r.returncode == 0 and err.count("nsqlookupd failed: http://127.0.0.1:1") == 1, err
+    assert topic in r.stdout.decode()
+
+
 def test_stat_bad_address_is_a_usage_error():
     r = run_in_process(["stat", "--nsqd-http-address", ":"])
     assert r.returncode == 2 and b"invalid address ':'" in r.stderr and b"Traceback" not in r.stderr

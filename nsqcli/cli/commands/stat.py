@@ -102,6 +102,8 @@ def stat(app, topic, channel, nsqd, lookupd, interval, count, per_node, clients,
         nsqd = ["127.0.0.1:4151"]
     live = _live(app, live, as_json)
     stop = threading.Event()
+    from types import SimpleNamespace
+
     from ..signals import GracefulStop
 
     stopper = GracefulStop(stop).install()
@@ -118,10 +120,15 @@ def stat(app, topic, channel, nsqd, lookupd, interval, count, per_node, clients,
     try:
         while not stop.is_set():
             def ask(first=last is None):
-                nodes = _nodes(app, nsqd, lookupd, topic, lookupd_errors, first, request_timeout, deadline)
-                return nodes, poller.poll(nodes, _left(request_timeout, deadline))
+                said: list[str] = []  # warnings, said here once the call is back (never after "interrupted")
+                nodes = _nodes(SimpleNamespace(warn=said.append), nsqd, lookupd, topic, lookupd_errors, first,
+                               request_timeout, deadline)
+                return nodes, poller.poll(nodes, _left(request_timeout, deadline)), said
 
-            nodes, sample = stopper.call(ask, "nsqcli-stat")  # a node that never answers: a signal ends the wait (130)
+            # a node that never answers: a signal ends the wait (130)
+            nodes, sample, said = stopper.call(ask, "nsqcli-stat")
+            for text in said:
+                app.warn(text)
             down = sample.down
             if topic and last is None:
                 _require_topic(topic, sample, lookupd, nodes, lookupd_errors)
