@@ -39,9 +39,9 @@ LOOP_STUCK_AFTER = 10.0
 ANSWERS_STUCK_AFTER = 120.0
 #: after --timeout passed, what the stop may still take (REQ or FIN what is in flight, close)
 STOP_GRACE = 0.35
-#: after a signal cut a start short: how long its thread is given to end (handshakes fail at
-#: once; a lookup keeps its own deadline) before the exit, or, with a connection up, before
-#: the clean stop
+#: after a signal cut a start short: how long its thread is given to end (handshakes and lookup
+#: rounds end at once; this bounds any other wait) before the exit, or, with a connection up,
+#: before the clean stop
 START_ABORT = 1.0
 START_ABORT_CONNECTED = 10.0
 
@@ -291,9 +291,9 @@ class Harness:
     def _start(self, stopper) -> None:
         """job.start() on a thread of its own (nsqcli.cli.signals says why: a signal must never
         raise inside code that takes locks). A signal meanwhile: nothing more starts, what is
-        dialing fails at once, and Interrupted is raised once the start has ended - or after
-        START_ABORT (nothing connected) / START_ABORT_CONNECTED seconds, if it is still in a
-        lookup that keeps its own deadline."""
+        dialing or asking a lookupd ends at once, and Interrupted is raised once the start has
+        ended - or after START_ABORT (nothing connected) / START_ABORT_CONNECTED seconds, should
+        it be in some other wait."""
         from ..exits import Interrupted
         from .signals import Call
 

@@ -53,14 +53,12 @@ class Call:
 
     def __init__(self, fn, name: str = "nsqcli-call"):
         import _thread
-        import threading
 
         self.fn = fn
         self._gate = _thread.allocate_lock()  # held until fn has returned or raised
         self._gate.acquire()
         self._outcome: tuple | None = None    # (True, value) or (False, exception)
-        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self.thread.start()
+        threading.Thread(target=self._run, name=name, daemon=True).start()
 
     def _run(self) -> None:
         try:
@@ -70,15 +68,11 @@ class Call:
         finally:
             self._gate.release()
 
-    @property
-    def done(self) -> bool:
-        return self._outcome is not None
-
     def wait(self, timeout: float | None = None) -> bool:
         """Until ``fn`` has returned or raised (True), or ``timeout`` seconds (False).
 
         Only a bare lock's acquire, in C: a signal handler that raises here leaves nothing held
-        (at worst this one-shot lock, which :attr:`done` makes no later wait need)."""
+        (at worst this one-shot lock, which no later wait needs once the outcome is there)."""
         if self._outcome is None and self._gate.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
             self._gate.release()
         return self._outcome is not None

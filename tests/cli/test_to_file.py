@@ -66,18 +66,9 @@ class StderrLog:
 
 
 def stop(p, sig=signal.SIGTERM, timeout=30):
-    """Signal to-file and wait for its exit. One still running ``timeout`` later fails the test
-    with its stderr and every thread's stack (SIGUSR1), to say where it hung."""
-    p.send_signal(sig)
-    try:
-        out, err = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        p.send_signal(signal.SIGUSR1)
-        time.sleep(1)
-        p.kill()
-        out, err = p.communicate()
-        pytest.fail(f"still running {timeout:g} s after {signal.Signals(sig).name}; its stderr and stacks:\n"
-                    + (err or b"").decode(errors="replace"))
+    """Signal to-file and wait for its exit: (exit code, stdout, stderr); a hang fails the test
+    with its stacks (helpers.signal_and_wait)."""
+    out, err = helpers.signal_and_wait(p, sig, timeout)
     return p.returncode, out, err
 
 

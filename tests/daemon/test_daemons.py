@@ -16,7 +16,7 @@ import urllib.request
 
 import pytest
 from tests.support.fakes import HTTPEndpoint
-from tests.support.helpers import NSQCLI, channel_stats, clean_env, finished, http_post, wait_for
+from tests.support.helpers import NSQCLI, channel_stats, clean_env, finished, http_post, signal_and_wait, wait_for
 from prometheus_client.parser import text_string_to_metric_families
 
 from nsqcli.sandbox import _die_with_parent, free_port
@@ -47,18 +47,9 @@ def start(args, env=None):
 
 
 def stop(p, sig=signal.SIGTERM, timeout: float = 30) -> bytes:
-    """Signal the daemon and wait for its exit (its stdout). One still running ``timeout`` later
-    fails the test with its stderr and every thread's stack (SIGUSR1), to say where it hung."""
-    p.send_signal(sig)
-    try:
-        out, _ = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        p.send_signal(signal.SIGUSR1)
-        time.sleep(1)
-        p.kill()
-        _, err = p.communicate()
-        pytest.fail(f"still running {timeout:g} s after {signal.Signals(sig).name}; its stderr and stacks:\n"
-                    + "".join(p.lines) + (err or b"").decode(errors="replace"))
+    """Signal the daemon and wait for its exit (its stdout); a hang fails the test with its
+    stderr and stacks (signal_and_wait)."""
+    out, _ = signal_and_wait(p, sig, timeout, said=lambda: "".join(p.lines))
     return out
 
 

@@ -84,6 +84,26 @@ def wait_for(predicate, timeout: float = 10.0, interval: float = 0.05, what: str
     raise AssertionError(f"timed out after {timeout}s waiting for {what} (last value {last!r})")
 
 
+def signal_and_wait(p, sig, timeout: float = 30, said=lambda: "") -> tuple[bytes, bytes]:
+    """Send ``sig`` to a command and wait for its exit: (stdout, stderr). One still running
+    ``timeout`` later fails the test with what it said (``said()``: stderr read elsewhere, plus
+    the rest) and every thread's stack (SIGUSR1: nsqcli's daemons dump them), to say where it hung."""
+    import signal
+
+    import pytest
+
+    p.send_signal(sig)
+    try:
+        return p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.send_signal(signal.SIGUSR1)
+        time.sleep(1)
+        p.kill()
+        _, err = p.communicate()
+        pytest.fail(f"still running {timeout:g} s after {signal.Signals(sig).name}; its stderr and stacks:\n"
+                    + said() + (err or b"").decode(errors="replace"))
+
+
 NSQCLI = [sys.executable, "-m", "nsqcli"]
 
 
