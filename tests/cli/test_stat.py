@@ -48,7 +48,8 @@ def test_stat_bad_address_is_a_usage_error():
     assert r.returncode == 2 and b"invalid address ':'" in r.stderr and b"Traceback" not in r.stderr
 
 
-def test_stat_into_head_exits_0(nsqd):
+def test_stat_into_head_exits_0(nsqd, topic):
+    http_post(nsqd.http_address, "/topic/create", topic=topic)  # a row to print (an empty nsqd prints none)
     p = subprocess.Popen(NSQCLI + ["stat", "--nsqd-http-address", nsqd.http_address, "--interval", "0.1s"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     p.stdout.readline()
