@@ -90,6 +90,12 @@ def drained(nsqd, topic, channel="nsqcli_to_file", total=None):
     return helpers.drained(nsqd, topic, channel, total)
 
 
+# The default <DATETIME> is the UTC hour: a test that counts files or revs would find one more if
+# the hour turned while it ran (CI did, at 15:00). Such tests name a format that never turns; the
+# hourly default itself is tests/archive/test_writer.py's.
+STEADY_NAME = ["--datetime-format", "steady"]
+
+
 def numbered(n, start=0):
     return [b"msg-%07d" % i for i in range(start, start + n)]
 
@@ -204,7 +210,7 @@ def test_raw_output_is_byte_identical_to_nsq_to_file(nsqd, topic, tmp_path):
 def test_gzip_valid_after_every_sync_and_moved_on_close(nsqd, topic, tmp_path):
     out, work = tmp_path / "out", tmp_path / "work"
     p = start(["-t", topic, "--nsqd-tcp-address", nsqd.tcp_address, "--output-dir", str(out),
-               "--work-dir", str(work), "--gzip", "--sync-interval", "0.2s", "--max-in-flight", "50"])
+               "--work-dir", str(work), "--gzip", "--sync-interval", "0.2s", "--max-in-flight", "50", *STEADY_NAME])
     try:
         total = []
         for round_ in range(5):
@@ -231,7 +237,7 @@ def test_rotation_by_size_counts_compressed_bytes(nsqd, topic, tmp_path):
     out = tmp_path / "out"
     lines = [b"%06d " % i + os.urandom(300).hex().encode() for i in range(2000)]
     p = start(["-t", topic, "--nsqd-tcp-address", nsqd.tcp_address, "--output-dir", str(out), "--gzip",
-               "--rotate-size", "20K", "--max-in-flight", "100", "--sync-interval", "0.2s"])
+               "--rotate-size", "20K", "--max-in-flight", "100", "--sync-interval", "0.2s", *STEADY_NAME])
     try:
         publish(nsqd, topic, lines)
         wait_for(lambda: drained(nsqd, topic, total=len(lines)), timeout=30, what="drained")
@@ -276,7 +282,7 @@ def test_rotation_by_interval_and_datetime_change(nsqd, topic, tmp_path):
 def test_sighup_closes_and_moves(nsqd, topic, tmp_path):
     out, work = tmp_path / "out", tmp_path / "work"
     p = start(["-t", topic, "--nsqd-tcp-address", nsqd.tcp_address, "--output-dir", str(out),
-               "--work-dir", str(work), "--sync-interval", "0.2s"])
+               "--work-dir", str(work), "--sync-interval", "0.2s", *STEADY_NAME])
     try:
         publish(nsqd, topic, numbered(10))
         wait_for(lambda: drained(nsqd, topic, total=10), what="drained")
