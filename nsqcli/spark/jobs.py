@@ -19,12 +19,18 @@ def archive_selection(spark, archives, since=None, until=None, where=None, from_
 
 
 def counts_by_topic_and_hour(df) -> list[tuple]:
-    """[(topic, hour datetime or None, count)] sorted: replay --dry-run."""
+    """[(topic, UTC hour or None, count)] sorted: replay --dry-run. The hour is an aware datetime
+    in UTC, cut on the epoch: a timestamp pyspark collects comes back in the collecting
+    machine's local time, and date_trunc cuts in the session's time zone (a half-hour zone's
+    hours are not UTC's), so neither is used."""
+    import datetime as dt
+
     from pyspark.sql import functions as F
 
-    rows = (df.groupBy("topic", F.date_trunc("hour", F.coalesce("timestamp", "hour")).alias("h"))
-            .count().orderBy("topic", "h").collect())
-    return [(r["topic"], r["h"], r["count"]) for r in rows]
+    hour = F.expr("unix_micros(coalesce(timestamp, hour)) div 3600000000")
+    rows = df.groupBy("topic", hour.alias("h")).count().orderBy("topic", "h").collect()
+    return [(r["topic"], None if r["h"] is None else dt.datetime.fromtimestamp(r["h"] * 3600, dt.timezone.utc),
+             r["count"]) for r in rows]
 
 
 def publish(df, options: dict, rate: float | None = None) -> list[dict]:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from tests.support.helpers import NSQCLI, clean_env, one_error_line, wait_for
-from tests.cli.test_to_file import StderrLog, drained, numbered, publish, read_records, start, stop
+from tests.cli.test_to_file import STEADY_NAME, StderrLog, drained, numbered, publish, read_records, start, stop
 
 from nsqcli.cli import archiving
 from nsqcli.client.config import Config, TLSConfig
@@ -27,7 +27,7 @@ def environ_of(pid: int) -> dict[str, str]:
 def test_to_file_continues_in_the_same_process_with_the_same_command_line(nsqd, topic, tmp_path):
     out = tmp_path / "out"
     args = ["-t", topic, "--nsqd-tcp-address", nsqd.tcp_address, "--output-dir", str(out), "--gzip",
-            "--sync-interval", "0.2s", "--json"]
+            "--sync-interval", "0.2s", "--json", *STEADY_NAME]  # files_closed == 1: no hour may turn
     p = start(args)
     log = StderrLog(p)
     try:

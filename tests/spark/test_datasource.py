@@ -209,8 +209,9 @@ def test_read_archive_written_by_to_file(spark, nsqd, topic, tmp_path, fmt):
     rows = read_archive(spark, str(out)).collect()
     assert sorted(r.body for r in rows) == sorted(bodies)
     assert {r.topic for r in rows} == {topic} and {r.host for r in rows} == {"box-7"}
-    hours = {r.hour.replace(tzinfo=None) for r in rows}
     import datetime as dt
+    # pyspark collects a timestamp as a naive datetime in this machine's local time
+    hours = {r.hour.astimezone(dt.timezone.utc).replace(tzinfo=None) for r in rows}
     first = dt.datetime.fromtimestamp(t0, dt.timezone.utc).replace(minute=0, second=0, microsecond=0, tzinfo=None)
     last = dt.datetime.fromtimestamp(t1, dt.timezone.utc).replace(minute=0, second=0, microsecond=0, tzinfo=None)
     assert hours <= {first, last}, hours
@@ -242,4 +243,5 @@ def test_read_archive_stream_follows_new_files(spark, tmp_path):
     q.awaitTermination(120)
     rows = spark.read.parquet(str(sink)).collect()
     assert sorted(r.body for r in rows) == [b"one", b"three", b"two"]  # each file read once
-    assert {r.hour.hour for r in rows} == {8, 9}
+    import datetime as dt
+    assert {r.hour.astimezone(dt.timezone.utc).hour for r in rows} == {8, 9}  # collected in local time

@@ -77,15 +77,29 @@ def test_replay_selects_exactly_by_time_where_and_topic(archive, nsqd, topic):
     assert topic_stats(nsqd, topic)["message_count"] == len(expected) + 30
 
 
-def test_replay_dry_run_counts_by_topic_and_hour_publishes_nothing(archive, nsqd, topic):
-    path, _ = archive
-    r = nsqcli(["replay", str(path), "-t", topic, "--nsqd-tcp-address", nsqd.tcp_address, *SPARK, "--dry-run"])
+def test_replay_dry_run_counts_by_topic_and_hour_publishes_nothing(archive, nsqd, topic, monkeypatch):
+    import datetime as dt
+
+    path, boundary = archive
+    # on a machine in a half-hour zone: the hours said are still UTC's (pyspark collects a
+    # timestamp in local time: 15:00Z came out as "20:00")
+    monkeypatch.setenv("TZ", "Asia/Kolkata")
+    time.tzset()
+    try:
+        r = nsqcli(["replay", str(path), "-t", topic, "--nsqd-tcp-address", nsqd.tcp_address, *SPARK, "--dry-run"])
+    finally:
+        monkeypatch.undo()
+        time.tzset()
     assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[0].split() == ["TOPIC", "HOUR", "(UTC)", "MESSAGES"]
     rows = [line.split() for line in r.stdout.strip().splitlines()[1:]]
     counts: dict = {}
     for row in rows:
         counts[row[0]] = counts.get(row[0], 0) + int(row[-1])
     assert counts == {"ev_a": 40, "ev_b": 20}
+    # the archive was written within a few seconds of the boundary
+    hours = {dt.datetime.fromtimestamp(boundary + d, dt.timezone.utc).strftime("%Y-%m-%d %H:00") for d in (-10, 10)}
+    assert {f"{row[1]} {row[2]}" for row in rows} <= hours, (rows, hours)
     assert "dry run: 60 messages would be published" in r.stderr
     assert topic_stats(nsqd, topic) is None
 
