@@ -148,3 +148,57 @@ def test_processes_started_with_sigint_ignored_keep_ignoring_it(nsqd, topic):
             os.killpg(p.pid, signal.SIGKILL)
             p.communicate()
     assert p.returncode == 0 and b"Pub:" in out and b"Sub:" in out, (out, err)
+
+
+def _children(pid: int) -> list[int]:
+    """The live processes whose parent is ``pid`` (from /proc)."""
+    import os
+
+    kids = []
+    for d in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            st = open(f"/proc/{d}/stat").read()
+        except OSError:
+            continue
+        state, ppid = st[st.rfind(")") + 2:].split()[:2]
+        if int(ppid) == pid and state != "Z":
+            kids.append(int(d))
+    return kids
+
+
+def _alive(pid: int) -> bool:
+    try:
+        st = open(f"/proc/{pid}/stat").read()
+    except OSError:
+        return False
+    return st[st.rfind(")") + 2:].split()[0] != "Z"  # a zombie (not reaped by pid 1 here) has ended
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGKILL"])
+def test_processes_end_with_the_bench_signalled_alone(nsqd, topic, sig):
+    """`kill PID` or kill -9 of the bench alone (not its process group, as a supervisor or a
+    script's `kill $!` does): its --processes clients end with it, where they went on publishing
+    until their --duration."""
+    import os
+    import signal
+    import subprocess
+
+    from tests.support.helpers import NSQCLI, clean_env
+
+    p = subprocess.Popen(NSQCLI + ["bench", "pubsub", topic, "--processes", "--publishers", "2", "--consumers", "1",
+                                   "--duration", "60s", "--nsqd-tcp-address", nsqd.tcp_address],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=clean_env(), start_new_session=True)
+    kids: list[int] = []
+    try:
+        wait_for(lambda: (topic_stats(nsqd, topic) or {}).get("message_count", 0) > 0, 20, what="messages")
+        kids = _children(p.pid)
+        assert len(kids) == 3, kids
+        p.send_signal(getattr(signal, sig))
+        p.wait(30)
+        wait_for(lambda: not any(map(_alive, kids)), 5, what="every client ended with the bench")
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+        for k in filter(_alive, kids):
+            os.kill(k, signal.SIGKILL)

@@ -146,11 +146,16 @@ def _quiet_children() -> None:
     """--processes: a forked client takes SIGINT/SIGTERM as the default does (ends, silently)
     unless this process ignores it (a background job's SIGINT stays ignored), not with nsqcli's
     handlers (each client would say "interrupted" as Ctrl-C, or the exit, ends it). Set in the
-    child as it is forked (os.register_at_fork): no moment where the parent's handler is its."""
+    child as it is forked (os.register_at_fork): no moment where the parent's handler is its.
+    On Linux a client also ends with the bench, however the bench ends: `kill PID` or kill -9
+    of the bench alone (not its process group) left its clients publishing."""
     global _quieted
     if _quieted:
         return
     _quieted = True
+    import os
+
+    parent = os.getpid()
 
     def reset():
         import signal
@@ -158,10 +163,28 @@ def _quiet_children() -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             if signal.getsignal(sig) is not signal.SIG_IGN:
                 signal.signal(sig, signal.SIG_DFL)
-
-    import os
+        _end_with(parent)
 
     os.register_at_fork(after_in_child=reset)
+
+
+def _end_with(parent: int) -> None:
+    """(in a forked client) SIGKILL when the process that forked it ends (PR_SET_PDEATHSIG; the
+    clients are forked by the main thread, whose end is the process's). Ended at once when the
+    parent is already gone. A client has nothing to save: its counts went to the parent."""
+    import os
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # it ended before the line above
+        os._exit(1)
 
 
 class _Late:
