@@ -8,7 +8,7 @@ PYTEST_ARGS ?= --durations=25  # where CI time goes: the 25 slowest tests of eac
 # were 2-3x slower and hit the timeout. scripts/test-passes runs the passes two at a time.
 XDIST ?= -n 4 --dist loadgroup
 SPARK_XDIST ?= -n 3 --dist loadgroup
-LTS_XDIST ?= -n 3 --dist loadgroup
+LTS_XDIST ?= -n 2 --dist loadgroup
 # `make test` runs the whole suite on NSQ v1.3.0 (.nsq/bin), then the tests that exercise the
 # server - client core, pub/mpub/tail, to-file, admin, TLS/AUTH - again on each older release
 # here (built into .nsq/versions/VERSION/bin). `make test COMPAT_VERSIONS=` runs the first pass

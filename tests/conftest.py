@@ -130,19 +130,16 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("spark") is not None:
             # under pytest-xdist (make test's Spark passes: --dist loadgroup) the Spark tests run
-            # in groups of whole files, a worker each. "spark-own-jvms" and "spark-tables": no
-            # SparkSession of the tests; the spark commands, and the tables, run in that process,
-            # sharing a JVM (tests/support/spark_runs.py). "spark-servers": the standalone cluster
-            # (its drivers run in that process as well) and the Connect server (its clients are
-            # processes of their own). "spark-session": the tests on the session's local[2,3].
-            # The Spark pass (pyspark 4.3, where the tables are refused before any JVM): 274 s,
-            # 0.1 s, 208 s and 244 s (--durations=0, alone, -n 3). The spark_lts pass (no
-            # servers' tests; the tables written for real) has a worker for each of the other
-            # three: with the tables among the commands, that worker's 320 s were the pass.
+            # in groups of whole files, a worker each. "spark-own-jvms": no SparkSession of the
+            # tests; the spark commands and tables run in that process, sharing a JVM
+            # (tests/support/spark_runs.py). "spark-servers": the standalone cluster (its drivers
+            # run in that process as well) and the Connect server (its clients are processes of
+            # their own). "spark-session": the tests on the session's local[2,3]. Their tests take
+            # 229 s, 170 s and 215 s (--durations=0, the Spark pass alone, -n 2); the spark_lts
+            # pass has no servers' tests.
             name = item.path.name
             group = ("spark-servers" if name in ("test_cluster.py", "test_connect.py")
-                     else "spark-own-jvms" if name == "test_spark_commands.py"
-                     else "spark-tables" if name == "test_tables.py"
+                     else "spark-own-jvms" if name in ("test_spark_commands.py", "test_tables.py")
                      else "spark-session")
             item.add_marker(pytest.mark.xdist_group(group))
     for item in items:
