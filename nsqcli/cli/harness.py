@@ -230,22 +230,7 @@ class Harness:
         from .signals import GracefulStop
 
         job, s = self.job, self.s
-        if s.log_format in ("text", "json") and self.app.logger is None:
-            from ..daemon.logs import setup
-            from .app import write_stderr
-
-            self.app.logger = setup(job.name, s.log_level, s.log_format, write=write_stderr)
-            if s.log_format == "json":  # the exit's line (error, interrupted) a JSON record too
-                from . import app as app_module
-
-                app_module.json_exit_log = self.app.logger
-        elif s.log_format == "plain" and self.app.logger is None:  # --log-level on 'nsqcli: ...' lines
-            if s.log_level == "debug":
-                self.app.verbosity = max(self.app.verbosity, 1)
-            if s.log_level in ("warn", "error"):
-                self.app.info = lambda *a, **k: None
-            if s.log_level == "error":
-                self.app.warn = lambda *a, **k: None
+        self._setup_logs()
         self._open_outputs()  # a metrics port in use fails before anything connects
         import signal
 
@@ -287,6 +272,29 @@ class Harness:
                 self._close_outputs()
         job.finish(time.monotonic() - job.started, expired, s, self.app)
         return 0
+
+    def _setup_logs(self) -> None:
+        """--log-format text/json: the daemon's logger (and the exit's line as a JSON record);
+        plain: --log-level on the 'nsqcli: ...' lines."""
+        s = self.s
+        if self.app.logger is not None:
+            return
+        if s.log_format in ("text", "json"):
+            from ..daemon.logs import setup
+            from .app import write_stderr
+
+            self.app.logger = setup(self.job.name, s.log_level, s.log_format, write=write_stderr)
+            if s.log_format == "json":  # the exit's line (error, interrupted) a JSON record too
+                from . import app as app_module
+
+                app_module.json_exit_log = self.app.logger
+        elif s.log_format == "plain":
+            if s.log_level == "debug":
+                self.app.verbosity = max(self.app.verbosity, 1)
+            if s.log_level in ("warn", "error"):
+                self.app.info = lambda *a, **k: None
+            if s.log_level == "error":
+                self.app.warn = lambda *a, **k: None
 
     def _start(self, stopper) -> None:
         """job.start() on a thread of its own (nsqcli.cli.signals says why: a signal must never
