@@ -110,6 +110,7 @@ def two_free_ports() -> int:
     pytest.skip("no two adjacent free ports")
 
 
+@pytest.mark.nsq_server
 def test_an_nsqd_down_at_the_first_look_is_found_when_back(tmp_path, topic):
     """HTTP on TCP port + 1 confirmed by /info (no nsqlookupd); a node down at the first poll
     gives an error then, and rows once it is up (looked for again after RETRY)."""
