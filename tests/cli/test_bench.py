@@ -202,3 +202,30 @@ def test_processes_end_with_the_bench_signalled_alone(nsqd, topic, sig):
             p.wait()
         for k in filter(_alive, kids):
             os.kill(k, signal.SIGKILL)
+
+
+def test_only_the_clients_bench_forks_are_made_clients():
+    """The fork hook acts on bench's own client forks only (review): in a process embedding
+    nsqcli, a fork of its own keeps its signal handlers, and a child that then runs a bench
+    gets working clients (the hook had kept the first parent's pid: each client exited 1)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import multiprocessing as mp, os, signal
+        from nsqcli.cli.commands import bench
+        signal.signal(signal.SIGTERM, lambda *a: None)
+        bench._quiet_children()
+        pid = os.fork()
+        if pid == 0:  # the embedding program's own fork
+            kept = signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, signal.SIG_IGN)
+            client = mp.get_context("fork").Process(target=print, args=("client ran",))
+            bench._start([client], "pub", 0, None, bench._Late("pub", None))  # as the bench starts its clients
+            client.join()
+            print("kept" if kept else "reset", client.exitcode, flush=True)
+            os._exit(0)
+        os.waitpid(pid, 0)
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.split("\n")[:2] == ["client ran", "kept 0"], (r.stdout, r.stderr)

@@ -140,6 +140,7 @@ def _check_amount(size: int, count, duration):
 
 
 _quieted = False
+_clients_of: int | None = None  # the pid forking bench clients at this moment, else None
 
 
 def _quiet_children() -> None:
@@ -148,24 +149,42 @@ def _quiet_children() -> None:
     handlers (each client would say "interrupted" as Ctrl-C, or the exit, ends it). Set in the
     child as it is forked (os.register_at_fork): no moment where the parent's handler is its.
     On Linux a client also ends with the bench, however the bench ends: `kill PID` or kill -9
-    of the bench alone (not its process group) left its clients publishing."""
+    of the bench alone (not its process group) left its clients publishing. The hook acts on
+    the forks :func:`_launch` makes only (a process embedding nsqcli forks for its own ends)."""
     global _quieted
     if _quieted:
         return
     _quieted = True
     import os
 
-    parent = os.getpid()
+    os.register_at_fork(after_in_child=_as_client)
 
-    def reset():
-        import signal
 
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            if signal.getsignal(sig) is not signal.SIG_IGN:
-                signal.signal(sig, signal.SIG_DFL)
-        _end_with(parent)
+def _launch(worker) -> None:
+    """``worker.start()``: a process client is forked as a client (see :func:`_as_client`)."""
+    global _clients_of
+    import os
 
-    os.register_at_fork(after_in_child=reset)
+    _clients_of = os.getpid()
+    try:
+        worker.start()
+    finally:
+        _clients_of = None
+
+
+def _as_client() -> None:
+    """(the fork hook, in every child) Only in a client :func:`_launch` forked: the default
+    SIGINT/SIGTERM, and the end with its parent. The child's own forks are not clients."""
+    global _clients_of
+    parent, _clients_of = _clients_of, None
+    if parent is None:
+        return
+    import signal
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            signal.signal(sig, signal.SIG_DFL)
+    _end_with(parent)
 
 
 def _end_with(parent: int) -> None:
@@ -205,16 +224,16 @@ def _start(workers: list, mode: str, consumers: int, ready, late: _Late) -> None
     if mode == "pubsub":
         # consumers first: the channel exists before the first message, so none is a backlog
         for w in workers[:consumers]:
-            w.start()
+            _launch(w)
         deadline = time.monotonic() + 15
         while ready.value < consumers and time.monotonic() < deadline and any(w.is_alive() for w in workers):
             late.check()
             time.sleep(0.01)
         for w in workers[consumers:]:
-            w.start()
+            _launch(w)
     else:
         for w in workers:
-            w.start()
+            _launch(w)
 
 
 def _collect(workers: list, out, expected: int, stop, bar, late: _Late) -> list:
