@@ -46,7 +46,8 @@ _cds = Path(sys.prefix) / "spark-cds.jsa"
 _jvm = " ".join(filter(None, ("-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
                               f"-XX:SharedArchiveFile={_cds}" if _cds.exists() else "",
                               "-Xlog:disable -Xlog:all=error:stderr")))
-os.environ["SPARK_SUBMIT_OPTS"] = " ".join(filter(None, (os.environ.get("SPARK_SUBMIT_OPTS"), _jvm)))
+if _jvm not in os.environ.get("SPARK_SUBMIT_OPTS", ""):  # an xdist worker has the controller's already
+    os.environ["SPARK_SUBMIT_OPTS"] = " ".join(filter(None, (os.environ.get("SPARK_SUBMIT_OPTS"), _jvm)))
 # ...and reads the tests' own spark-defaults.conf (a developer's SPARK_CONF_DIR must not steer the
 # tests either): the executors of the standalone-cluster tests start as the drivers do (their CPU
 # there -12%), and Delta's log replay, 2 stages of 50 tasks by default, runs 2 tasks a stage (a

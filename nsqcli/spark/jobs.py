@@ -27,7 +27,8 @@ def counts_by_topic_and_hour(df) -> list[tuple]:
 
     from pyspark.sql import functions as F
 
-    hour = F.expr("unix_micros(coalesce(timestamp, hour)) div 3600000000")
+    micros = "unix_micros(coalesce(timestamp, hour))"  # div truncates toward 0: floored by hand (pre-1970)
+    hour = F.expr(f"({micros} - pmod({micros}, 3600000000)) div 3600000000")
     rows = df.groupBy("topic", hour.alias("h")).count().orderBy("topic", "h").collect()
     return [(r["topic"], None if r["h"] is None else dt.datetime.fromtimestamp(r["h"] * 3600, dt.timezone.utc),
              r["count"]) for r in rows]

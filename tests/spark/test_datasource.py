@@ -245,3 +245,26 @@ def test_read_archive_stream_follows_new_files(spark, tmp_path):
     assert sorted(r.body for r in rows) == [b"one", b"three", b"two"]  # each file read once
     import datetime as dt
     assert {r.hour.astimezone(dt.timezone.utc).hour for r in rows} == {8, 9}  # collected in local time
+
+
+def test_dry_run_hours_are_utc_hours_floored_also_before_1970(spark):
+    """replay --dry-run's counts (nsqcli.spark.jobs): an envelope's timestamp, else the file
+    name's hour, floored to its UTC hour - also before 1970, where a division truncating toward
+    zero gave the next hour (review)."""
+    import datetime as dt
+
+    from pyspark.sql.types import StringType, StructField, StructType, TimestampType
+
+    from nsqcli.spark.jobs import counts_by_topic_and_hour
+
+    def utc(*a):
+        return dt.datetime(*a, tzinfo=dt.timezone.utc)
+
+    rows = [("t", utc(1969, 12, 31, 23, 30), None), ("t", utc(1969, 12, 31, 22, 59, 59), None),
+            ("t", utc(1960, 6, 1, 5, 10), None), ("t", utc(2026, 11, 22, 9, 59, 59, 999999), None),
+            ("t", utc(2026, 11, 22, 9), None), ("t", None, utc(2026, 11, 22, 10)), ("u", None, None)]
+    schema = StructType([StructField("topic", StringType()), StructField("timestamp", TimestampType()),
+                         StructField("hour", TimestampType())])
+    got = counts_by_topic_and_hour(spark.createDataFrame(rows, schema))
+    assert got == [("t", utc(1960, 6, 1, 5), 1), ("t", utc(1969, 12, 31, 22), 1), ("t", utc(1969, 12, 31, 23), 1),
+                   ("t", utc(2026, 11, 22, 9), 2), ("t", utc(2026, 11, 22, 10), 1), ("u", None, 1)]
