@@ -126,6 +126,16 @@ def test_tail_closed_pipe_exits_quietly(nsqd, env, topic):
     wait_for(lambda: channel_stats(nsqd, topic, "c")["in_flight_count"] == 0, what="nothing left in flight")
 
 
+def test_tail_ends_when_its_reader_goes_with_everything_already_written(nsqd, env, topic):
+    """`tail | (sleep 1; head -n 3)`: every message is in the pipe before head reads, so no
+    write ever fails with EPIPE; tail still ends (its stdout's reader gone, as GNU tail -f sees
+    it) instead of waiting for a next message for ever (CI: a 30 s hang when head came late)."""
+    http_post(nsqd.http_address, "/mpub", b"\n".join(b"line%d" % i for i in range(5)), topic=topic)
+    r = subprocess.run(["bash", "-c", "set -o pipefail; " + " ".join(NSQCLI) + f" -q tail -t {topic} -c c | "
+                        "(sleep 1; head -n 3)"], capture_output=True, env={**os.environ, **env}, timeout=20)
+    assert r.stdout == b"line0\nline1\nline2\n" and r.stderr == b"" and r.returncode == 0
+
+
 def test_tail_connection_refused(topic):
     r = run(["tail", "-t", topic, "--nsqd-tcp-address", "127.0.0.1:1", "-n", "1"])
     assert r.returncode == 1 and r.stderr == b"nsqcli: error: 127.0.0.1:1: cannot connect: Connection refused\n"

@@ -19,6 +19,32 @@ from ...filters import WHERE_HELP
 from ...records import FORMAT_HELP
 
 
+def watches_reader(fd: int) -> bool:
+    """stdout is a pipe or a socket: one whose reader can go away (`| head`)."""
+    import os
+    import stat
+
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+
+
+def reader_gone(fd: int) -> bool:
+    """The reader of pipe/socket ``fd`` has closed it (POLLERR/POLLHUP on our end, as GNU
+    `tail -f` checks). Without this, `tail | head -n 3` whose every message was already in the
+    pipe when head exited got no EPIPE and waited for a next message for ever."""
+    import select
+
+    try:
+        p = select.poll()
+        p.register(fd, 0)  # no event asked for: only the error ones are reported
+        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in p.poll(0))
+    except (OSError, ValueError):
+        return False
+
+
 class Sink:
     """Writes formatted records to stdout for every consumer; counts toward -n across topics.
     A batch is written and flushed before its messages are FINed (auto-response).
@@ -55,6 +81,17 @@ class Sink:
     def _stop_taking(self) -> None:
         if self.on_done is not None:
             self.on_done()
+
+    def reader_gone(self) -> None:
+        """stdout's reader went away while nothing was being written (see :func:`reader_gone`):
+        the end an EPIPE would have been at the next write."""
+        import errno
+
+        with self.lock:
+            if self.error is None:
+                self.error = BrokenPipeError(errno.EPIPE, "the reader of stdout is gone")
+            self.done.set()
+            self._stop_taking()
 
     def __call__(self, msgs: list) -> None:
         with self.lock:
@@ -344,6 +381,11 @@ class Tail(Job):
         self._taking = True  # False once -n is done: every consumer at RDY 0
         self._said_waiting = False
         self._next_touch = 0.0  # peek: when what it holds is TOUCHed next
+        try:  # stdout a pipe or socket: looked at every tick for its reader gone
+            fd = sink.out.fileno()
+            self._watch_reader = fd if watches_reader(fd) else None
+        except (AttributeError, OSError, ValueError):  # in-process (CliRunner): no descriptor
+            self._watch_reader = None
         self.discovery = None  # --topic-pattern: (pattern, refresh, checks)
         self._lock = threading.Lock()
         self._finder: threading.Thread | None = None
@@ -457,6 +499,9 @@ class Tail(Job):
             self._finder.start()
 
     def tick(self, now: float) -> None:
+        if self._watch_reader is not None and reader_gone(self._watch_reader):  # `| head` has gone: the end
+            self.sink.reader_gone()
+            return
         if self.sink.holds() and now >= self._next_touch:  # peek: TOUCH what it holds
             timeouts = [t for c in self.consumers() for t in c.msg_timeouts()]
             self._next_touch = now + max(0.5, min([20.0] + [t / 3 for t in timeouts]))
