@@ -136,6 +136,34 @@ def test_tail_ends_when_its_reader_goes_with_everything_already_written(nsqd, en
     assert r.stdout == b"line0\nline1\nline2\n" and r.stderr == b"" and r.returncode == 0
 
 
+def test_a_socket_stdout_that_fails_is_an_error_not_a_reader_gone(nsqd, env, topic):
+    """Only a pipe is watched for its reader gone (review: a socket's POLLERR is a real error):
+    stdout a UDP socket to a port nobody listens on - the first write's ICMP refusal fails the
+    second write, which is said (exit 1), never taken for `| head` going (a silent 0)."""
+    import socket
+
+    from nsqcli.sandbox import free_port
+
+    out = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    out.connect(("127.0.0.1", free_port()))
+    p = subprocess.Popen(NSQCLI + ["-q", "tail", "-t", topic, "-c", "c"], stdout=out.fileno(), stderr=subprocess.PIPE,
+                         env={**os.environ, **env})
+    out.close()
+    try:
+        http_post(nsqd.http_address, "/pub", b"first", topic=topic)
+        wait_for(lambda: (channel_stats(nsqd, topic, "c") or {}).get("message_count") == 1
+                 and channel_stats(nsqd, topic, "c")["in_flight_count"] == 0, what="the first written and FINed")
+        time.sleep(0.5)  # the refusal has come back; tail has looked at its stdout a few times
+        assert p.poll() is None, p.stderr.read()
+        http_post(nsqd.http_address, "/pub", b"second", topic=topic)
+        _, err = p.communicate(timeout=20)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    assert p.returncode == 1 and b"cannot write to stdout: Connection refused" in err, err
+
+
 def test_tail_connection_refused(topic):
     r = run(["tail", "-t", topic, "--nsqd-tcp-address", "127.0.0.1:1", "-n", "1"])
     assert r.returncode == 1 and r.stderr == b"nsqcli: error: 127.0.0.1:1: cannot connect: Connection refused\n"

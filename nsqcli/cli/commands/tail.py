@@ -20,21 +20,23 @@ from ...records import FORMAT_HELP
 
 
 def watches_reader(fd: int) -> bool:
-    """stdout is a pipe or a socket: one whose reader can go away (`| head`)."""
+    """stdout is a pipe or FIFO (`| head`), the one kind GNU `tail -f` watches too. Not a
+    socket: its POLLERR is as often a real error (a reset, an ICMP refusal), said at the next
+    write as it always was, and a closed TCP peer gives no POLLHUP anyway."""
     import os
     import stat
 
     try:
-        mode = os.fstat(fd).st_mode
+        return stat.S_ISFIFO(os.fstat(fd).st_mode)
     except OSError:
         return False
-    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
 
 
 def reader_gone(fd: int) -> bool:
-    """The reader of pipe/socket ``fd`` has closed it (POLLERR/POLLHUP on our end, as GNU
-    `tail -f` checks). Without this, `tail | head -n 3` whose every message was already in the
-    pipe when head exited got no EPIPE and waited for a next message for ever."""
+    """No reader is left on pipe ``fd`` (POLLERR on the write end; Linux gives a pipe's writer
+    nothing else). Without this, `tail | head -n 3` whose every message was already in the pipe
+    when head exited got no EPIPE and waited for a next message for ever. As with GNU `tail -f`,
+    a FIFO whose reader closes and opens it again ends tail if a look falls between the two."""
     import select
 
     try:
@@ -381,7 +383,7 @@ class Tail(Job):
         self._taking = True  # False once -n is done: every consumer at RDY 0
         self._said_waiting = False
         self._next_touch = 0.0  # peek: when what it holds is TOUCHed next
-        try:  # stdout a pipe or socket: looked at every tick for its reader gone
+        try:  # stdout a pipe: looked at every tick for its reader gone
             fd = sink.out.fileno()
             self._watch_reader = fd if watches_reader(fd) else None
         except (AttributeError, OSError, ValueError):  # in-process (CliRunner): no descriptor
