@@ -72,12 +72,19 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
+def die_with_parent(sig: int = signal.SIGTERM) -> bool:
+    """(Linux, in a child) ``sig`` when the thread that forked this process ends
+    (PR_SET_PDEATHSIG). False where that cannot be asked."""
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
+        libc.prctl(1, sig)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return False
+    return True
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    die_with_parent(signal.SIGTERM)
 
 
 def _ping(url: str, timeout: float = 0.5) -> bool:

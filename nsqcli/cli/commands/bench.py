@@ -157,6 +157,8 @@ def _quiet_children() -> None:
     _quieted = True
     import os
 
+    from ... import sandbox  # noqa: F401 - the clients' _end_with finds it imported
+
     os.register_at_fork(after_in_child=_as_client)
 
 
@@ -192,17 +194,14 @@ def _end_with(parent: int) -> None:
     clients are forked by the main thread, whose end is the process's). Ended at once when the
     parent is already gone. A client has nothing to save: its counts went to the parent."""
     import os
+    import signal
     import sys
 
     if not sys.platform.startswith("linux"):
         return
-    import ctypes
+    from ...sandbox import die_with_parent  # imported by _quiet_children, before the forks
 
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
-    except (OSError, AttributeError):
-        return
-    if os.getppid() != parent:  # it ended before the line above
+    if die_with_parent(signal.SIGKILL) and os.getppid() != parent:  # it ended before the ask
         os._exit(1)
 
 
