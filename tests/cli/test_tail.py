@@ -18,6 +18,7 @@ from tests.support.helpers import (
     http_post,
     one_error_line,
     run_nsqcli,
+    shell,
     topic_stats,
     wait_for,
 )
@@ -120,8 +121,8 @@ def test_tail_default_channel_is_ephemeral(nsqd, env, topic):
 
 def test_tail_closed_pipe_exits_quietly(nsqd, env, topic):
     http_post(nsqd.http_address, "/mpub", b"\n".join(b"line%d" % i for i in range(2000)), topic=topic)
-    r = subprocess.run(["bash", "-c", "set -o pipefail; " + " ".join(NSQCLI) + f" -q tail -t {topic} -c c | head -n 3"],
-                       capture_output=True, env={**os.environ, **env}, timeout=30)
+    r = shell("set -o pipefail; " + " ".join(NSQCLI) + f" -q tail -t {topic} -c c | head -n 3", 30,
+              env={**os.environ, **env})
     assert r.stdout == b"line0\nline1\nline2\n" and r.stderr == b"" and r.returncode == 0
     wait_for(lambda: channel_stats(nsqd, topic, "c")["in_flight_count"] == 0, what="nothing left in flight")
 
@@ -131,8 +132,8 @@ def test_tail_ends_when_its_reader_goes_with_everything_already_written(nsqd, en
     write ever fails with EPIPE; tail still ends (its stdout's reader gone, as GNU tail -f sees
     it) instead of waiting for a next message for ever (CI: a 30 s hang when head came late)."""
     http_post(nsqd.http_address, "/mpub", b"\n".join(b"line%d" % i for i in range(5)), topic=topic)
-    r = subprocess.run(["bash", "-c", "set -o pipefail; " + " ".join(NSQCLI) + f" -q tail -t {topic} -c c | "
-                        "(sleep 1; head -n 3)"], capture_output=True, env={**os.environ, **env}, timeout=20)
+    r = shell("set -o pipefail; " + " ".join(NSQCLI) + f" -q tail -t {topic} -c c | (sleep 1; head -n 3)", 20,
+              env={**os.environ, **env})
     assert r.stdout == b"line0\nline1\nline2\n" and r.stderr == b"" and r.returncode == 0
 
 

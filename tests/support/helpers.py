@@ -121,6 +121,23 @@ def run_nsqcli(args, env_addr=None, input=None, timeout=30, **kw):
                           env=clean_env(env_addr), **kw)
 
 
+def shell(script: str, timeout: float, **kw) -> subprocess.CompletedProcess:
+    """``bash -c script`` to completion, stdout and stderr captured, in a session of its own:
+    when ``timeout`` passes, every process of the pipeline is killed (subprocess.run's timeout
+    kills bash alone, and left a hung `nsqcli tail | head`'s tail running for good)."""
+    import signal
+
+    p = subprocess.Popen(["bash", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         start_new_session=True, **kw)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
+        raise
+    return subprocess.CompletedProcess(p.args, p.returncode, out, err)
+
+
 def one_error_line(r, code: int, pattern: str) -> str:
     err = r.stderr.decode()
     assert r.returncode == code, (r.returncode, err)
