@@ -24,26 +24,47 @@ from .clock import STARTED  # noqa: F401 - first: `--timeout` counts from proces
 
 
 def _early_exit(signum, frame):
-    name = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM"}.get(signum, str(signum))
+    name = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP"}.get(signum, str(signum))
     try:
         os.write(2, f"nsqcli: interrupted ({name})\n".encode())
     finally:
         os._exit(128 + signum)
 
 
-def install_early_signals() -> None:
-    """SIGINT/SIGTERM exit at once with the documented code (130 / 143) and one line, instead
-    of a KeyboardInterrupt traceback or a bare death by signal, until a command installs its own
-    handling (a clean stop, nsqcli.cli.app). A signal a parent made us ignore stays ignored;
-    the two are unblocked in case a parent blocked them across exec."""
-    for sig in (signal.SIGINT, signal.SIGTERM):
+def install_early_signals(argv: list[str]) -> None:
+    """SIGINT/SIGTERM/SIGHUP exit at once with the documented code (130 / 143 / 129) and one
+    line, instead of a KeyboardInterrupt traceback or a bare death by signal, until a command
+    installs its own handling (a clean stop, nsqcli.cli.app). A signal a parent made us ignore
+    (``nohup``) stays ignored; the signals are unblocked in case a parent blocked them across exec.
+
+    Except SIGHUP for `to-file`, which means "close and move the files", never "stop": it is
+    held blocked until the archive's own handler is in place (nsqcli.cli.archiving), as across
+    a hand-off's exec. (It was left to its default, so a logrotate's `killall -HUP nsqcli` in the
+    first ~0.15 s of a to-file ended it, saying nothing.)"""
+    hup_held = _command(argv) == "to-file"
+    if hup_held:  # before the handlers: a test sees those in /proc/PID/status and sends SIGHUP
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+    stops = (signal.SIGINT, signal.SIGTERM) + (() if hup_held else (signal.SIGHUP,))
+    for sig in stops:
         if signal.getsignal(sig) is not signal.SIG_IGN:
             signal.signal(sig, _early_exit)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, set(stops))
+
+
+def _command(argv: list[str]) -> str | None:
+    """The subcommand of a command line: its first word that is not an option of the group
+    (--context NAME is the group's only option with a value)."""
+    it = iter(argv)
+    for word in it:
+        if word == "--context":
+            next(it, None)
+        elif not word.startswith("-"):
+            return word
+    return None
 
 
 def main() -> None:
-    install_early_signals()  # first thing, before click, rich and the client core
+    install_early_signals(sys.argv[1:])  # first thing, before click, rich and the client core
     from .stdio import repair_closed_streams
 
     repair_closed_streams()  # `<&-`, `>&-`, `2>&-`: the same on the fast path as through click

@@ -12,18 +12,19 @@ from tests.support.helpers import NSQCLI, clean_env
 
 # -- signals at start-up, warnings that repeat, whole lines on stderr ---------------------------------
 def _block_stop_signals():
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
 
 
 def test_a_signal_in_the_first_moments_exits_cleanly(nsqd, topic):
-    """SIGTERM/SIGINT at any moment of start-up (0-150 ms: while Python starts, while click and the
-    client core are imported, while tail connects): no traceback, a documented exit code. The
-    signals are blocked across exec (as a supervisor may leave them), so every delay lands on
+    """SIGTERM/SIGINT/SIGHUP at any moment of start-up (0-150 ms: while Python starts, while click
+    and the client core are imported, while tail connects): no traceback, a documented exit code.
+    The signals are blocked across exec (as a supervisor may leave them), so every delay lands on
     nsqcli's own code whatever the machine's speed: nsqcli installs its handling first thing, then
-    unblocks them (before the fix the signals stayed pending and tail ran on)."""
-    delays = [0, 0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.07, 0.1, 0.15]
+    unblocks them (before the fix the signals stayed pending and tail ran on; SIGHUP stayed
+    pending until the fix of the session after)."""
+    delays = [0, 0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.07, 0.1, 0.15, 0.004, 0.04]
     for i, delay in enumerate(delays):
-        sig = (signal.SIGTERM, signal.SIGINT)[i % 2]
+        sig = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)[i % 3]
         p = subprocess.Popen(NSQCLI + ["tail", topic, "-c", "early#ephemeral", "--nsqd-tcp-address", nsqd.tcp_address],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=clean_env(),
                              preexec_fn=_block_stop_signals)

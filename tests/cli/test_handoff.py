@@ -200,3 +200,44 @@ def test_a_signal_right_after_the_exec_waits_for_the_new_images_handlers(nsqd, t
     rc, out, err = stop(p, sig=0)
     assert rc == code, (rc, err)
     assert err.decode().splitlines()[-1].startswith("nsqcli: interrupted"), err
+
+
+def test_sighup_at_any_moment_of_start_up_is_held_for_the_archive_never_fatal(nsqd, topic, tmp_path):
+    """SIGHUP (logrotate's `killall -HUP nsqcli`) from nsqcli's first line on - while click
+    parses, across the hand-off, while the archive starts: held until the archive's handler is in
+    place, then done ("closing and moving 0 files"), and to-file runs on (review: until the
+    hand-off it had its default action, and to-file ended saying nothing). The first moment is
+    when /proc shows the early SIGTERM handler (nsqcli.entry: SIGHUP is held before it is
+    installed); before that Python is starting, which no code of nsqcli can help."""
+    runs = []
+    try:
+        for i, delay in enumerate([0, 0, 0.005, 0.01, 0.02, 0.04, 0.07, 0.1, 0.15, 0.25]):
+            p = start(["-t", topic, "--nsqd-tcp-address", nsqd.tcp_address, "--output-dir", str(tmp_path / str(i))])
+            wait_for(lambda: p.poll() is not None or catches(p.pid, signal.SIGTERM), 20, interval=0.0005,
+                     what="nsqcli's early handlers")
+            time.sleep(delay)
+            p.send_signal(signal.SIGHUP)
+            runs.append((delay, p, StderrLog(p)))
+        for delay, p, log in runs:
+            wait_for(lambda: p.poll() is not None or b"SIGHUP: closing and moving 0 files" in log.text,
+                     20, what=f"the SIGHUP sent after {delay}s done")
+            assert p.poll() is None, (delay, p.returncode, log.text)
+    finally:
+        for _, p, _ in runs:
+            p.send_signal(signal.SIGTERM)
+    for delay, p, log in runs:
+        assert p.wait(30) == 0, (delay, p.returncode, log.text)
+        log.thread.join(5)
+        p.stdout.close()
+        p.stderr.close()
+        assert b"archiving topic" in log.text and b"interrupted" not in log.text, (delay, log.text)
+
+
+def catches(pid: int, sig: int) -> bool:
+    """The process has a handler for ``sig`` (SigCgt in /proc/PID/status)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    caught = int(status.split("SigCgt:")[1].split()[0], 16)
+    return bool(caught & (1 << (sig - 1)))
