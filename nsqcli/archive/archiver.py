@@ -89,6 +89,7 @@ class TopicArchiver:
         self.finished = 0
         self.requeued = 0            # given back to nsqd because they were not durable (a write failed)
         self.cut_short = False       # its start was cut short by a signal
+        self.announced = False       # "archiving topic" was said: stop() says its summary line
         self.started = False         # its consumer's start() returned
         self.last_received = 0.0     # time.time() of the last batch
         self.consumer = Consumer(topic, channel, batch_handler=self._on_batch, config=config,
@@ -167,7 +168,7 @@ class TopicArchiver:
         self.consumer.drain(timeout)
         self.sync_and_close(reason)
         self.consumer.stop(timeout)
-        if self.cut_short and not self.received:  # it never ran: the interrupted line says it all
+        if not self.announced and not self.received:  # it never ran: the interrupted line says it all
             return
         f = self.file
         t = self.consumer.totals()
@@ -295,6 +296,9 @@ class Archiver:
         if a.cut_short:  # interrupt() came during its start: stop() says what there is to say
             return
         again = " again" if topic in self._retired else ""
+        # from here its summary is said, even when interrupt() marks it cut short after the look
+        # above (it read `started` before the start returned): a topic said started is said stopped
+        a.announced = True
         log.info("archiving topic %s%s", topic, again, extra=ev("topic_added", topic=topic, nsqd=list(found),
                                                                again=bool(again)))
 

@@ -99,3 +99,18 @@ def test_an_idle_topic_disappearing_is_info(nsqd, topic, tmp_path, caplog):
     (gone,) = events(caplog, "topic_removed")
     assert gone.levelno == logging.INFO and gone.getMessage().endswith("file closed (no message received, 0 archived "
                                                                       "by this subscription)")
+
+
+def test_a_topic_said_archiving_is_said_stopped_even_if_an_interrupt_marks_it_late(nsqd, topic, tmp_path, caplog):
+    """interrupt() reads a topic's `started` and then marks it cut short: when the topic's start
+    returned in between, "archiving topic" was said and the mark came after. Its summary line is
+    still said (review: it was left out, a topic said started and never said stopped)."""
+    caplog.set_level(logging.INFO, logger="nsqcli")
+    a = archiver(nsqd, topic, tmp_path).start()
+    try:
+        assert [r.getMessage() for r in events(caplog, "topic_added")] == [f"archiving topic {topic}"]
+        a.topics[topic].cut_short = True  # the late mark of an interrupt() that looked before the start returned
+    finally:
+        a.stop()
+    (stopped,) = events(caplog, "topic_stopped")
+    assert stopped.fields["topic"] == topic and stopped.fields["finished"] == 0
