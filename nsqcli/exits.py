@@ -11,10 +11,15 @@ only with NSQCLI_DEBUG=1 or -vv.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import threading
 
 from .errors import NSQError
+
+#: the signals that stop a command (130/143/129 when they end it): a terminal's hangup is one,
+#: unless the command has a use of its own for it (to-file: close and move the files)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, EXIT_DEADLINE = 0, 1, 2, 3
 
@@ -181,9 +186,7 @@ _calm = False
 
 
 def _ignore_exit_signals() -> None:
-    import signal
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in STOP_SIGNALS:
         try:
             signal.signal(sig, signal.SIG_IGN)
         except (ValueError, OSError):  # not the main thread: nothing to do

@@ -87,7 +87,9 @@ def note_interrupts(address: str, state: str) -> None:
         finally:
             os._exit(128 + signum)
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    from .exits import STOP_SIGNALS
+
+    for sig in STOP_SIGNALS:
         if signal.getsignal(sig) is not signal.SIG_IGN:
             signal.signal(sig, handler)
 

@@ -105,7 +105,7 @@ def forced_exit(signum: int, lines: list[str] | None = None) -> None:
 
 
 def stop_on_signals(event, signals=None) -> None:
-    """SIGINT/SIGTERM set ``event`` for a clean stop; a second one forces the exit (128 + its number) when
+    """SIGINT/SIGTERM/SIGHUP set ``event`` for a clean stop; a second one forces the exit (128 + its number) when
     the clean stop hangs (an unreachable nsqd, a stuck disk)."""
     import signal
 
@@ -120,7 +120,9 @@ def stop_on_signals(event, signals=None) -> None:
         hit.append(signum)
         SETTER.post(event)  # not event.set(): the main thread may be inside event.wait() (nsqcli.cli.setter)
 
-    for sig in signals or (signal.SIGINT, signal.SIGTERM):
+    from ..exits import STOP_SIGNALS
+
+    for sig in signals or STOP_SIGNALS:
         if signal.getsignal(sig) is not signal.SIG_IGN:  # ignored by the parent: stays ignored
             signal.signal(sig, handler)
 

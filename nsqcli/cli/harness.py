@@ -225,7 +225,7 @@ class Harness:
     # -- the run -------------------------------------------------------------------------------
     def run(self) -> int:
         from ..errors import NSQError
-        from ..exits import Interrupted
+        from ..exits import STOP_SIGNALS, Interrupted
         from .app import DeadlineExceeded
         from .signals import GracefulStop
 
@@ -235,8 +235,8 @@ class Harness:
         import signal
 
         # SIGHUP (a closed terminal, a reload): a clean stop like SIGTERM, unless the job has its own use for it
-        stopper = GracefulStop(job.done).install((signal.SIGINT, signal.SIGTERM)
-                                                 + (() if job.handles_hup else (signal.SIGHUP,)))
+        stopper = GracefulStop(job.done).install(tuple(sig for sig in STOP_SIGNALS
+                                                       if not (job.handles_hup and sig == signal.SIGHUP)))
         if signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL:  # a stuck daemon says where it is
             import faulthandler
 

@@ -100,7 +100,9 @@ class GracefulStop:
         import signal
 
         SETTER.start()
-        for sig in signals or (signal.SIGINT, signal.SIGTERM):
+        from ..exits import STOP_SIGNALS
+
+        for sig in signals or STOP_SIGNALS:
             if signal.getsignal(sig) is not signal.SIG_IGN:  # a parent's `trap '' INT` / `&` job stands
                 signal.signal(sig, self._handler)
         return self

@@ -204,6 +204,34 @@ def test_processes_end_with_the_bench_signalled_alone(nsqd, topic, sig):
             os.kill(k, signal.SIGKILL)
 
 
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP"])
+def test_the_whole_group_signalled_says_interrupted_once(nsqd, topic, sig):
+    """A terminal's hangup (or Ctrl-C, or `kill -- -PGID`) reaches the bench and its --processes
+    clients at once: one line, the bench's, and 128 + the signal (review: on SIGHUP each client
+    said "interrupted (SIGHUP)" too, 4 lines for 3 clients)."""
+    import os
+    import signal
+    import subprocess
+
+    from tests.support.helpers import NSQCLI, clean_env
+
+    p = subprocess.Popen(NSQCLI + ["bench", "pubsub", topic, "--processes", "--publishers", "2", "--consumers", "1",
+                                   "--duration", "60s", "--nsqd-tcp-address", nsqd.tcp_address],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=clean_env(), start_new_session=True)
+    try:
+        wait_for(lambda: (topic_stats(nsqd, topic) or {}).get("message_count", 0) > 0, 20, what="messages")
+        assert len(_children(p.pid)) == 3
+        os.killpg(p.pid, getattr(signal, sig))
+        _, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    said = [ln for ln in err.decode().splitlines() if "interrupted" in ln]
+    assert p.returncode == 128 + getattr(signal, sig) and len(said) == 1, err.decode()
+    assert said[0].startswith(f"nsqcli: interrupted ({sig})"), said
+
+
 def test_only_the_clients_bench_forks_are_made_clients():
     """The fork hook acts on bench's own client forks only (review): in a process embedding
     nsqcli, a fork of its own keeps its signal handlers, and a child that then runs a bench

@@ -271,7 +271,7 @@ def test_mpub_rate_holds_within_every_second(nsqd, topic):
     assert stamps[-1] - stamps[0] >= 2.8
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_mpub_signal_says_exactly_what_was_acknowledged(nsqd, topic, sig):
     env = clean_env()
     p = subprocess.Popen(NSQCLI + ["mpub", "-t", topic, "--nsqd-tcp-address", nsqd.tcp_address, "--rate", "400"],

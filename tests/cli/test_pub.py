@@ -159,9 +159,10 @@ def test_a_slow_handshake_may_spend_the_whole_deadline(nsqd, topic):
     assert topic_stats(nsqd, topic)["message_count"] == 2
 
 
-def test_an_interrupt_after_the_pub_was_written_says_it_may_be_published(nsqd, topic):
-    """nsqd got the PUB (and published it) but its OK never comes back: SIGINT then must not say
-    only "interrupted" - the message is in nsqd."""
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGHUP"])
+def test_an_interrupt_after_the_pub_was_written_says_it_may_be_published(nsqd, topic, sig):
+    """nsqd got the PUB (and published it) but its OK never comes back: SIGINT (or a terminal's
+    SIGHUP: review) then must not say only "interrupted" - the message is in nsqd."""
     import signal
 
     with FaultProxy(nsqd.tcp_address, stall_on=b"PUB ") as proxy:
@@ -173,13 +174,13 @@ def test_an_interrupt_after_the_pub_was_written_says_it_may_be_published(nsqd, t
             held = len(results) + 1
             wait_for(lambda: (topic_stats(nsqd, topic) or {}).get("message_count") == held or p.poll() is not None,
                      20, what="the PUB in nsqd")
-            p.send_signal(signal.SIGINT)
+            p.send_signal(getattr(signal, sig))
             out, err = p.communicate(timeout=10)
             proxy.stalled.clear()  # the next run's handshake is answered
             results.append((p.returncode, out, err))
     for rc, out, err in results:
-        assert rc == 130 and out == b"", err
-        assert err == (f"nsqcli: interrupted (SIGINT): the message was sent to {proxy.address} and may have been "
+        assert rc == 128 + getattr(signal, sig) and out == b"", err
+        assert err == (f"nsqcli: interrupted ({sig}): the message was sent to {proxy.address} and may have been "
                        "published (no answer from nsqd yet)\n").encode(), err
     assert topic_stats(nsqd, topic)["message_count"] == 2
 

@@ -176,14 +176,16 @@ def _launch(worker) -> None:
 
 def _as_client() -> None:
     """(the fork hook, in every child) Only in a client :func:`_launch` forked: the default
-    SIGINT/SIGTERM, and the end with its parent. The child's own forks are not clients."""
+    SIGINT/SIGTERM/SIGHUP, and the end with its parent. The child's own forks are not clients."""
     global _clients_of
     parent, _clients_of = _clients_of, None
     if parent is None:
         return
     import signal
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    from ...exits import STOP_SIGNALS
+
+    for sig in STOP_SIGNALS:
         if signal.getsignal(sig) is not signal.SIG_IGN:
             signal.signal(sig, signal.SIG_DFL)
     _end_with(parent)

@@ -332,7 +332,7 @@ def mpub(app, topic, rest, delimiter, null, count, as_json, fmt, batch_size, lin
 
     Prints a summary on stderr: published, skipped, failed, elapsed, rate. Exit 0 only when
     every record was published (nsqd said OK to every batch); otherwise exit 1 (3: --timeout
-    passed; 130/143: SIGINT/SIGTERM) saying how many nsqd acknowledged, how many more it may
+    passed; 130/143/129: SIGINT/SIGTERM/SIGHUP) saying how many nsqd acknowledged, how many more it may
     hold unanswered (written when the connection was lost or stalled), and the --skip that
     resumes without loss.
     """
