@@ -36,7 +36,7 @@ SPARK_LTS_VENV = .venv-spark-$(SPARK_LTS)
 
 setup: $(VENV)/.installed nsq
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml Makefile  # Makefile: how it installs (EDITABLE)
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install -qq $(EDITABLE) '.[test,spark]'  # -qq: errors only (setuptools' generic note on editable installs is not ours to fix)
