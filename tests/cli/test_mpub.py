@@ -267,7 +267,12 @@ def test_mpub_rate_holds_within_every_second(nsqd, topic):
     stamps = sorted(json.loads(line)["timestamp"] / 1e9 for line in r.stdout.splitlines())
     assert len(stamps) == 300
     worst = max(sum(1 for t in stamps if s <= t < s + 1.0) for s in stamps)
-    assert worst <= 106, f"{worst} messages within one second at --rate 100"
+    # paced: at most 105 in any second (batches of 5, their turns 50 ms apart: the pacer's "the
+    # rate plus one call's worth"). nsqd stamps a message when it reads it: a batch written or
+    # read late on a busy machine (a process descheduled after its turn came) lands beside the
+    # next one, one batch more (CI67: 110). A pacer that let a stall be made up sent 115
+    # (test_the_pacer_gives_no_credit_for_a_stall); none at all, 300.
+    assert worst <= 110, f"{worst} messages within one second at --rate 100"
     assert stamps[-1] - stamps[0] >= 2.8
 
 
