@@ -88,7 +88,7 @@ def once_each(say):
 
 def forced_exit(signum: int, lines: list[str] | None = None) -> None:
     """A second signal: ``lines`` (without "nsqcli: "; the last one follows "forced exit
-    (SIG...): "), then exit 128 + its number (130 SIGINT, 143 SIGTERM, as README says).
+    (SIG...): "), then exit 128 + its number (130 SIGINT, 143 SIGTERM, 129 SIGHUP, as README says).
     os.write, not sys.stderr: the handler may run inside the main thread's own write to it (a
     reentrant write raises, and the exit would not happen)."""
     import signal

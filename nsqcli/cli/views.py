@@ -177,6 +177,18 @@ class Rates:
         return self._rate.get(key)
 
 
+def stop_display(stop) -> None:
+    """Call ``stop``: the end of a live view or progress bar, its last redraw and clear. On a
+    terminal that hung up (EIO) or a closed stderr there is nothing left to clear, and the
+    command's own outcome stands: the stop it was asked for (a hangup is SIGHUP: 129), its
+    summary, its resume point. That write failing used to end the command with exit 1 and
+    "Input/output error" instead (review)."""
+    try:
+        stop()
+    except OSError:
+        pass
+
+
 def live_height(console) -> int:
     """Lines a live view may take: the terminal's height less one (the cursor's line), so a
     refresh redraws in place instead of scrolling its top away."""
@@ -228,7 +240,7 @@ class LiveConnections:
         return self
 
     def stop(self) -> None:
-        self.live.stop()
+        stop_display(self.live.stop)
 
 
 ARCHIVE_COLS = [Col("topic", "topic", 1, False), Col("current file", "file", 4, False), Col("bytes", "bytes", 2),
@@ -290,7 +302,7 @@ class LiveArchive:
         return self
 
     def stop(self) -> None:
-        self.live.stop()
+        stop_display(self.live.stop)
 
 
 def _fmt_drain(seconds) -> str:

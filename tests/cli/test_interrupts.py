@@ -309,3 +309,52 @@ def test_a_signal_during_the_dead_letter_lookup_stops_at_once(name):
         code, err, took = sigint_once(NSQCLI + argv, lambda: lookupd.connections > 0, "the lookup")
     assert (code, err) == (130, b"nsqcli: interrupted (SIGINT)\n"), err
     assert took < 0.9, took  # not START_ABORT (1 s): the lookup ended at the signal
+
+
+@pytest.mark.parametrize("cmd, code", [("stat", 0), ("mpub", 129)])
+def test_a_terminal_that_hangs_up_ends_a_live_view_as_its_sighup(nsqd, topic, tmp_path, cmd, code):
+    """The terminal itself goes (ssh dropped, the window closed): the command gets SIGHUP and its
+    live view or progress bar can no longer be cleared (EIO). It stops as SIGHUP says - stat
+    cleanly (0), mpub with its resume line (129, the line lost with the terminal) - instead of
+    exit 1 "Input/output error" from the last redraw (review)."""
+    import os
+    import pty
+    import select
+
+    records = tmp_path / "records"
+    records.write_bytes(b"r\n" * 100_000)
+    args = (["stat", "--nsqd-http-address", nsqd.http_address, "--interval", "0.5"] if cmd == "stat" else
+            ["mpub", "-t", topic, "--nsqd-tcp-address", nsqd.tcp_address, "--rate", "200"])
+    env = clean_env({"TERM": "xterm", "COLUMNS": "120", "LINES": "40"})
+    pid, master = pty.fork()
+    if pid == 0:  # the child: a session of its own, the pty its controlling terminal (stdin, stdout, stderr)
+        try:
+            if cmd == "mpub":
+                os.dup2(os.open(records, os.O_RDONLY), 0)
+            os.execve(NSQCLI[0], NSQCLI + args, env)
+        finally:
+            os._exit(127)
+    def going() -> bool:  # the view is up and drawing; mpub has published
+        return len(drawn) >= 200 and (cmd == "stat" or (topic_stats(nsqd, topic) or {}).get("message_count", 0) > 0)
+
+    drawn = b""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not going():
+        if select.select([master], [], [], 0.1)[0]:
+            try:
+                drawn += os.read(master, 65536)
+            except OSError:
+                break
+    os.close(master)  # the hangup
+    rc = None
+    deadline = time.monotonic() + 20
+    while rc is None and time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        rc = os.waitstatus_to_exitcode(status) if done else time.sleep(0.05)
+    if rc is None:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    assert going(), drawn
+    assert rc == code, (rc, drawn[-300:])
+    if cmd == "mpub":
+        assert 0 < topic_stats(nsqd, topic)["message_count"] < 100_000

@@ -545,4 +545,6 @@ class _Progress:
         self.progress.refresh()
 
     def stop(self) -> None:
-        self.progress.stop()
+        from ..views import stop_display
+
+        stop_display(self.progress.stop)

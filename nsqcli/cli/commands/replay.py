@@ -184,5 +184,6 @@ class _Progress(threading.Thread):
     def stop(self) -> None:
         self._stop.set()
         self.join(1)
-        sys.stderr.write("\r\033[K")
-        sys.stderr.flush()
+        from ..views import stop_display
+
+        stop_display(lambda: (sys.stderr.write("\r\033[K"), sys.stderr.flush()))

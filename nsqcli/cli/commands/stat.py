@@ -304,4 +304,6 @@ class _LiveView:
                          refresh=True)
 
     def stop(self) -> None:
-        self.live.stop()
+        from ..views import stop_display
+
+        stop_display(self.live.stop)

@@ -64,7 +64,7 @@ def to_parquet(app, topics, channel, output, fmt, checkpoint, partition_by, trig
     \b
     Exactly once: Spark's tasks read from nsqd on the executors and keep what they took in the
     spool before they FIN it, so a retried task or a batch run again after a crash reads the
-    spool, not nsqd. SIGTERM/SIGINT stop the query cleanly: the running batch closes early and is
+    spool, not nsqd. SIGTERM/SIGINT/SIGHUP stop the query cleanly: the running batch closes early and is
     committed; a restart with the same --checkpoint goes on where it stopped, with nothing lost
     and nothing twice.
     Delta Lake and Iceberg commit each micro-batch once by its id, as Spark's Parquet sink does.
