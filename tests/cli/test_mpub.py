@@ -267,12 +267,14 @@ def test_mpub_rate_holds_within_every_second(nsqd, topic):
     stamps = sorted(json.loads(line)["timestamp"] / 1e9 for line in r.stdout.splitlines())
     assert len(stamps) == 300
     worst = max(sum(1 for t in stamps if s <= t < s + 1.0) for s in stamps)
-    # paced: at most 105 in any second (batches of 5, their turns 50 ms apart: the pacer's "the
-    # rate plus one call's worth"). nsqd stamps a message when it reads it: a batch written or
-    # read late on a busy machine (a process descheduled after its turn came) lands beside the
-    # next one, one batch more (CI67: 110). A pacer that let a stall be made up sent 115
-    # (test_the_pacer_gives_no_credit_for_a_stall); none at all, 300.
-    assert worst <= 110, f"{worst} messages within one second at --rate 100"
+    # paced: at most 105 in any second are handed to the connection (batches of 5, their turns
+    # 50 ms apart: the pacer's "the rate plus one call's worth"). nsqd stamps a message when it
+    # reads it, and up to mpub's window (8 batches, 40 messages) can be waiting unanswered: an
+    # nsqd or I/O thread held up on a busy machine reads them at once (CI67: 110; an nsqd
+    # stopped for 0.12-0.5 s, review: 110-135). So by nsqd's clock the bound is 145. This
+    # catches no pacing at all (300); whether a stall is made up is for the pacer's own
+    # test_the_pacer_gives_no_credit_for_a_stall, which times it directly.
+    assert worst <= 145, f"{worst} messages within one second at --rate 100"
     assert stamps[-1] - stamps[0] >= 2.8
 
 
