@@ -252,3 +252,36 @@ BAD_INPUT = [
 @pytest.mark.parametrize("args,code,pattern", BAD_INPUT, ids=ids(BAD_INPUT))
 def test_bad_input(args, code, pattern):
     bad_input(args, code, pattern)
+
+
+def test_drained_must_hold_on_two_looks_in_a_row():
+    """A message nsqd has taken off the queue for a client, not yet in flight, is in no count for
+    that moment: one look saw "drained" with a consumer REQing every delivery (CI68). --drained
+    holds on two looks in a row, an interval apart, before it is said: here the second look finds
+    the message again, and the wait goes on to its --timeout (exit 3), where it said ready."""
+    import json as _json
+
+    from tests.support.fakes import FakeLookupd, http_answer, http_request
+
+    def stats(depth):
+        channel = {"channel_name": "c", "depth": depth, "in_flight_count": 0, "deferred_count": 0,
+                   "requeue_count": 0, "timeout_count": 0, "clients": []}
+        return _json.dumps({"version": "1.3.0", "health": "OK", "start_time": 1,
+                            "topics": [{"topic_name": "t", "depth": 0, "channels": [channel]}]}).encode()
+
+    looks = []
+
+    def script(peer):
+        while True:
+            try:
+                http_request(peer)
+            except EOFError:
+                return
+            looks.append(1)
+            http_answer(peer, 200, stats(0 if len(looks) == 1 else 1))  # drained at the first look only
+
+    with FakeLookupd(script) as fake:
+        r = run_nsqcli(["wait", "t", "c", "--drained", "--nsqd-http-address", fake.address, "--interval", "0.2s",
+                        "--timeout", "1.5s"])
+    assert r.returncode == 3 and len(looks) >= 3, (r.returncode, len(looks), r.stderr)
+    assert b"not drained: depth 1" in r.stderr, r.stderr

@@ -32,7 +32,8 @@ nsqcli wait --ready && nsqcli pub orders 'smoke' && nsqcli wait orders billing -
         help="The topic (and the channel, if given) exists on some nsqd.")
 @option("--drained", is_flag=True,
         help="depth, in-flight and deferred are 0 on every nsqd carrying the channel (without a channel: "
-             "the topic's depth and all its channels). A channel that exists nowhere is not drained.")
+             "the topic's depth and all its channels), on two looks in a row. A channel that exists "
+             "nowhere is not drained.")
 @option("--depth-below", type=click.IntRange(1), metavar="N",
         help="The channel's depth (without a channel: the topic's), summed over the nodes, is below N.")
 @option("--fail-on-requeue", is_flag=True,
@@ -89,6 +90,11 @@ def wait(app, topic, channel, ready, exists, drained, depth_below, fail_on_reque
     gate = Gate(topic, channel, exists, drained, depth_below, fail_on_requeue, fail_on_timeout)
     t0 = time.monotonic()
     said_at = None
+    # --drained holds twice, an interval apart, before it is said: a message nsqd has taken from
+    # the channel's queue for a client but not yet put in flight (or back from deferred, not yet
+    # in the queue) is in none of the counts for that moment. A consumer REQing each delivery
+    # looked drained once under load (CI68), and the gate passed.
+    met_once = False
 
     def look() -> list[str]:
         unmet = _pings(nsqd, lookupd, left(deadline, request_timeout, floor=0.05)) if ready else []
@@ -101,12 +107,13 @@ def wait(app, topic, channel, ready, exists, drained, depth_below, fail_on_reque
         if gate.failed:
             raise NSQError(gate.failed)
         now = time.monotonic()
-        if not unmet:
+        if not unmet and (met_once or not gate.drained):
             app.info(f"ready after {now - t0:.1f}s: {gate.describe(ready)}")
             return 0
-        if deadline is not None and now + 0.01 >= deadline:
+        met_once = not unmet
+        if not met_once and deadline is not None and now + 0.01 >= deadline:
             raise DeadlineExceeded(f"--timeout ({timeout:g}s) passed; not met: {'; '.join(unmet)}")
-        if said_at is None and now - t0 >= FIRST_SAY or said_at is not None and now - said_at >= REMIND:
+        if unmet and (said_at is None and now - t0 >= FIRST_SAY or said_at is not None and now - said_at >= REMIND):
             said_at = now
             app.info(f"waiting ({now - t0:.0f}s): {'; '.join(unmet)}")
         stopper.pause(left(deadline, interval, floor=0.0))
