@@ -24,9 +24,8 @@ from .clock import STARTED  # noqa: F401 - first: `--timeout` counts from proces
 
 
 def _early_exit(signum, frame):
-    name = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP"}.get(signum, str(signum))
     try:
-        os.write(2, f"nsqcli: interrupted ({name})\n".encode())
+        os.write(2, f"nsqcli: interrupted ({signal.Signals(signum).name})\n".encode())
     finally:
         os._exit(128 + signum)
 
@@ -44,7 +43,9 @@ def install_early_signals(argv: list[str]) -> None:
     hup_held = _command(argv) == "to-file"
     if hup_held:  # before the handlers: a test sees those in /proc/PID/status and sends SIGHUP
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
-    stops = (signal.SIGINT, signal.SIGTERM) + (() if hup_held else (signal.SIGHUP,))
+    from .exits import stop_signals
+
+    stops = stop_signals(own_hup=hup_held)
     for sig in stops:
         if signal.getsignal(sig) is not signal.SIG_IGN:
             signal.signal(sig, _early_exit)

@@ -21,6 +21,11 @@ from .errors import NSQError
 #: unless the command has a use of its own for it (to-file: close and move the files)
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
+
+def stop_signals(own_hup: bool = False) -> tuple:
+    """:data:`STOP_SIGNALS`, less SIGHUP for a command with a use of its own for it (to-file)."""
+    return tuple(sig for sig in STOP_SIGNALS if not (own_hup and sig == signal.SIGHUP))
+
 EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, EXIT_DEADLINE = 0, 1, 2, 3
 
 

@@ -225,7 +225,7 @@ class Harness:
     # -- the run -------------------------------------------------------------------------------
     def run(self) -> int:
         from ..errors import NSQError
-        from ..exits import STOP_SIGNALS, Interrupted
+        from ..exits import Interrupted, stop_signals
         from .app import DeadlineExceeded
         from .signals import GracefulStop
 
@@ -235,8 +235,7 @@ class Harness:
         import signal
 
         # SIGHUP (a closed terminal, a reload): a clean stop like SIGTERM, unless the job has its own use for it
-        stopper = GracefulStop(job.done).install(tuple(sig for sig in STOP_SIGNALS
-                                                       if not (job.handles_hup and sig == signal.SIGHUP)))
+        stopper = GracefulStop(job.done).install(stop_signals(own_hup=job.handles_hup))
         if signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL:  # a stuck daemon says where it is
             import faulthandler
 
